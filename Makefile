@@ -1,0 +1,42 @@
+# mpcomm — the two commands that matter on a fresh machine:
+#   make demo   installs what is missing, builds, and runs the main job
+#   make test   installs what is missing, builds, and runs every test
+# Options: BUILD_TYPE=Debug, SANITIZE=1 (AddressSanitizer + UBSan, in build-asan/), JOBS=N.
+
+BUILD_TYPE ?= Release
+SANITIZE ?= 0
+JOBS ?= $(shell nproc)
+ifeq ($(SANITIZE),1)
+BUILD ?= build-asan
+else
+BUILD ?= build
+endif
+CLI := $(BUILD)/mpcomm
+
+.PHONY: all deps configure build test demo clean
+
+all: build
+
+deps:
+	@scripts/setup-deps
+
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DMPCOMM_SANITIZE=$(if $(filter 1,$(SANITIZE)),ON,OFF) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) -j $(JOBS) --output-on-failure --timeout 900
+
+demo: build
+	$(CLI) info
+	@echo
+	@echo "== every collective, 4 ranks on one host (shared memory), results checked =="
+	$(CLI) launch -n 4 -- $(CLI) selftest
+	@echo
+	@echo "== the same on 2 emulated hosts (shared memory inside, TCP between) =="
+	$(CLI) launch -n 4 --hosts 2 -- $(CLI) selftest
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,188 @@
+// mpcomm/communicator.h — one process's handle on a group of ranks.
+//
+// Every backend (native, and later gloo, mpi, nccl) implements the same Communicator. The public calls
+// below are not virtual: each one fills an Op and goes through one checked entry point that validates
+// the arguments (before any traffic), stamps the op with its sequence number and fingerprint, times it,
+// records it, and only then hands it to the backend.
+//
+// Rules common to all collectives:
+//  - count is in elements; count 0 is allowed and moves nothing.
+//  - in place: allreduce/reduce with send == recv; allgather with send == recv + rank*count;
+//    reduce_scatter with recv == send + rank*count; gather (at root) with send == recv + root*count;
+//    scatter (at root) with recv == send + root*count; alltoall with send == recv.
+//  - a communicator is used by one thread at a time; several communicators may run in parallel.
+//  - after an error (timeout, peer failure, mismatch) the communicator is aborted: every later call
+//    throws at once with the original reason.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mpcomm/error.h"
+#include "mpcomm/store.h"
+#include "mpcomm/types.h"
+
+namespace mpcomm {
+
+// The collectives and point-to-point operations, as recorded and fingerprinted.
+enum class OpKind : uint8_t {
+  allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall,
+  barrier, send, recv, split
+};
+inline constexpr int kNumOpKinds = 12;
+std::string_view to_string(OpKind k);
+
+// Which host each rank runs on (hosts numbered in order of their lowest rank).
+struct Topology {
+  std::vector<int> host_of_rank;       // host index of every rank
+  std::vector<std::string> host_names; // host id of each host index
+  int host = 0;                        // this rank's host index
+  int local_rank = 0;                  // index among the ranks of this host
+  int local_size = 1;                  // ranks on this host
+  int num_hosts() const { return static_cast<int>(host_names.size()); }
+};
+
+struct Options {
+  // Bound on every blocking wait. Defaults to MPCOMM_TIMEOUT seconds (300 when unset).
+  Millis timeout{0};
+  // Which host this rank is on. Defaults to MPCOMM_HOST_ID, else the hostname.
+  std::string host_id;
+  // Job token presented on every connection. Defaults to MPCOMM_TOKEN.
+  std::string token;
+  // Address to bind listening sockets to. Defaults to MPCOMM_ADDR, else 127.0.0.1.
+  std::string bind_addr;
+  Device device;
+  // Exchange a fingerprint of every collective before running it, so that ranks which called
+  // different collectives (or the same one with different count, dtype, op or root) fail with a
+  // Mismatch naming both calls, whatever the backend. Costs one small allgather per collective.
+  // -1: MPCOMM_CHECK (default 0).
+  int check = -1;
+  // Fills every unset field from the environment.
+  Options resolved() const;
+};
+
+// Time and bytes spent per op kind since the communicator was created.
+struct OpStats {
+  uint64_t calls = 0;
+  uint64_t bytes = 0;  // bytes of the caller's buffer(s) per call, summed
+  double seconds = 0;
+};
+
+namespace detail {
+struct Op;
+class RequestState;
+}  // namespace detail
+
+// A non-blocking point-to-point operation. wait() blocks (bounded by the timeout) until it completes
+// and rethrows its error; test() makes progress and returns whether it completed.
+class Request {
+ public:
+  Request() = default;
+  explicit Request(std::shared_ptr<detail::RequestState> s) : state_(std::move(s)) {}
+  void wait();
+  bool test();
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<detail::RequestState> state_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::string_view backend() const { return backend_; }
+  const Topology& topology() const { return topology_; }
+  const Options& options() const { return options_; }
+  // Number of collectives issued so far (the next one gets this number).
+  uint64_t sequence() const { return seq_; }
+  const std::array<OpStats, kNumOpKinds>& stats() const { return stats_; }
+
+  void allreduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op);
+  void broadcast(void* buf, size_t count, DataType dt, int root);
+  // recv is significant at root only (may be null elsewhere).
+  void reduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op, int root);
+  // recv holds size()*count elements, rank r's block at r*count.
+  void allgather(const void* send, void* recv, size_t count, DataType dt);
+  // send holds size()*count elements; rank r receives the reduction of every rank's block r.
+  void reduce_scatter(const void* send, void* recv, size_t count, DataType dt, ReduceOp op);
+  // recv (size()*count, at root only) gets rank r's send at block r.
+  void gather(const void* send, void* recv, size_t count, DataType dt, int root);
+  // send (size()*count, at root only): block r goes to rank r.
+  void scatter(const void* send, void* recv, size_t count, DataType dt, int root);
+  // send and recv hold size()*count elements; block p of send goes to rank p, arriving there at
+  // block rank().
+  void alltoall(const void* send, void* recv, size_t count, DataType dt);
+  void barrier();
+
+  // Point to point. A receive must name the same count and dtype the sender sent; messages from one
+  // peer with one tag arrive in the order they were sent.
+  void send(const void* buf, size_t count, DataType dt, int peer, int tag = 0);
+  void recv(void* buf, size_t count, DataType dt, int peer, int tag = 0);
+  Request isend(const void* buf, size_t count, DataType dt, int peer, int tag = 0);
+  Request irecv(void* buf, size_t count, DataType dt, int peer, int tag = 0);
+
+  // Collective over this communicator: ranks with the same color form a new communicator, ordered
+  // by (key, old rank). A negative color returns nullptr (the rank joins no group).
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  // Aborts the communicator: later calls throw; peers blocked on this rank fail soon after.
+  void abort(const std::string& reason);
+
+ protected:
+  Communicator(std::string backend, int rank, int size, Topology topo, Options opts);
+
+  // Backend hooks. run() executes one checked collective; start_p2p() starts a send or recv.
+  virtual void run(const detail::Op& op) = 0;
+  virtual std::shared_ptr<detail::RequestState> start_p2p(const detail::Op& op) = 0;
+  // Creates this backend's communicator for the ranks of one color. `store` is private to the new
+  // group; `members` are the parent ranks in new-rank order. The default suits any backend whose
+  // create() bootstraps from a store.
+  virtual std::unique_ptr<Communicator> make_child(std::shared_ptr<Store> store, int new_rank,
+                                                   const std::vector<int>& members);
+  // Publishes an abort to peers (backend specific); called once by abort() and on errors.
+  virtual void on_abort(const std::string& reason) = 0;
+  // Non-empty when this communicator was aborted (by this rank or reported by a peer).
+  virtual std::string abort_reason() const = 0;
+
+  const std::shared_ptr<Store>& store() const { return store_; }
+  void set_store(std::shared_ptr<Store> s) { store_ = std::move(s); }
+
+ private:
+  void checked(detail::Op& op);
+  void verify_fingerprints(const detail::Op& op);
+  std::string backend_;
+  int rank_;
+  int size_;
+  Topology topology_;
+  Options options_;
+  std::shared_ptr<Store> store_;
+  uint64_t seq_ = 0;
+  uint64_t p2p_seq_ = 0;
+  std::array<OpStats, kNumOpKinds> stats_{};
+};
+
+// Backends compiled into this build ("native", ...).
+std::vector<std::string> available_backends();
+
+// Creates a communicator of `backend` over ranks that share `store` (pass a PrefixStore to keep
+// several communicators or backends apart on one store). Blocks until all `size` ranks joined.
+std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<Store> store, int rank,
+                                     int size, const Options& opts = {});
+
+// Reads rank, size and rendezvous from the environment: mpcomm launch (MPCOMM_STORE), torchrun
+// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI
+// (OMPI_COMM_WORLD_*) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). The backend is
+// MPCOMM_BACKEND (default native).
+std::unique_ptr<Communicator> init_from_env(const Options& opts = {});
+
+}  // namespace mpcomm

@@ -1,0 +1,7 @@
+// mpcomm/mpcomm.h — the whole public API.
+#pragma once
+
+#include "mpcomm/communicator.h"
+#include "mpcomm/error.h"
+#include "mpcomm/store.h"
+#include "mpcomm/types.h"

@@ -1,0 +1,136 @@
+// mpcomm/store.h — the rendezvous key-value store ranks use to find each other.
+//
+// Every call that can block takes a timeout and throws mpcomm::Timeout naming the keys it waited for.
+// Values are arbitrary bytes. Keys are strings; PrefixStore namespaces them for sub-communicators and
+// for several backends sharing one store.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mpcomm {
+
+using Bytes = std::vector<uint8_t>;
+using Millis = std::chrono::milliseconds;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  // Waits until `key` exists, then returns its value.
+  virtual Bytes get(const std::string& key, Millis timeout) = 0;
+  // Atomically adds `delta` to the integer stored at key (missing = 0) and returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // True when every key exists; never blocks.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // Waits until every key exists.
+  virtual void wait(const std::vector<std::string>& keys, Millis timeout) = 0;
+  // Removes a key; returns whether it existed.
+  virtual bool remove(const std::string& key) = 0;
+
+  // Convenience for text values.
+  void set_string(const std::string& key, const std::string& value);
+  std::string get_string(const std::string& key, Millis timeout);
+};
+
+// In-process store for ranks that are threads of one process (tests, benchmarks).
+class HashStore : public Store {
+ public:
+  HashStore();
+  ~HashStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  bool remove(const std::string& key) override;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// Store in one file on a shared file system; every operation takes an flock on it.
+class FileStore : public Store {
+ public:
+  explicit FileStore(std::string path);
+  ~FileStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  bool remove(const std::string& key) override;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Prepends a prefix to every key of an underlying store.
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  bool remove(const std::string& key) override;
+  const std::string& prefix() const { return prefix_; }
+  const std::shared_ptr<Store>& base() const { return base_; }
+
+ private:
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+// The server half of TcpStore: a thread that serves the store protocol on host:port.
+// Binds to loopback unless told an address; refuses connections that do not present `token`
+// (when the token is non-empty) and logs each refusal. Lengths read from the wire are bounded.
+class TcpStoreServer {
+ public:
+  // port 0 picks a free port; see port().
+  TcpStoreServer(const std::string& host, uint16_t port, std::string token);
+  ~TcpStoreServer();  // stops the thread and closes every socket
+  uint16_t port() const;
+  const std::string& host() const;
+  // Sets a key directly in the served map (used by the launcher to announce a failed rank).
+  void set_local(const std::string& key, const Bytes& value);
+  // Like set_local, but keeps an existing value; returns whether it set the key.
+  bool set_local_if_absent(const std::string& key, const Bytes& value);
+  size_t refused_connections() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Client of TcpStoreServer. Connecting retries until `timeout` (the server may start later).
+// With `start_server`, this process also starts the server (rank 0 in torchrun-style launches).
+class TcpStore : public Store {
+ public:
+  TcpStore(const std::string& host, uint16_t port, std::string token, Millis timeout,
+           bool start_server = false);
+  ~TcpStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  bool remove(const std::string& key) override;
+  uint16_t port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Parses "tcp://host:port" or "file:///path" and connects (TcpStore) or opens (FileStore).
+std::shared_ptr<Store> open_store(const std::string& url, const std::string& token, Millis timeout);
+
+}  // namespace mpcomm

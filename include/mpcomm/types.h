@@ -1,0 +1,43 @@
+// mpcomm/types.h — element types, reduction operators and devices shared by every backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace mpcomm {
+
+// Element type of a buffer. float16 and bfloat16 are reduced with float32 accumulation.
+enum class DataType : uint8_t { int8, uint8, int32, int64, float16, bfloat16, float32, float64 };
+inline constexpr int kNumDataTypes = 8;
+
+// Reduction operator. avg is sum divided by the group size (integer division for integer types).
+enum class ReduceOp : uint8_t { sum, prod, min, max, avg };
+inline constexpr int kNumReduceOps = 5;
+
+// Where a buffer lives. Only cpu is implemented today; cuda is reserved for the NCCL backend.
+struct Device {
+  enum Kind : uint8_t { cpu, cuda } kind = cpu;
+  int index = 0;
+};
+
+// Size in bytes of one element; throws InvalidArgument for a value outside the enum.
+size_t dtype_size(DataType t);
+bool is_floating(DataType t);
+std::string_view to_string(DataType t);
+std::string_view to_string(ReduceOp op);
+std::string to_string(Device d);
+
+// Parse names as nccl-tests and PyTorch spell them ("float", "float32", "half", "bf16", ...).
+// Throw InvalidArgument naming the unknown value.
+DataType parse_dtype(std::string_view name);
+ReduceOp parse_reduce_op(std::string_view name);
+
+// IEEE half and bfloat16 conversions (round to nearest even), usable by tests and kernels alike.
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t b);
+uint16_t float_to_bf16(float f);
+
+}  // namespace mpcomm

@@ -1,0 +1,208 @@
+#include "backends/native/native_communicator.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <sstream>
+
+#include "core/log.h"
+#include "core/net.h"
+#include "core/op.h"
+#include "core/params.h"
+#include "native/algorithms/algorithms.h"
+#include "native/engine.h"
+#include "native/transport/shm/shm_segment.h"
+#include "native/transport/tcp/tcp_link.h"
+
+namespace mpcomm::native {
+
+namespace {
+
+// The store at the bottom of a chain of PrefixStores: where job-wide keys (mpcomm/abort) live.
+std::shared_ptr<Store> root_store(std::shared_ptr<Store> s) {
+  while (auto* p = dynamic_cast<PrefixStore*>(s.get())) s = p->base();
+  return s;
+}
+
+std::string random_hex(int n) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ (static_cast<uint64_t>(getpid()) << 32));
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < n; ++i) s += digits[rng() % 16];
+  return s;
+}
+
+// Store waits during setup name the rank that never showed up.
+std::string get_or_timeout(Store& store, const std::string& key, net::Deadline deadline, int rank, int size,
+                           const std::string& missing) {
+  auto left = std::chrono::duration_cast<Millis>(deadline - net::Clock::now());
+  try {
+    return store.get_string(key, std::max(left, Millis(1)));
+  } catch (const Timeout& e) {
+    throw Timeout("mpcomm: native communicator setup on rank " + std::to_string(rank) + " of " +
+                  std::to_string(size) + ": " + missing + " never showed up (" + e.what() + ")");
+  }
+}
+
+class P2PRequest;
+
+class NativeCommunicator final : public Communicator {
+ public:
+  NativeCommunicator(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
+                     std::shared_ptr<Engine> engine)
+      : Communicator("native", rank, size, std::move(topo), std::move(opts)), engine_(std::move(engine)) {
+    set_store(std::move(store));
+  }
+
+  ~NativeCommunicator() override {
+    engine_->close();
+  }
+
+ protected:
+  void run(const detail::Op& op) override {
+    current_ = &op;
+    engine_->begin(&op, [this] { return current_ ? detail::describe(*current_, *this) : std::string("native"); });
+    const Algorithm& a = select_algorithm(op, size());
+    AlgoCtx ctx{*engine_, op, rank(), size(), scratch_};
+    a.fn(ctx);
+  }
+
+  std::shared_ptr<detail::RequestState> start_p2p(const detail::Op& op) override;
+
+  void on_abort(const std::string& reason) override { engine_->publish_abort(ErrorCode::peer_failure, reason); }
+  std::string abort_reason() const override { return engine_->abort_reason(); }
+
+ private:
+  friend class P2PRequest;
+  std::shared_ptr<Engine> engine_;
+  std::vector<char> scratch_;
+  const detail::Op* current_ = nullptr;
+};
+
+class P2PRequest : public detail::RequestState {
+ public:
+  P2PRequest(std::shared_ptr<Engine> e, Handle h, detail::Op op, std::string what)
+      : e_(std::move(e)), h_(std::move(h)), op_(op), what_(std::move(what)) {}
+  void wait() override {
+    e_->begin(&op_, [w = what_] { return w; });
+    e_->wait(h_);
+  }
+  bool test() override {
+    e_->begin(&op_, [w = what_] { return w; });
+    return e_->test(h_);
+  }
+
+ private:
+  std::shared_ptr<Engine> e_;
+  Handle h_;
+  detail::Op op_;
+  std::string what_;
+};
+
+std::shared_ptr<detail::RequestState> NativeCommunicator::start_p2p(const detail::Op& op) {
+  std::string what = detail::describe(op, *this);
+  engine_->begin(&op, [what] { return what; });
+  Handle h = op.kind == OpKind::send ? engine_->send_p2p(op.peer, op.tag, op.send, op.bytes(), what)
+                                     : engine_->recv_p2p(op.peer, op.tag, op.recv, op.bytes(), what);
+  return std::make_shared<P2PRequest>(engine_, std::move(h), op, std::move(what));
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw InvalidArgument("mpcomm: native: rank " + std::to_string(rank) + " / size " + std::to_string(size) +
+                          " is not a valid rank of a group");
+  if (!store) throw InvalidArgument("mpcomm: native: a store is required");
+  Options opts = in.resolved();
+  if (opts.device.kind != Device::cpu)
+    throw Unsupported("mpcomm: native: device " + to_string(opts.device) + " is not supported yet");
+  const auto deadline = net::deadline_after(opts.timeout);
+  const int pid = static_cast<int>(getpid());
+
+  // 1. Who is where: host id and pid of every rank.
+  store->set_string("peer/" + std::to_string(rank), opts.host_id + "\n" + std::to_string(pid));
+  std::vector<std::string> host_of(size);
+  std::vector<int> pid_of(size);
+  for (int r = 0; r < size; ++r) {
+    std::string v = get_or_timeout(*store, "peer/" + std::to_string(r), deadline, rank, size, "rank " + std::to_string(r));
+    auto nl = v.find('\n');
+    host_of[r] = v.substr(0, nl);
+    pid_of[r] = std::atoi(v.c_str() + nl + 1);
+  }
+  Topology topo;
+  topo.host_of_rank.resize(size);
+  for (int r = 0; r < size; ++r) {
+    auto it = std::find(topo.host_names.begin(), topo.host_names.end(), host_of[r]);
+    if (it == topo.host_names.end()) {
+      topo.host_names.push_back(host_of[r]);
+      it = topo.host_names.end() - 1;
+    }
+    topo.host_of_rank[r] = static_cast<int>(it - topo.host_names.begin());
+  }
+  topo.host = topo.host_of_rank[rank];
+  std::vector<int> locals, remote;
+  for (int r = 0; r < size; ++r) {
+    if (topo.host_of_rank[r] == topo.host)
+      locals.push_back(r);
+    else
+      remote.push_back(r);
+  }
+  topo.local_size = static_cast<int>(locals.size());
+  topo.local_rank = static_cast<int>(std::find(locals.begin(), locals.end(), rank) - locals.begin());
+
+  // 2. Shared memory among the ranks of this host: the lowest rank creates, the others open, and the
+  //    name is unlinked once all have mapped it.
+  std::shared_ptr<ShmSegment> seg;
+  if (locals.size() > 1) {
+    const int nlocal = static_cast<int>(locals.size());
+    const std::string key = "shm/" + std::to_string(topo.host);
+    if (rank == locals[0]) {
+      std::string job = param_string("MPCOMM_JOB_ID");
+      std::string name = "/mpcomm." + (job.empty() ? std::string("nojob") : job) + "." + std::to_string(pid) + "." + random_hex(8);
+      seg = ShmSegment::create(name, nlocal, ShmSegment::default_ring_bytes(nlocal));
+      store->set_string(key, name);
+      try {
+        for (size_t i = 1; i < locals.size(); ++i)
+          get_or_timeout(*store, "shm_ok/" + std::to_string(locals[i]), deadline, rank, size,
+                         "local rank " + std::to_string(locals[i]));
+      } catch (...) {
+        ShmSegment::unlink(name);
+        throw;
+      }
+      ShmSegment::unlink(name);
+    } else {
+      std::string name = get_or_timeout(*store, key, deadline, rank, size, "local rank " + std::to_string(locals[0]));
+      seg = ShmSegment::open(name, nlocal);
+      store->set_string("shm_ok/" + std::to_string(rank), "1");
+    }
+  }
+
+  // 3. TCP to every rank of another host.
+  auto tcp = connect_tcp_mesh(*store, rank, remote, opts.bind_addr, opts.token, deadline);
+
+  std::vector<std::unique_ptr<Link>> links(size);
+  std::vector<PeerInfo> peers(size);
+  for (int r = 0; r < size; ++r) {
+    peers[r].pid = pid_of[r];
+    peers[r].same_host = topo.host_of_rank[r] == topo.host;
+    if (r == rank) continue;
+    if (peers[r].same_host) {
+      int li = static_cast<int>(std::find(locals.begin(), locals.end(), r) - locals.begin());
+      peers[r].local = li;
+      links[r] = std::make_unique<ShmLink>(seg.get(), topo.local_rank, li);
+    } else {
+      links[r] = std::move(tcp.at(r));
+    }
+  }
+  const int my_local = seg ? topo.local_rank : -1;
+  auto engine = std::make_shared<Engine>(rank, size, std::move(links), std::move(peers), std::move(seg), my_local,
+                                         root_store(store), opts.timeout);
+  MPCOMM_LOG(info, "native rank %d/%d up: host %d of %d, %d local ranks, %zu tcp peers", rank, size, topo.host,
+             topo.num_hosts(), topo.local_size, remote.size());
+  return std::make_unique<NativeCommunicator>(rank, size, std::move(topo), std::move(opts), std::move(store),
+                                              std::move(engine));
+}
+
+}  // namespace mpcomm::native

@@ -1,0 +1,58 @@
+// Backend registry: create() by name, available_backends(), and init_from_env().
+#include <cstdlib>
+
+#include "backends/native/native_communicator.h"
+#include "bootstrap/env.h"
+#include "core/net.h"
+#include "core/params.h"
+#include "mpcomm/communicator.h"
+
+namespace mpcomm {
+
+namespace {
+
+struct BackendEntry {
+  const char* name;
+  std::unique_ptr<Communicator> (*make)(std::shared_ptr<Store>, int, int, const Options&);
+};
+
+const std::vector<BackendEntry>& backends() {
+  static const std::vector<BackendEntry> list = {
+      {"native", native::create_native},
+  };
+  return list;
+}
+
+}  // namespace
+
+std::vector<std::string> available_backends() {
+  std::vector<std::string> names;
+  for (const auto& b : backends()) names.emplace_back(b.name);
+  return names;
+}
+
+std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<Store> store, int rank, int size,
+                                     const Options& opts) {
+  for (const auto& b : backends())
+    if (backend == b.name) return b.make(std::move(store), rank, size, opts);
+  std::string known;
+  for (const auto& n : available_backends()) known += (known.empty() ? "" : ", ") + n;
+  throw InvalidArgument("mpcomm: unknown backend '" + std::string(backend) + "' (this build has: " + known + ")");
+}
+
+std::unique_ptr<Communicator> init_from_env(const Options& in) {
+  EnvInfo env = discover_env();
+  Options opts = in.resolved();
+  std::shared_ptr<Store> store;
+  if (env.store_url.rfind("tcp://", 0) == 0) {
+    auto [host, port] = net::parse_host_port(env.store_url.substr(6));
+    store = std::make_shared<TcpStore>(host, port, opts.token, opts.timeout, env.serve_store);
+  } else {
+    store = open_store(env.store_url, opts.token, opts.timeout);
+  }
+  std::string backend = param_string("MPCOMM_BACKEND");
+  auto prefixed = std::make_shared<PrefixStore>("world/" + backend, store);
+  return create(backend, std::move(prefixed), env.rank, env.size, opts);
+}
+
+}  // namespace mpcomm

@@ -1,0 +1,263 @@
+// Environment discovery (see env.h for the precedence). Every failure names the launcher it thought it
+// saw and every variable that launcher is read from, so a wrong `export` is one message away.
+#include "bootstrap/env.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "core/log.h"
+#include "core/net.h"
+#include "core/params.h"
+#include "mpcomm/error.h"
+
+namespace mpcomm {
+
+namespace {
+
+// The launcher being read and the variables it is read from, for messages.
+struct Source {
+  const char* name;       // EnvInfo::source
+  const char* label;      // how a person calls it
+  const char* looked_at;  // every variable read for it
+};
+
+constexpr Source kMpcomm = {"mpcomm", "mpcomm launch", "MPCOMM_STORE, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE"};
+constexpr Source kTorchrun = {"torchrun", "torchrun",
+                              "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT"};
+constexpr Source kOpenMpi = {"openmpi", "Open MPI",
+                             "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, "
+                             "OMPI_COMM_WORLD_LOCAL_SIZE, MPCOMM_STORE, MASTER_ADDR, MASTER_PORT"};
+constexpr Source kSlurm = {"slurm", "Slurm",
+                           "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE, "
+                           "SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE, SLURM_NODEID, MPCOMM_STORE, "
+                           "MASTER_ADDR, MASTER_PORT"};
+
+[[noreturn]] void fail(const Source& src, const std::string& why) {
+  throw InvalidArgument("mpcomm: environment discovery (" + std::string(src.label) + "): " + why + " (looked at " +
+                        src.looked_at + ")");
+}
+
+// The value of `var`, or nullopt when it is unset or empty (launchers export empty strings for "none").
+std::optional<std::string> get(const char* var) {
+  const char* v = std::getenv(var);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+bool is_set(const char* var) { return get(var).has_value(); }
+
+// A non-negative int; throws naming `var` when it is not one.
+int parse_count(const Source& src, const char* var, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0') fail(src, std::string(var) + "='" + text + "' is not a number");
+  if (v < 0) fail(src, std::string(var) + "=" + text + " is negative");
+  if (errno == ERANGE || v > INT_MAX) fail(src, std::string(var) + "=" + text + " is too large");
+  return static_cast<int>(v);
+}
+
+std::optional<int> read_int(const Source& src, const char* var) {
+  auto v = get(var);
+  if (!v) return std::nullopt;
+  return parse_count(src, var, *v);
+}
+
+int require_int(const Source& src, const char* var) {
+  auto v = read_int(src, var);
+  if (!v) fail(src, std::string(var) + " is not set");
+  return *v;
+}
+
+// Checks rank/size and local rank/size. Missing local information means "one host"; half of it is an error.
+void set_ranks(EnvInfo& info, const Source& src, const char* rank_var, int rank, const char* size_var, int size,
+               const char* local_rank_var, std::optional<int> local_rank, const char* local_size_var,
+               std::optional<int> local_size) {
+  if (size < 1) fail(src, std::string(size_var) + "=" + std::to_string(size) + " must be at least 1");
+  if (rank >= size)
+    fail(src, std::string(rank_var) + "=" + std::to_string(rank) + " is not less than " + size_var + "=" +
+                  std::to_string(size));
+  if (local_rank.has_value() != local_size.has_value())
+    fail(src, std::string(local_rank.has_value() ? local_rank_var : local_size_var) + " is set but " +
+                  (local_rank.has_value() ? local_size_var : local_rank_var) + " is not");
+  if (!local_rank) {
+    local_rank = rank;
+    local_size = size;
+  }
+  if (*local_size < 1 || *local_size > size)
+    fail(src, std::string(local_size_var) + "=" + std::to_string(*local_size) + " is not between 1 and " + size_var +
+                  "=" + std::to_string(size));
+  if (*local_rank >= *local_size)
+    fail(src, std::string(local_rank_var) + "=" + std::to_string(*local_rank) + " is not less than " + local_size_var +
+                  "=" + std::to_string(*local_size));
+  info.rank = rank;
+  info.size = size;
+  info.local_rank = *local_rank;
+  info.local_size = *local_size;
+  info.source = src.name;
+}
+
+std::string checked_store_url(const Source& src, const std::string& url) {
+  const std::string tcp = "tcp://", file = "file://";
+  if (url.compare(0, tcp.size(), tcp) == 0) {
+    uint16_t port = 0;
+    try {
+      port = net::parse_host_port(url.substr(tcp.size())).second;
+    } catch (const InvalidArgument&) {
+      fail(src, "MPCOMM_STORE='" + url + "' is not tcp://HOST:PORT");
+    }
+    if (port == 0) fail(src, "MPCOMM_STORE='" + url + "' has port 0");
+    return url;
+  }
+  if (url.compare(0, file.size(), file) == 0 && url.size() > file.size() + 1 && url[file.size()] == '/') return url;
+  fail(src, "MPCOMM_STORE='" + url + "' is neither tcp://HOST:PORT nor file:///ABSOLUTE/PATH");
+}
+
+// MPCOMM_STORE, else tcp://MASTER_ADDR:MASTER_PORT, else nullopt.
+std::optional<std::string> store_from_env(const Source& src) {
+  if (auto url = get("MPCOMM_STORE")) return checked_store_url(src, *url);
+  auto addr = get("MASTER_ADDR");
+  auto port_text = get("MASTER_PORT");
+  if (!addr && !port_text) return std::nullopt;
+  if (!addr) fail(src, "MASTER_PORT is set but MASTER_ADDR is not");
+  if (!port_text) fail(src, "MASTER_ADDR is set but MASTER_PORT is not");
+  int port = parse_count(src, "MASTER_PORT", *port_text);
+  if (port < 1 || port > 65535) fail(src, "MASTER_PORT=" + *port_text + " is not a port (1..65535)");
+  std::string host = addr->find(':') != std::string::npos && addr->front() != '[' ? "[" + *addr + "]" : *addr;
+  return "tcp://" + host + ":" + std::to_string(port);
+}
+
+std::string require_store(const Source& src) {
+  auto url = store_from_env(src);
+  if (!url) fail(src, "no store address: set MPCOMM_STORE, or MASTER_ADDR and MASTER_PORT");
+  return *url;
+}
+
+bool is_tcp(const std::string& url) { return url.compare(0, 6, "tcp://") == 0; }
+
+// Tasks on node `node` from Slurm's compressed list, e.g. "2(x3),1" = 2,2,2,1.
+std::optional<int> slurm_tasks_on_node(const Source& src, const char* var, const std::string& text, int node) {
+  std::vector<int> per_node;
+  size_t i = 0;
+  auto number = [&]() {
+    size_t start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    if (i == start || i - start > 9) fail(src, std::string(var) + "='" + text + "' is not like 2(x3),1");
+    return std::stoi(text.substr(start, i - start));
+  };
+  while (i < text.size()) {
+    int tasks = number();
+    int repeat = 1;
+    if (text.compare(i, 2, "(x") == 0) {
+      i += 2;
+      repeat = number();
+      if (i >= text.size() || text[i] != ')') fail(src, std::string(var) + "='" + text + "' is not like 2(x3),1");
+      ++i;
+    }
+    for (int r = 0; r < repeat && per_node.size() < 1'000'000; ++r) per_node.push_back(tasks);
+    if (i < text.size()) {
+      if (text[i] != ',') fail(src, std::string(var) + "='" + text + "' is not like 2(x3),1");
+      ++i;
+    }
+  }
+  if (per_node.empty()) return std::nullopt;
+  if (node >= 0 && static_cast<size_t>(node) < per_node.size()) return per_node[static_cast<size_t>(node)];
+  return per_node.front();
+}
+
+EnvInfo from_mpcomm() {
+  const Source& s = kMpcomm;
+  EnvInfo info;
+  set_ranks(info, s, "RANK", require_int(s, "RANK"), "WORLD_SIZE", require_int(s, "WORLD_SIZE"), "LOCAL_RANK",
+            read_int(s, "LOCAL_RANK"), "LOCAL_WORLD_SIZE", read_int(s, "LOCAL_WORLD_SIZE"));
+  info.store_url = require_store(s);
+  info.serve_store = false;  // the launcher serves it
+  return info;
+}
+
+EnvInfo from_torchrun() {
+  const Source& s = kTorchrun;
+  EnvInfo info;
+  set_ranks(info, s, "RANK", require_int(s, "RANK"), "WORLD_SIZE", require_int(s, "WORLD_SIZE"), "LOCAL_RANK",
+            read_int(s, "LOCAL_RANK"), "LOCAL_WORLD_SIZE", read_int(s, "LOCAL_WORLD_SIZE"));
+  info.store_url = require_store(s);
+  // (With MPCOMM_STORE given, someone else runs the store: discover_env() reports that as "mpcomm".)
+  info.serve_store = info.rank == 0;
+  return info;
+}
+
+EnvInfo from_openmpi() {
+  const Source& s = kOpenMpi;
+  EnvInfo info;
+  set_ranks(info, s, "OMPI_COMM_WORLD_RANK", require_int(s, "OMPI_COMM_WORLD_RANK"), "OMPI_COMM_WORLD_SIZE",
+            require_int(s, "OMPI_COMM_WORLD_SIZE"), "OMPI_COMM_WORLD_LOCAL_RANK",
+            read_int(s, "OMPI_COMM_WORLD_LOCAL_RANK"), "OMPI_COMM_WORLD_LOCAL_SIZE",
+            read_int(s, "OMPI_COMM_WORLD_LOCAL_SIZE"));
+  info.store_url = require_store(s);
+  info.serve_store = info.rank == 0 && is_tcp(info.store_url);
+  return info;
+}
+
+EnvInfo from_slurm() {
+  const Source& s = kSlurm;
+  EnvInfo info;
+  const char* local_size_var = "SLURM_NTASKS_PER_NODE";
+  std::optional<int> local_size = read_int(s, local_size_var);
+  for (const char* var : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    if (local_size) break;
+    if (auto text = get(var)) {
+      local_size_var = var;
+      local_size = slurm_tasks_on_node(s, var, *text, read_int(s, "SLURM_NODEID").value_or(0));
+    }
+  }
+  set_ranks(info, s, "SLURM_PROCID", require_int(s, "SLURM_PROCID"), "SLURM_NTASKS", require_int(s, "SLURM_NTASKS"),
+            "SLURM_LOCALID", read_int(s, "SLURM_LOCALID"), local_size_var, local_size);
+  info.store_url = require_store(s);
+  info.serve_store = info.rank == 0 && is_tcp(info.store_url);
+  return info;
+}
+
+}  // namespace
+
+EnvInfo discover_env() {
+  bool has_store = is_set("MPCOMM_STORE");
+  bool has_torch = is_set("RANK") || is_set("WORLD_SIZE");
+  EnvInfo info;
+  if (has_store && has_torch)
+    info = from_mpcomm();
+  else if (has_torch)
+    info = from_torchrun();
+  else if (is_set("OMPI_COMM_WORLD_RANK") || is_set("OMPI_COMM_WORLD_SIZE"))
+    info = from_openmpi();
+  else if (is_set("SLURM_PROCID"))
+    info = from_slurm();
+  else
+    throw InvalidArgument(
+        std::string("mpcomm: environment discovery: no launcher found") +
+        (has_store ? " (MPCOMM_STORE is set, but RANK and WORLD_SIZE are not)" : "") +
+        "; run under mpcomm launch (MPCOMM_STORE, RANK, WORLD_SIZE), torchrun (RANK, WORLD_SIZE, MASTER_ADDR, "
+        "MASTER_PORT), mpirun (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE) or srun (SLURM_PROCID, SLURM_NTASKS)");
+  MPCOMM_LOG(info, "environment (%s): rank %d of %d, local %d of %d, store %s%s", info.source.c_str(), info.rank,
+             info.size, info.local_rank, info.local_size, info.store_url.c_str(),
+             info.serve_store ? " (serving it)" : "");
+  return info;
+}
+
+std::string host_id_from_env() {
+  std::string id = param_string("MPCOMM_HOST_ID");
+  if (!id.empty()) return id;
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') {
+    MPCOMM_LOG(warn, "gethostname() failed (errno %d); using host id 'localhost'", errno);
+    return "localhost";
+  }
+  return name;
+}
+
+}  // namespace mpcomm

@@ -1,0 +1,37 @@
+// Environment discovery: which rank this process is, how many there are, and where the rendezvous store
+// is, read from whatever launched us. One function so that init_from_env() and the tools agree.
+//
+// Precedence, first match wins:
+//   mpcomm   mpcomm launch: MPCOMM_STORE with RANK and WORLD_SIZE (the launcher serves the store)
+//   torchrun RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (rank 0 serves)
+//   openmpi  OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}
+//   slurm    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE or
+//            SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE ("2(x3),1", indexed by SLURM_NODEID)
+// Under Open MPI and Slurm nobody else runs a store, so the store address comes from MPCOMM_STORE or
+// MASTER_ADDR:MASTER_PORT and rank 0 serves it when it is a tcp:// store.
+#pragma once
+
+#include <string>
+
+namespace mpcomm {
+
+struct EnvInfo {
+  int rank = 0;
+  int size = 1;
+  // Position among the ranks on this host. When the launcher does not say, the whole job is taken to
+  // be one host (local_rank = rank, local_size = size); Topology still comes from host ids.
+  int local_rank = 0;
+  int local_size = 1;
+  std::string store_url;     // "tcp://HOST:PORT" or "file:///PATH"
+  bool serve_store = false;  // this process must start the TcpStoreServer (it listens on store_url's port)
+  std::string source;        // "mpcomm" | "torchrun" | "openmpi" | "slurm"
+};
+
+// Reads the process environment. Throws InvalidArgument naming the variables it looked at when no
+// launcher is recognized or a value is missing, not a number, negative or inconsistent (rank >= size).
+EnvInfo discover_env();
+
+// MPCOMM_HOST_ID when set and non-empty, else gethostname().
+std::string host_id_from_env();
+
+}  // namespace mpcomm

@@ -1,0 +1,661 @@
+// mpcomm launch (see launcher.h for what it guarantees).
+//
+// Shape: validate; start the store; build every rank's argv and environment; fork the ranks; then one
+// poll() loop in the calling thread relays output, reaps ranks, reacts to the first failure and to
+// SIGINT/SIGTERM, and escalates SIGTERM -> SIGKILL on a clock. Nothing here runs on another thread.
+//
+// Forking from a process that has threads (the store server has one): between fork() and exec the child
+// only makes system calls, on data prepared before the fork (ExecPlan), so it cannot deadlock on a lock
+// another thread held at the fork.
+#include "bootstrap/launcher.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bootstrap/env.h"
+#include "core/log.h"
+#include "mpcomm/error.h"
+#include "mpcomm/store.h"
+
+extern char** environ;
+
+namespace mpcomm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kKillAfter = std::chrono::seconds(2);       // SIGTERM, then SIGKILL this much later
+constexpr int kPollMs = 50;                                // reaping and escalation granularity
+constexpr auto kDrainAfterExit = std::chrono::seconds(1);  // pipes held open by escaped descendants
+constexpr size_t kMaxLine = 64 * 1024;                     // longer lines are cut into pieces this long
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr const char* kAbortKey = "mpcomm/abort";
+
+std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
+
+std::string fmt_seconds(double s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+// ---- options -------------------------------------------------------------------------------------
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// The path execve() should run, found the way execvp() would find it.
+std::string find_program(const std::string& prog) {
+  if (prog.empty()) throw InvalidArgument("mpcomm: launch: the program name is empty");
+  if (prog.find('/') != std::string::npos) {
+    if (is_executable_file(prog)) return prog;
+    throw InvalidArgument("mpcomm: launch: cannot run '" + prog +
+                          "': " + (::access(prog.c_str(), F_OK) != 0 ? errno_text(errno) : "not an executable file"));
+  }
+  const char* env_path = std::getenv("PATH");
+  std::string path = env_path != nullptr && *env_path != '\0' ? env_path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + prog;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
+  throw InvalidArgument("mpcomm: launch: program '" + prog + "' not found on PATH (" + path + ")");
+}
+
+void validate(const LaunchOptions& o) {
+  auto bad = [](const std::string& why) { throw InvalidArgument("mpcomm: launch: " + why); };
+  if (o.nranks < 1) bad("-n must be at least 1 (got " + std::to_string(o.nranks) + ")");
+  if (o.hosts < 1 || o.hosts > o.nranks)
+    bad("--hosts must be between 1 and -n " + std::to_string(o.nranks) + " (got " + std::to_string(o.hosts) + ")");
+  if (!(o.timeout_s > 0) || !std::isfinite(o.timeout_s))
+    bad("--timeout must be a positive number of seconds (got " + fmt_seconds(o.timeout_s) + ")");
+  if (!(o.grace_s >= 0) || !std::isfinite(o.grace_s))
+    bad("the grace period must be >= 0 seconds (got " + fmt_seconds(o.grace_s) + ")");
+  if (o.backend.empty()) bad("the backend name is empty");
+  if (o.bind_addr.empty()) bad("the bind address is empty");
+  if (o.argv.empty()) bad("no program given (mpcomm launch -n N -- PROGRAM ARGS...)");
+}
+
+std::string random_hex(size_t nbytes) {
+  std::vector<unsigned char> raw(nbytes);
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Internal("mpcomm: launch: cannot open /dev/urandom: " + errno_text(errno));
+  size_t got = 0;
+  while (got < nbytes) {
+    ssize_t n = ::read(fd, raw.data() + got, nbytes - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw Internal("mpcomm: launch: cannot read /dev/urandom: " + errno_text(e));
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : raw) {
+    hex += digits[b >> 4];
+    hex += digits[b & 15];
+  }
+  return hex;
+}
+
+// MPCOMM_TIMEOUT as the ranks will parse it: an integer when it is one.
+std::string timeout_text(double s) {
+  char buf[64];
+  if (s == std::floor(s) && s < 1e15)
+    std::snprintf(buf, sizeof buf, "%.0f", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.3f", s);
+  return buf;
+}
+
+// ---- exit statuses -------------------------------------------------------------------------------
+
+int status_of(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+// "exited with status 3", "exited with signal 9 (Killed)".
+std::string describe(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exited with status " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    int sig = WTERMSIG(wait_status);
+    const char* name = sigdescr_np(sig);
+    return "exited with signal " + std::to_string(sig) + " (" + (name != nullptr ? name : "unknown signal") + ")";
+  }
+  return "ended with wait status " + std::to_string(wait_status);
+}
+
+// ---- output --------------------------------------------------------------------------------------
+
+// Writes whole buffers to our stdout/stderr. A closed destination (EPIPE: `mpcomm launch ... | head`)
+// drops what is written to it from then on; the job itself goes on.
+class Output {
+ public:
+  void write(int fd, const std::string& s) {
+    const char* p = s.data();
+    size_t n = s.size();
+    while (n > 0 && !broken_[fd]) {
+      ssize_t w = ::write(fd, p, n);
+      if (w > 0) {
+        p += w;
+        n -= static_cast<size_t>(w);
+      } else if (w < 0 && errno == EINTR) {
+        continue;
+      } else if (w < 0 && errno == EAGAIN) {
+        pollfd pfd{fd, POLLOUT, 0};
+        ::poll(&pfd, 1, 100);
+      } else {
+        broken_[fd] = true;
+      }
+    }
+  }
+
+ private:
+  bool broken_[3] = {false, false, false};
+};
+
+// One of a rank's output pipes, cut into lines.
+struct Stream {
+  int fd = -1;  // read end (non-blocking); -1 once closed
+  int dest = STDOUT_FILENO;
+  std::string pending;  // bytes after the last newline
+
+  // Emits every complete line with `prefix`, in one write; at EOF also the unterminated rest. A line
+  // longer than kMaxLine goes out in kMaxLine pieces, each a line of its own, however it arrived.
+  void relay(const std::string& prefix, bool eof, Output& out) {
+    std::string text;
+    size_t start = 0;
+    for (;;) {
+      size_t nl = pending.find('\n', start);
+      size_t len = (nl == std::string::npos ? pending.size() : nl) - start;
+      if (len > kMaxLine) {
+        (text += prefix).append(pending, start, kMaxLine) += '\n';
+        start += kMaxLine;
+      } else if (nl != std::string::npos) {
+        (text += prefix).append(pending, start, len + 1);
+        start = nl + 1;
+      } else {
+        break;
+      }
+    }
+    pending.erase(0, start);
+    if (eof && !pending.empty()) {
+      text += prefix + pending + "\n";
+      pending.clear();
+    }
+    if (!text.empty()) out.write(dest, text);
+  }
+
+  void close(const std::string& prefix, Output& out) {
+    if (fd < 0) return;
+    relay(prefix, /*eof=*/true, out);
+    ::close(fd);
+    fd = -1;
+  }
+};
+
+// ---- signals -------------------------------------------------------------------------------------
+
+// Write end of the self-pipe of the launch() running now, -1 when none runs.
+std::atomic<int> g_signal_pipe{-1};
+
+extern "C" void on_launcher_signal(int sig) {
+  int saved = errno;
+  int fd = g_signal_pipe.load();
+  if (fd >= 0) {
+    unsigned char b = static_cast<unsigned char>(sig);
+    [[maybe_unused]] ssize_t n = ::write(fd, &b, 1);
+  }
+  errno = saved;
+}
+
+// While alive: SIGINT/SIGTERM become bytes on a pipe that the poll loop reads; SIGPIPE is ignored (a
+// closed stdout must not kill the launcher and orphan the job); SIGCHLD is SIG_DFL so that nothing
+// auto-reaps our ranks. The previous dispositions come back at destruction.
+class SignalCatcher {
+ public:
+  SignalCatcher() {
+    if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0)
+      throw Internal("mpcomm: launch: pipe2() failed: " + errno_text(errno));
+    int expected = -1;
+    if (!g_signal_pipe.compare_exchange_strong(expected, pipe_[1])) {
+      ::close(pipe_[0]);
+      ::close(pipe_[1]);
+      throw Internal("mpcomm: launch: another launch() is already running in this process");
+    }
+    struct sigaction sa {};
+    sa.sa_handler = on_launcher_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    ::sigaction(SIGPIPE, &ign, &old_pipe_);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(SIGCHLD, &dfl, &old_chld_);
+  }
+  ~SignalCatcher() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+    ::sigaction(SIGCHLD, &old_chld_, nullptr);
+    g_signal_pipe.store(-1);
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
+  }
+  SignalCatcher(const SignalCatcher&) = delete;
+  SignalCatcher& operator=(const SignalCatcher&) = delete;
+
+  int fd() const { return pipe_[0]; }
+  std::vector<int> drain() {
+    std::vector<int> sigs;
+    unsigned char buf[64];
+    ssize_t n;
+    while ((n = ::read(pipe_[0], buf, sizeof buf)) > 0)
+      for (ssize_t i = 0; i < n; ++i) sigs.push_back(buf[i]);
+    return sigs;
+  }
+
+ private:
+  int pipe_[2] = {-1, -1};
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+  struct sigaction old_pipe_ {};
+  struct sigaction old_chld_ {};
+};
+
+// ---- ranks ---------------------------------------------------------------------------------------
+
+// Everything a child needs between fork() and exec, built beforehand.
+struct ExecPlan {
+  std::string path;              // resolved program
+  std::vector<char*> argv;       // PROGRAM ARGS... (argv[0] as the user wrote it)
+  std::vector<char*> sh_argv;    // /bin/sh PATH ARGS..., for scripts without #! (what execvp does)
+  std::vector<std::string> env;  // storage for envp
+  std::vector<char*> envp;
+  std::string exec_failed;  // message prefix written when exec fails
+};
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;  // also its process group id
+  bool running = false;
+  int status = 0;   // exit code, or 128 + signal
+  std::string how;  // "exited with status 3", once reaped
+  std::string prefix;
+  Stream out, err;
+};
+
+// The ranks. Its destructor kills and reaps whatever still runs, so no path out of launch() — an
+// exception included — leaves a child behind.
+struct Job {
+  std::vector<Rank> ranks;
+
+  ~Job() {
+    signal_all(SIGKILL);
+    for (Rank& r : ranks) {
+      if (r.running) {
+        int ws;
+        while (::waitpid(r.pid, &ws, 0) < 0 && errno == EINTR) {
+        }
+        r.running = false;
+      }
+      for (Stream* s : {&r.out, &r.err})
+        if (s->fd >= 0) ::close(s->fd);
+    }
+  }
+
+  // Signals every running rank's process group. A rank that is still running has not been reaped, so
+  // its pid (= its group id) cannot have been reused.
+  void signal_all(int sig) {
+    for (Rank& r : ranks)
+      if (r.running && ::killpg(r.pid, sig) != 0) ::kill(r.pid, sig);
+  }
+  int running() const {
+    int n = 0;
+    for (const Rank& r : ranks) n += r.running ? 1 : 0;
+    return n;
+  }
+  bool streams_open() const {
+    for (const Rank& r : ranks)
+      if (r.out.fd >= 0 || r.err.fd >= 0) return true;
+    return false;
+  }
+};
+
+// Runs in the child: system calls only (see the top of this file).
+[[noreturn]] void exec_child(const ExecPlan& plan, pid_t launcher, int out_fd, int err_fd, int stdin_fd) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(126);  // the launcher died before PDEATHSIG was armed
+  if (stdin_fd >= 0) ::dup2(stdin_fd, STDIN_FILENO);
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(err_fd, STDERR_FILENO);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD}) ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::close_range(3, ~0U, 0);  // the store's sockets, other ranks' pipes, anything the host program had open
+  ::execve(plan.path.c_str(), plan.argv.data(), plan.envp.data());
+  if (errno == ENOEXEC) ::execve("/bin/sh", plan.sh_argv.data(), plan.envp.data());
+  int e = errno;
+  const char* why = strerrordesc_np(e);
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, plan.exec_failed.data(), plan.exec_failed.size());
+  n = ::write(STDERR_FILENO, why, std::strlen(why));
+  n = ::write(STDERR_FILENO, "\n", 1);
+  ::_exit(127);
+}
+
+// Starts rank r.rank; fills pid and the pipes.
+void start_rank(Rank& r, const ExecPlan& plan, int devnull) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw Internal("mpcomm: launch: pipe2() failed: " + errno_text(errno));
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    int e = errno;
+    ::close(out[0]);
+    ::close(out[1]);
+    throw Internal("mpcomm: launch: pipe2() failed: " + errno_text(e));
+  }
+  // SIGINT/SIGTERM stay blocked across fork() until the child has dropped our handlers.
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &block, &old);
+  pid_t launcher = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) exec_child(plan, launcher, out[1], err[1], r.rank == 0 ? -1 : devnull);
+  int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (pid < 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    throw Internal("mpcomm: launch: fork() for rank " + std::to_string(r.rank) + " failed: " + errno_text(fork_errno));
+  }
+  ::setpgid(pid, pid);  // also here, so that signal_all() reaches the group even before the child ran
+  r.pid = pid;
+  r.running = true;
+  r.out.fd = out[0];
+  r.out.dest = STDOUT_FILENO;
+  r.err.fd = err[0];
+  r.err.dest = STDERR_FILENO;
+  for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// If the rank has ended: kills what is left of its process group, reaps it and returns true.
+bool reap(Rank& r) {
+  siginfo_t si{};
+  if (::waitid(P_PID, static_cast<id_t>(r.pid), &si, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    if (errno == EINTR) return false;
+    // ECHILD: someone else in this process reaped it; its status is lost.
+    MPCOMM_LOG(warn, "launch: rank %d (pid %d) was reaped outside the launcher: %s", r.rank, static_cast<int>(r.pid),
+               errno_text(errno).c_str());
+    r.running = false;
+    r.status = 1;
+    r.how = "ended, its exit status lost (reaped outside the launcher)";
+    return true;
+  }
+  if (si.si_pid == 0) return false;
+  // The zombie still holds its pid, so the group id is still ours: anything the rank left behind in its
+  // group (background jobs of a shell script) dies with it.
+  ::killpg(r.pid, SIGKILL);
+  int ws = 0;
+  while (::waitpid(r.pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  r.running = false;
+  r.status = status_of(ws);
+  r.how = describe(ws);
+  MPCOMM_LOG(info, "launch: rank %d (pid %d) %s", r.rank, static_cast<int>(r.pid), r.how.c_str());
+  return true;
+}
+
+// Entries of /dev/shm that ranks of this job may have left behind when they were killed.
+void remove_shm_segments(const std::string& job_id) {
+  const std::string prefix = "mpcomm." + job_id;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (dirent* e = ::readdir(dir)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    if (::unlinkat(::dirfd(dir), e->d_name, 0) == 0)
+      MPCOMM_LOG(info, "launch: removed /dev/shm/%s left behind by job %s", e->d_name, job_id.c_str());
+  }
+  ::closedir(dir);
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& o) {
+  validate(o);
+  const std::string program = find_program(o.argv[0]);
+  const int n = o.nranks, hosts = o.hosts;
+
+  const char* env_token = std::getenv("MPCOMM_TOKEN");
+  const std::string token = env_token != nullptr && *env_token != '\0' ? env_token : random_hex(16);
+  const std::string job_id = random_hex(6);
+
+  TcpStoreServer store(o.bind_addr, 0, token);
+  // Ranks connect to the address the store listens on; a wildcard listener is reached on loopback.
+  std::string addr = o.bind_addr == "0.0.0.0" ? "127.0.0.1" : o.bind_addr == "::" ? "::1" : o.bind_addr;
+  const std::string port = std::to_string(store.port());
+  const std::string store_url = "tcp://" + (addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + port;
+  const std::string host_base = hosts > 1 ? host_id_from_env() : "";
+  MPCOMM_LOG(info, "launch: job %s, %d ranks on %d host(s), store %s", job_id.c_str(), n, hosts, store_url.c_str());
+
+  // ---- every rank's argv and environment, before any fork
+  std::vector<std::string> overridden = {"RANK",          "WORLD_SIZE",     "LOCAL_RANK",    "LOCAL_WORLD_SIZE",
+                                         "MASTER_ADDR",   "MASTER_PORT",    "MPCOMM_STORE",  "MPCOMM_TOKEN",
+                                         "MPCOMM_JOB_ID", "MPCOMM_TIMEOUT", "MPCOMM_BACKEND"};
+  if (hosts > 1) overridden.push_back("MPCOMM_HOST_ID");  // with one host the inherited value (or hostname) holds
+  std::vector<std::string> inherited;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv = *e;
+    std::string name = kv.substr(0, kv.find('='));
+    bool drop = false;
+    for (const auto& o_name : overridden) drop = drop || name == o_name;
+    if (!drop) inherited.push_back(std::move(kv));
+  }
+  std::vector<ExecPlan> plans(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    int h = 0;
+    while (static_cast<long>(h + 1) * n / hosts <= r) ++h;  // host h runs [h*n/hosts, (h+1)*n/hosts)
+    const int first = static_cast<int>(static_cast<long>(h) * n / hosts);
+    const int end = static_cast<int>(static_cast<long>(h + 1) * n / hosts);
+    ExecPlan& p = plans[static_cast<size_t>(r)];
+    p.path = program;
+    p.env = inherited;
+    auto put = [&](const char* k, const std::string& v) { p.env.push_back(std::string(k) + "=" + v); };
+    put("RANK", std::to_string(r));
+    put("WORLD_SIZE", std::to_string(n));
+    put("LOCAL_RANK", std::to_string(r - first));
+    put("LOCAL_WORLD_SIZE", std::to_string(end - first));
+    put("MASTER_ADDR", addr);
+    put("MASTER_PORT", port);
+    put("MPCOMM_STORE", store_url);
+    put("MPCOMM_TOKEN", token);
+    put("MPCOMM_JOB_ID", job_id);
+    put("MPCOMM_TIMEOUT", timeout_text(o.timeout_s));
+    put("MPCOMM_BACKEND", o.backend);
+    if (hosts > 1) put("MPCOMM_HOST_ID", host_base + "-h" + std::to_string(h));
+    for (auto& kv : p.env) p.envp.push_back(kv.data());
+    p.envp.push_back(nullptr);
+    for (const auto& a : o.argv) p.argv.push_back(const_cast<char*>(a.c_str()));
+    p.argv.push_back(nullptr);
+    p.sh_argv.push_back(const_cast<char*>("/bin/sh"));
+    p.sh_argv.push_back(p.path.data());
+    for (size_t i = 1; i < o.argv.size(); ++i) p.sh_argv.push_back(const_cast<char*>(o.argv[i].c_str()));
+    p.sh_argv.push_back(nullptr);
+    p.exec_failed = "mpcomm launch: rank " + std::to_string(r) + ": cannot execute '" + program + "': ";
+  }
+
+  // ---- start
+  Output output;
+  SignalCatcher signals;
+  Job job;  // after `signals`: destroyed first, so ranks are gone before the handlers are restored
+  job.ranks.resize(static_cast<size_t>(n));
+  {
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // stdin of every rank but 0, like mpirun
+    try {
+      for (int r = 0; r < n; ++r) {
+        Rank& rank = job.ranks[static_cast<size_t>(r)];
+        rank.rank = r;
+        rank.prefix = o.prefix_output ? "[" + std::to_string(r) + "] " : "";
+        start_rank(rank, plans[static_cast<size_t>(r)], devnull);
+      }
+    } catch (...) {
+      if (devnull >= 0) ::close(devnull);
+      throw;
+    }
+    if (devnull >= 0) ::close(devnull);
+  }
+
+  // ---- supervise
+  auto say = [&](const std::string& line) { output.write(STDERR_FILENO, "mpcomm launch: " + line + "\n"); };
+  auto announce = [&](const std::string& text) {
+    try {
+      store.set_local_if_absent(kAbortKey, Bytes(text.begin(), text.end()));  // a rank's own report is better
+    } catch (const std::exception& e) {
+      MPCOMM_LOG(warn, "launch: could not set %s: %s", kAbortKey, e.what());
+    }
+  };
+  std::optional<Clock::time_point> term_at, kill_at, drain_until;
+  bool termed = false, killed = false;
+  int first_failure = 0;   // status of the first rank that failed
+  int interrupted_by = 0;  // signal that interrupted the launcher
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Stream*, const std::string*>> polled;  // stream, its rank's prefix
+  std::vector<char> buf(kReadChunk);
+
+  for (;;) {
+    auto now = Clock::now();
+    if (job.running() == 0) {
+      if (!job.streams_open()) break;
+      // Every rank is reaped and its group killed; a pipe still open is held by a descendant that
+      // left the group (setsid). Read what is buffered, then stop waiting for it.
+      if (!drain_until) drain_until = now + kDrainAfterExit;
+      if (now >= *drain_until) {
+        for (Rank& r : job.ranks) {
+          r.out.close(r.prefix, output);
+          r.err.close(r.prefix, output);
+        }
+        break;
+      }
+    }
+
+    fds.clear();
+    polled.clear();
+    fds.push_back({signals.fd(), POLLIN, 0});
+    for (Rank& r : job.ranks)
+      for (Stream* s : {&r.out, &r.err})
+        if (s->fd >= 0) {
+          fds.push_back({s->fd, POLLIN, 0});
+          polled.emplace_back(s, &r.prefix);
+        }
+    int ready = ::poll(fds.data(), fds.size(), kPollMs);
+    if (ready < 0 && errno != EINTR) throw Internal("mpcomm: launch: poll() failed: " + errno_text(errno));
+
+    // SIGINT / SIGTERM: terminate everything at once; a second signal kills.
+    if (ready > 0 && fds[0].revents != 0) {
+      for (int sig : signals.drain()) {
+        if (interrupted_by == 0) {
+          interrupted_by = sig;
+          say(std::string("interrupted by SIG") + sigabbrev_np(sig) + "; terminating " + std::to_string(job.running()) +
+              " rank(s)");
+          announce(std::string("mpcomm launch was interrupted by SIG") + sigabbrev_np(sig));
+          job.signal_all(SIGTERM);
+          termed = true;
+          kill_at = Clock::now() + kKillAfter;
+        } else if (!killed) {
+          killed = true;
+          job.signal_all(SIGKILL);
+        }
+      }
+    }
+
+    // Output.
+    for (size_t i = 1; ready > 0 && i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto [s, prefix] = polled[i - 1];
+      ssize_t got = ::read(s->fd, buf.data(), buf.size());
+      if (got > 0) {
+        s->pending.append(buf.data(), static_cast<size_t>(got));
+        s->relay(*prefix, /*eof=*/false, output);
+      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+        s->close(*prefix, output);
+      }
+    }
+
+    // Ranks that ended.
+    for (Rank& r : job.ranks) {
+      if (!r.running || !reap(r) || r.status == 0 || first_failure != 0 || interrupted_by != 0) continue;
+      first_failure = r.status;
+      std::string what = "rank " + std::to_string(r.rank) + " " + r.how;
+      announce(what);
+      int others = job.running();
+      say(others > 0 ? what + "; waiting up to " + fmt_seconds(o.grace_s) + " s for the other ranks" : what);
+      if (others > 0)
+        term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
+    }
+
+    // Escalation.
+    now = Clock::now();
+    if (term_at && !termed && now >= *term_at) {
+      termed = true;
+      if (job.running() > 0) {
+        say("terminating " + std::to_string(job.running()) + " rank(s) still running after " + fmt_seconds(o.grace_s) +
+            " s");
+        job.signal_all(SIGTERM);
+      }
+      kill_at = now + kKillAfter;
+    }
+    if (kill_at && !killed && now >= *kill_at) {
+      killed = true;
+      if (job.running() > 0) {
+        say("killing " + std::to_string(job.running()) + " rank(s) that did not end 2 s after SIGTERM");
+        job.signal_all(SIGKILL);
+      }
+    }
+  }
+
+  remove_shm_segments(job_id);
+  if (interrupted_by != 0) return 128 + interrupted_by;
+  return first_failure;
+}
+
+}  // namespace mpcomm

@@ -1,0 +1,42 @@
+// `mpcomm launch -n N [--hosts H] [--timeout S] -- PROGRAM ARGS...`: runs N ranks of PROGRAM on this
+// machine around an in-process TcpStoreServer, as if they were spread over H hosts.
+//
+// What the launcher guarantees:
+//   - every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+//     MPCOMM_STORE, MPCOMM_TOKEN, MPCOMM_JOB_ID, MPCOMM_TIMEOUT, MPCOMM_BACKEND, and with H > 1
+//     MPCOMM_HOST_ID = "<host>-h<h>"; host h runs ranks [h*N/H, (h+1)*N/H);
+//   - each output line of rank r reaches the launcher's stdout/stderr whole, as "[r] line"; stdin goes
+//     to rank 0 only, the others read /dev/null (as under mpirun);
+//   - the first rank to fail is announced in the store ("mpcomm/abort") so the others can fail fast;
+//     the rest get grace_s to end, then SIGTERM, then SIGKILL 2 s later;
+//   - SIGINT/SIGTERM to the launcher terminate every rank (SIGKILL 2 s later, or at a second signal);
+//   - no rank, nor anything left in a rank's process group, outlives launch(); ranks die with the
+//     launcher (PR_SET_PDEATHSIG) even when it is killed; /dev/shm/mpcomm.<job id>* is removed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mpcomm {
+
+struct LaunchOptions {
+  int nranks = 1;                       // -n
+  int hosts = 1;                        // --hosts: emulated hosts (MPCOMM_HOST_ID)
+  double timeout_s = 300;               // --timeout: MPCOMM_TIMEOUT for the ranks
+  std::string backend = "native";       // MPCOMM_BACKEND for the ranks
+  double grace_s = 10;                  // after the first failure, how long the others may take to end
+  bool prefix_output = true;            // "[r] " before each line
+  std::vector<std::string> argv;        // PROGRAM ARGS...; PROGRAM is looked up on PATH unless it has a '/'
+  std::string bind_addr = "127.0.0.1";  // where the store listens (and MASTER_ADDR)
+};
+
+// Runs the job and returns the launcher's exit status: 0 when every rank exited 0, else the first
+// failing rank's status (its exit code, or 128 + signal), or 128 + signal when the launcher itself was
+// interrupted. Throws InvalidArgument for bad options before anything starts, Internal when the job
+// cannot be started (after cleaning up what did start).
+//
+// launch() forks; call it from the thread that should own the ranks (PR_SET_PDEATHSIG follows the
+// forking thread), and not from two threads at once (it owns SIGINT/SIGTERM while it runs).
+int launch(const LaunchOptions& opts);
+
+}  // namespace mpcomm

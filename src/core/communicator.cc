@@ -1,0 +1,333 @@
+// The checked entry point every backend shares: argument validation before any traffic, sequence
+// numbers, fingerprints, timing, abort-on-error and split. Backends only see validated Ops.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include <unistd.h>
+
+#include "core/op.h"
+#include "core/params.h"
+#include "mpcomm/communicator.h"
+
+namespace mpcomm {
+namespace detail {
+
+Fingerprint fingerprint(const Op& op) {
+  Fingerprint f;
+  f.kind = static_cast<uint8_t>(op.kind);
+  f.dtype = static_cast<uint8_t>(op.dtype);
+  f.redop = op.reduces() ? static_cast<uint8_t>(op.redop) : 0xff;
+  f.root = op.rooted() ? op.root : -1;
+  f.seq = op.seq;
+  f.count = op.count;
+  return f;
+}
+
+std::string describe(const Fingerprint& f) {
+  auto kind = static_cast<OpKind>(f.kind);
+  std::string s = std::string(to_string(kind)) + " #" + std::to_string(f.seq);
+  if (kind == OpKind::barrier) return s;
+  s += " (count " + std::to_string(f.count) + ", " + std::string(to_string(static_cast<DataType>(f.dtype)));
+  if (f.redop != 0xff) s += ", " + std::string(to_string(static_cast<ReduceOp>(f.redop)));
+  if (f.root >= 0) s += ", root " + std::to_string(f.root);
+  return s + ")";
+}
+
+std::string describe(const Op& op, const Communicator& c) {
+  std::string s;
+  if (op.kind == OpKind::send || op.kind == OpKind::recv) {
+    s = std::string(to_string(op.kind)) + " #" + std::to_string(op.seq) + " (count " + std::to_string(op.count) +
+        ", " + std::string(to_string(op.dtype)) + (op.kind == OpKind::send ? ", to rank " : ", from rank ") +
+        std::to_string(op.peer) + ", tag " + std::to_string(op.tag) + ")";
+  } else {
+    s = describe(fingerprint(op));
+  }
+  return s + " on rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size()) + " [" +
+         std::string(c.backend()) + "]";
+}
+
+}  // namespace detail
+
+using detail::Op;
+
+Options Options::resolved() const {
+  Options o = *this;
+  if (o.timeout.count() <= 0) {
+    double s = param_double("MPCOMM_TIMEOUT");
+    if (s <= 0) throw InvalidArgument("mpcomm: MPCOMM_TIMEOUT must be a positive number of seconds");
+    o.timeout = Millis(static_cast<int64_t>(s * 1000));
+  }
+  if (o.host_id.empty()) {
+    o.host_id = param_string("MPCOMM_HOST_ID");
+    if (o.host_id.empty()) {
+      char buf[256] = {};
+      ::gethostname(buf, sizeof buf - 1);
+      o.host_id = buf;
+    }
+  }
+  if (o.check < 0) o.check = param_int("MPCOMM_CHECK") != 0 ? 1 : 0;
+  if (o.token.empty()) o.token = param_string("MPCOMM_TOKEN");
+  if (o.bind_addr.empty()) o.bind_addr = param_string("MPCOMM_ADDR");
+  return o;
+}
+
+void Request::wait() {
+  if (!state_) throw InvalidArgument("mpcomm: wait() on an empty Request");
+  state_->wait();
+}
+
+bool Request::test() {
+  if (!state_) throw InvalidArgument("mpcomm: test() on an empty Request");
+  return state_->test();
+}
+
+Communicator::Communicator(std::string backend, int rank, int size, Topology topo, Options opts)
+    : backend_(std::move(backend)), rank_(rank), size_(size), topology_(std::move(topo)), options_(std::move(opts)) {}
+
+Communicator::~Communicator() = default;
+
+// ---- argument checks ------------------------------------------------------------------------------
+
+namespace {
+
+[[noreturn]] void bad(const Op& op, const Communicator& c, const std::string& why) {
+  throw InvalidArgument("mpcomm: " + detail::describe(op, c) + ": " + why);
+}
+
+struct Range {
+  const char* p;
+  size_t n;
+};
+
+bool overlap(Range a, Range b) { return a.n > 0 && b.n > 0 && a.p < b.p + b.n && b.p < a.p + a.n; }
+
+void validate(const Op& op, const Communicator& c) {
+  if (static_cast<unsigned>(op.dtype) >= kNumDataTypes)
+    bad(op, c, "unknown data type value " + std::to_string(static_cast<int>(op.dtype)));
+  if (op.reduces() && static_cast<unsigned>(op.redop) >= kNumReduceOps)
+    bad(op, c, "unknown reduce op value " + std::to_string(static_cast<int>(op.redop)));
+  if (op.rooted() && (op.root < 0 || op.root >= c.size()))
+    bad(op, c, "root " + std::to_string(op.root) + " is out of range [0, " + std::to_string(c.size()) + ")");
+  if (op.kind == OpKind::send || op.kind == OpKind::recv) {
+    if (op.peer < 0 || op.peer >= c.size())
+      bad(op, c, "peer " + std::to_string(op.peer) + " is out of range [0, " + std::to_string(c.size()) + ")");
+    if (op.peer == c.rank()) bad(op, c, "sending to or receiving from oneself is not supported");
+    if (op.tag < 0) bad(op, c, "tag " + std::to_string(op.tag) + " is negative");
+  }
+  if (c.options().device.kind != Device::cpu)
+    throw Unsupported("mpcomm: " + detail::describe(op, c) + ": device " + to_string(c.options().device) +
+                      " is not supported by this backend");
+
+  // Sizes: count × element size × (ranks, for the per-rank collectives) must fit.
+  const size_t es = dtype_size(op.dtype);
+  const size_t limit = static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max());
+  size_t blocks = 1;
+  switch (op.kind) {
+    case OpKind::allgather:
+    case OpKind::reduce_scatter:
+    case OpKind::gather:
+    case OpKind::scatter:
+    case OpKind::alltoall: blocks = static_cast<size_t>(c.size()); break;
+    default: break;
+  }
+  if (op.count > limit / es / blocks)
+    bad(op, c, "count " + std::to_string(op.count) + " × " + std::to_string(es) + " bytes × " +
+                   std::to_string(blocks) + " overflows the address space");
+  const size_t one = op.count * es, all = one * blocks;
+
+  // Which buffers matter on this rank, and how big they are.
+  const bool is_root = op.rooted() && op.root == c.rank();
+  size_t send_n = 0, recv_n = 0;
+  switch (op.kind) {
+    case OpKind::allreduce: send_n = one; recv_n = one; break;
+    case OpKind::broadcast: recv_n = one; break;
+    case OpKind::reduce: send_n = one; recv_n = is_root ? one : 0; break;
+    case OpKind::allgather: send_n = one; recv_n = all; break;
+    case OpKind::reduce_scatter: send_n = all; recv_n = one; break;
+    case OpKind::gather: send_n = one; recv_n = is_root ? all : 0; break;
+    case OpKind::scatter: send_n = is_root ? all : 0; recv_n = one; break;
+    case OpKind::alltoall: send_n = all; recv_n = all; break;
+    case OpKind::send: send_n = one; break;
+    case OpKind::recv: recv_n = one; break;
+    case OpKind::barrier:
+    case OpKind::split: break;
+  }
+  if (send_n > 0 && op.send == nullptr) bad(op, c, "send buffer is null but count is " + std::to_string(op.count));
+  if (recv_n > 0 && op.recv == nullptr) bad(op, c, "recv buffer is null but count is " + std::to_string(op.count));
+
+  // Overlapping buffers must be exactly the documented in-place layout.
+  Range s{static_cast<const char*>(op.send), send_n}, r{static_cast<const char*>(op.recv), recv_n};
+  if (!overlap(s, r)) return;
+  const char* sp = s.p;
+  const char* rp = r.p;
+  bool in_place = false;
+  switch (op.kind) {
+    case OpKind::allreduce:
+    case OpKind::reduce:
+    case OpKind::alltoall: in_place = sp == rp; break;
+    case OpKind::allgather: in_place = sp == rp + static_cast<size_t>(c.rank()) * one; break;
+    case OpKind::reduce_scatter: in_place = rp == sp + static_cast<size_t>(c.rank()) * one; break;
+    case OpKind::gather: in_place = sp == rp + static_cast<size_t>(op.root) * one; break;
+    case OpKind::scatter: in_place = rp == sp + static_cast<size_t>(op.root) * one; break;
+    default: break;
+  }
+  if (!in_place) bad(op, c, "send and recv buffers overlap but are not the in-place layout");
+}
+
+}  // namespace
+
+// ---- the one entry point --------------------------------------------------------------------------
+
+void Communicator::checked(Op& op) {
+  std::string aborted = abort_reason();
+  if (!aborted.empty())
+    throw PeerFailure("mpcomm: " + detail::describe(op, *this) + ": communicator was aborted: " + aborted);
+  validate(op, *this);
+  op.seq = seq_++;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (options_.check > 0 && size_ > 1) verify_fingerprints(op);
+    run(op);
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const Error& e) {
+    on_abort(e.what());
+    throw;
+  }
+  OpStats& st = stats_[static_cast<size_t>(op.kind)];
+  st.calls++;
+  st.bytes += op.bytes();
+  st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// MPCOMM_CHECK: every rank contributes its op's fingerprint to an allgather run by the backend
+// itself; any difference is a Mismatch naming this rank's call and the other rank's.
+void Communicator::verify_fingerprints(const Op& op) {
+  const detail::Fingerprint mine = detail::fingerprint(op);
+  std::vector<detail::Fingerprint> all(static_cast<size_t>(size_));
+  Op probe{.kind = OpKind::allgather, .seq = op.seq, .send = &mine, .recv = all.data(), .count = sizeof mine,
+           .dtype = DataType::uint8};
+  run(probe);
+  for (int r = 0; r < size_; ++r)
+    if (!(all[static_cast<size_t>(r)] == mine))
+      throw Mismatch("mpcomm: " + detail::describe(op, *this) + ": rank " + std::to_string(r) + " called " +
+                     detail::describe(all[static_cast<size_t>(r)]) + " (found by MPCOMM_CHECK)");
+}
+
+void Communicator::allreduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op) {
+  Op o{.kind = OpKind::allreduce, .send = send, .recv = recv, .count = count, .dtype = dt, .redop = op};
+  checked(o);
+}
+
+void Communicator::broadcast(void* buf, size_t count, DataType dt, int root) {
+  Op o{.kind = OpKind::broadcast, .send = buf, .recv = buf, .count = count, .dtype = dt, .root = root};
+  checked(o);
+}
+
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op, int root) {
+  Op o{.kind = OpKind::reduce, .send = send, .recv = recv, .count = count, .dtype = dt, .redop = op, .root = root};
+  checked(o);
+}
+
+void Communicator::allgather(const void* send, void* recv, size_t count, DataType dt) {
+  Op o{.kind = OpKind::allgather, .send = send, .recv = recv, .count = count, .dtype = dt};
+  checked(o);
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dt, ReduceOp op) {
+  Op o{.kind = OpKind::reduce_scatter, .send = send, .recv = recv, .count = count, .dtype = dt, .redop = op};
+  checked(o);
+}
+
+void Communicator::gather(const void* send, void* recv, size_t count, DataType dt, int root) {
+  Op o{.kind = OpKind::gather, .send = send, .recv = recv, .count = count, .dtype = dt, .root = root};
+  checked(o);
+}
+
+void Communicator::scatter(const void* send, void* recv, size_t count, DataType dt, int root) {
+  Op o{.kind = OpKind::scatter, .send = send, .recv = recv, .count = count, .dtype = dt, .root = root};
+  checked(o);
+}
+
+void Communicator::alltoall(const void* send, void* recv, size_t count, DataType dt) {
+  Op o{.kind = OpKind::alltoall, .send = send, .recv = recv, .count = count, .dtype = dt};
+  checked(o);
+}
+
+void Communicator::barrier() {
+  Op o{.kind = OpKind::barrier};
+  checked(o);
+}
+
+// Point-to-point ops are checked the same way but numbered apart from collectives (they need not be
+// called by every rank) and run through start_p2p().
+Request Communicator::isend(const void* buf, size_t count, DataType dt, int peer, int tag) {
+  Op o{.kind = OpKind::send, .send = buf, .count = count, .dtype = dt, .peer = peer, .tag = tag};
+  std::string aborted = abort_reason();
+  if (!aborted.empty())
+    throw PeerFailure("mpcomm: " + detail::describe(o, *this) + ": communicator was aborted: " + aborted);
+  validate(o, *this);
+  o.seq = p2p_seq_++;
+  stats_[static_cast<size_t>(OpKind::send)].calls++;
+  stats_[static_cast<size_t>(OpKind::send)].bytes += o.bytes();
+  return Request(start_p2p(o));
+}
+
+Request Communicator::irecv(void* buf, size_t count, DataType dt, int peer, int tag) {
+  Op o{.kind = OpKind::recv, .recv = buf, .count = count, .dtype = dt, .peer = peer, .tag = tag};
+  std::string aborted = abort_reason();
+  if (!aborted.empty())
+    throw PeerFailure("mpcomm: " + detail::describe(o, *this) + ": communicator was aborted: " + aborted);
+  validate(o, *this);
+  o.seq = p2p_seq_++;
+  stats_[static_cast<size_t>(OpKind::recv)].calls++;
+  stats_[static_cast<size_t>(OpKind::recv)].bytes += o.bytes();
+  return Request(start_p2p(o));
+}
+
+void Communicator::send(const void* buf, size_t count, DataType dt, int peer, int tag) {
+  auto t0 = std::chrono::steady_clock::now();
+  isend(buf, count, dt, peer, tag).wait();
+  stats_[static_cast<size_t>(OpKind::send)].seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Communicator::recv(void* buf, size_t count, DataType dt, int peer, int tag) {
+  auto t0 = std::chrono::steady_clock::now();
+  irecv(buf, count, dt, peer, tag).wait();
+  stats_[static_cast<size_t>(OpKind::recv)].seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Communicator::abort(const std::string& reason) { on_abort("rank " + std::to_string(rank_) + " aborted: " + reason); }
+
+// ---- split ----------------------------------------------------------------------------------------
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  // Every rank learns every (color, key) through this communicator's own allgather; the new group's
+  // store is a private prefix named after that allgather's sequence number, so it is unique.
+  uint64_t seq = seq_;
+  int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(size_));
+  allgather(mine, all.data(), 2, DataType::int64);
+  if (color < 0) return nullptr;
+  std::vector<int> members;
+  for (int r = 0; r < size_; ++r)
+    if (all[2 * r] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  int new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  auto child_store = std::make_shared<PrefixStore>(
+      "split" + std::to_string(seq) + "/color" + std::to_string(color), store_);
+  return make_child(std::move(child_store), new_rank, members);
+}
+
+std::unique_ptr<Communicator> Communicator::make_child(std::shared_ptr<Store> store, int new_rank,
+                                                       const std::vector<int>& members) {
+  return create(backend_, std::move(store), new_rank, static_cast<int>(members.size()), options_);
+}
+
+}  // namespace mpcomm

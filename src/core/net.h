@@ -1,0 +1,68 @@
+// Socket helpers shared by the TCP store and the native TCP transport. Every call that can block
+// takes a deadline and throws mpcomm::Timeout past it; a closed or reset connection throws
+// PeerFailure. `what` names the connection in error messages ("store 127.0.0.1:29500", "rank 3").
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace mpcomm::net {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+inline Deadline deadline_after(std::chrono::milliseconds d) { return Clock::now() + d; }
+// Milliseconds left until `d`, at least 0, at most `cap_ms`, for poll().
+int ms_left(Deadline d, int cap_ms = 1 << 30);
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept;
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// "host:port" -> (host, port); throws InvalidArgument.
+std::pair<std::string, uint16_t> parse_host_port(const std::string& s);
+
+// A listening TCP socket on host:port (port 0 = any free port); *bound gets the actual port.
+Fd listen_tcp(const std::string& host, uint16_t port, uint16_t* bound);
+// Connects, retrying refused connections until the deadline.
+Fd connect_tcp(const std::string& host, uint16_t port, Deadline deadline, const std::string& what);
+// Accepts one connection or throws Timeout.
+Fd accept_tcp(int listen_fd, Deadline deadline, const std::string& what);
+
+void set_nonblocking(int fd, bool on);
+void set_nodelay(int fd);
+
+// Blocking full transfers bounded by a deadline.
+void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::string& what);
+void read_all(int fd, void* buf, size_t n, Deadline deadline, const std::string& what);
+
+// Connection handshake: every connection opens with a Hello carrying a magic for the protocol and a
+// digest of the job token, so a stray or foreign process is refused before it can send anything else.
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t token_digest;
+  int64_t rank;  // sender's rank, -1 when not a rank
+};
+uint64_t token_digest(const std::string& token);
+void send_hello(int fd, uint32_t magic, const std::string& token, int64_t rank, Deadline deadline,
+                const std::string& what);
+// Reads a Hello; returns false (without throwing) when magic, version or token is wrong.
+bool recv_hello(int fd, uint32_t magic, const std::string& token, Hello* out, Deadline deadline,
+                const std::string& what);
+
+}  // namespace mpcomm::net

@@ -1,0 +1,61 @@
+// The one description of an operation that flows from the public call through the checked entry
+// point into a backend (NCCL's ncclInfo idea).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mpcomm/communicator.h"
+
+namespace mpcomm::detail {
+
+struct Op {
+  OpKind kind = OpKind::barrier;
+  uint64_t seq = 0;           // collective sequence number (p2p ops: the p2p counter)
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;           // elements (per rank for allgather/reduce_scatter/gather/scatter/alltoall)
+  DataType dtype = DataType::uint8;
+  ReduceOp redop = ReduceOp::sum;
+  int root = -1;              // rooted collectives
+  int peer = -1;              // send/recv
+  int tag = 0;                // send/recv
+
+  size_t bytes() const { return count * dtype_size(dtype); }
+  bool reduces() const {
+    return kind == OpKind::allreduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter;
+  }
+  bool rooted() const {
+    return kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather || kind == OpKind::scatter;
+  }
+};
+
+// What two ranks must agree on for a collective. Carried in every native frame; exchanged up front
+// (MPCOMM_CHECK=1) by backends that cannot check it themselves.
+struct Fingerprint {
+  uint8_t kind = 0;
+  uint8_t dtype = 0;
+  uint8_t redop = 0xff;  // 0xff: not a reduction
+  uint8_t pad = 0;
+  int32_t root = -1;
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  bool operator==(const Fingerprint&) const = default;
+};
+Fingerprint fingerprint(const Op& op);
+
+// "allreduce #12 (count 1000, float32, sum)"
+std::string describe(const Fingerprint& f);
+inline std::string describe(const Op& op) { return describe(fingerprint(op)); }
+// "allreduce #12 (count 1000, float32, sum) on rank 1 of 4 [native]" — the prefix of every error.
+std::string describe(const Op& op, const Communicator& c);
+
+// Backend side of a Request.
+class RequestState {
+ public:
+  virtual ~RequestState() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+
+}  // namespace mpcomm::detail

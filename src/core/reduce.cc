@@ -1,0 +1,38 @@
+// Run-time choice between the baseline and the AVX2/F16C kernels.
+#define KERNEL_NS generic
+#include "core/reduce_kernels.inc"
+#undef KERNEL_NS
+
+#include "core/reduce.h"
+#include "mpcomm/error.h"
+
+namespace mpcomm {
+namespace kernels::avx2 {
+void reduce_into(void*, const void* const*, int, size_t, DataType, ReduceOp);
+void divide_by(void*, size_t, DataType, int);
+}  // namespace kernels::avx2
+
+static bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+                          __builtin_cpu_supports("fma");
+  return yes;
+}
+
+void reduce_into(void* dst, const void* const* srcs, int nsrc, size_t count, DataType dt, ReduceOp op) {
+  if (nsrc < 1) throw Internal("mpcomm: reduce_into needs at least one source");
+  if (have_avx2())
+    kernels::avx2::reduce_into(dst, srcs, nsrc, count, dt, op);
+  else
+    kernels::generic::reduce_into(dst, srcs, nsrc, count, dt, op);
+}
+
+void divide_by(void* buf, size_t count, DataType dt, int n) {
+  if (have_avx2())
+    kernels::avx2::divide_by(buf, count, dt, n);
+  else
+    kernels::generic::divide_by(buf, count, dt, n);
+}
+
+const char* reduce_kernel_isa() { return have_avx2() ? "avx2+f16c" : "generic"; }
+
+}  // namespace mpcomm

@@ -1,0 +1,29 @@
+// Reduction kernels for every DataType and ReduceOp. float16 and bfloat16 accumulate in float32 and
+// round once when they store. Integer sum/prod wrap around (two's complement), as in NCCL and MPI.
+// An AVX2/F16C build of the same kernels is chosen at run time when the CPU has it.
+#pragma once
+
+#include <cstddef>
+
+#include "mpcomm/types.h"
+
+namespace mpcomm {
+
+// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], combined in source order so every rank
+// that reduces the same sources gets the same bits. dst may alias srcs[0]. avg reduces as sum; call
+// divide_by() once at the end.
+void reduce_into(void* dst, const void* const* srcs, int nsrc, size_t count, DataType dt, ReduceOp op);
+
+// dst[i] = dst[i] op src[i].
+inline void reduce_inplace(void* dst, const void* src, size_t count, DataType dt, ReduceOp op) {
+  const void* srcs[2] = {dst, src};
+  reduce_into(dst, srcs, 2, count, dt, op);
+}
+
+// buf[i] /= n (integer division truncates toward zero), the last step of avg.
+void divide_by(void* buf, size_t count, DataType dt, int n);
+
+// Name of the kernel set in use ("avx2+f16c" or "generic").
+const char* reduce_kernel_isa();
+
+}  // namespace mpcomm

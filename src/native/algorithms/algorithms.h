@@ -1,0 +1,60 @@
+// Native collective algorithms. Each lives in its own file that starts with its steps and the bytes
+// it moves; all of them speak only to the Engine (send/recv of collective frames), so they run over
+// shared memory and TCP alike. select.cc picks one per op, size and world size; MPCOMM_ALGO forces one.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "native/engine.h"
+
+namespace mpcomm::native {
+
+struct AlgoCtx {
+  Engine& e;
+  const detail::Op& op;
+  int rank;
+  int size;
+  std::vector<char>& scratch_buf;
+  // At least n bytes of scratch, reused across calls.
+  char* scratch(size_t n) {
+    if (scratch_buf.size() < n) scratch_buf.resize(n);
+    return scratch_buf.data();
+  }
+  size_t elem() const { return dtype_size(op.dtype); }
+};
+
+using AlgoFn = void (*)(AlgoCtx&);
+struct Algorithm {
+  OpKind kind;
+  const char* name;
+  AlgoFn fn;
+};
+
+void allreduce_flat(AlgoCtx& c);
+void allreduce_ring(AlgoCtx& c);
+void broadcast_binomial(AlgoCtx& c);
+void reduce_binomial(AlgoCtx& c);
+void allgather_ring(AlgoCtx& c);
+void reduce_scatter_ring(AlgoCtx& c);
+void gather_flat(AlgoCtx& c);
+void scatter_flat(AlgoCtx& c);
+void alltoall_pairwise(AlgoCtx& c);
+void barrier_dissemination(AlgoCtx& c);
+
+// Every algorithm, for listing and for MPCOMM_ALGO.
+const std::vector<Algorithm>& all_algorithms();
+// The algorithm to run for op on `size` ranks.
+const Algorithm& select_algorithm(const detail::Op& op, int size);
+
+// Split `count` elements into `parts` nearly equal chunks; chunk i is [offset(i), offset(i+1)).
+inline size_t chunk_offset(size_t count, int parts, int i) {
+  size_t base = count / static_cast<size_t>(parts), extra = count % static_cast<size_t>(parts);
+  size_t ii = static_cast<size_t>(i);
+  return ii * base + std::min(ii, extra);
+}
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace mpcomm::native

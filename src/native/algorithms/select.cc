@@ -1,0 +1,75 @@
+// Which algorithm runs: flat exchange for small allreduces (one round of latency), the ring for
+// large ones (bandwidth-optimal), one algorithm for everything else for now. MPCOMM_ALGO forces a
+// choice per op, e.g. MPCOMM_ALGO=allreduce=ring.
+#include <string>
+
+#include "core/params.h"
+#include "mpcomm/error.h"
+#include "native/algorithms/algorithms.h"
+
+namespace mpcomm::native {
+
+const std::vector<Algorithm>& all_algorithms() {
+  static const std::vector<Algorithm> algos = {
+      {OpKind::allreduce, "flat", allreduce_flat},
+      {OpKind::allreduce, "ring", allreduce_ring},
+      {OpKind::broadcast, "binomial", broadcast_binomial},
+      {OpKind::reduce, "binomial", reduce_binomial},
+      {OpKind::allgather, "ring", allgather_ring},
+      {OpKind::reduce_scatter, "ring", reduce_scatter_ring},
+      {OpKind::gather, "flat", gather_flat},
+      {OpKind::scatter, "flat", scatter_flat},
+      {OpKind::alltoall, "pairwise", alltoall_pairwise},
+      {OpKind::barrier, "dissemination", barrier_dissemination},
+  };
+  return algos;
+}
+
+static const Algorithm* find(OpKind kind, const std::string& name) {
+  for (const auto& a : all_algorithms())
+    if (a.kind == kind && name == a.name) return &a;
+  return nullptr;
+}
+
+// MPCOMM_ALGO="op=alg,op=alg"; parsed once per process.
+static const Algorithm* forced(OpKind kind) {
+  static const std::vector<const Algorithm*> table = [] {
+    std::vector<const Algorithm*> t(kNumOpKinds, nullptr);
+    std::string spec = param_string("MPCOMM_ALGO");
+    size_t pos = 0;
+    while (pos < spec.size()) {
+      size_t comma = spec.find(',', pos);
+      std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      pos = comma == std::string::npos ? spec.size() : comma + 1;
+      if (item.empty()) continue;
+      size_t eq = item.find('=');
+      bool ok = false;
+      if (eq != std::string::npos) {
+        for (int k = 0; k < kNumOpKinds && !ok; ++k) {
+          if (item.substr(0, eq) != to_string(static_cast<OpKind>(k))) continue;
+          if (const Algorithm* a = find(static_cast<OpKind>(k), item.substr(eq + 1))) {
+            t[k] = a;
+            ok = true;
+          }
+        }
+      }
+      if (!ok) throw InvalidArgument("mpcomm: MPCOMM_ALGO entry '" + item + "' names no known op=algorithm");
+    }
+    return t;
+  }();
+  return table[static_cast<size_t>(kind)];
+}
+
+const Algorithm& select_algorithm(const detail::Op& op, int size) {
+  if (const Algorithm* a = forced(op.kind)) return *a;
+  if (op.kind == OpKind::allreduce) {
+    const bool small = op.bytes() * static_cast<size_t>(size > 1 ? size - 1 : 1) <= (256u << 10) ||
+                       op.count < static_cast<size_t>(size);
+    return *find(OpKind::allreduce, small ? "flat" : "ring");
+  }
+  for (const auto& a : all_algorithms())
+    if (a.kind == op.kind) return a;
+  throw Internal("mpcomm: no native algorithm for " + std::string(to_string(op.kind)));
+}
+
+}  // namespace mpcomm::native

@@ -1,0 +1,463 @@
+#include "native/engine.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "core/log.h"
+
+namespace mpcomm::native {
+
+using Clock = std::chrono::steady_clock;
+
+static constexpr int kSpinPasses = 200;    // progress passes before yielding
+static constexpr int kYieldPasses = 50;    // sched_yield passes before sleeping
+static constexpr int kSleepMs = 50;        // longest single sleep; health is checked after each
+static constexpr auto kLivenessEvery = std::chrono::milliseconds(100);
+static constexpr auto kStoreEvery = std::chrono::milliseconds(500);
+static const char* const kAbortKey = "mpcomm/abort";
+
+Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std::vector<PeerInfo> peers,
+               std::shared_ptr<const ShmSegment> seg, int my_local, std::shared_ptr<Store> abort_store, Millis timeout)
+    : rank_(rank),
+      size_(size),
+      peers_(static_cast<size_t>(size)),
+      info_(std::move(peers)),
+      seg_holder_(std::move(seg)),
+      seg_(seg_holder_.get()),
+      my_local_(my_local),
+      abort_store_(std::move(abort_store)),
+      timeout_(timeout) {
+  for (int r = 0; r < size; ++r) {
+    peers_[r].link = std::move(links[r]);
+    if (peers_[r].link && peers_[r].link->poll_fd() >= 0) has_tcp_ = true;
+  }
+}
+
+Engine::~Engine() {
+  for (auto& p : peers_) p.link.reset();  // links point into the segment: drop them first
+}
+
+void Engine::begin(const detail::Op* op, std::function<std::string()> describe) {
+  op_ = op;
+  fp_ = detail::fingerprint(*op);
+  if (describe) describe_ = std::move(describe);
+}
+
+std::string Engine::context() const { return describe_ ? describe_() : "rank " + std::to_string(rank_); }
+
+void Engine::fail(ErrorCode code, const std::string& msg) {
+  std::string full = "mpcomm: " + context() + ": " + msg;
+  publish_abort(code, full);
+  throw_error(code, full);
+}
+
+void Engine::publish_abort(ErrorCode code, const std::string& msg) {
+  if (!abort_msg_.empty()) return;
+  abort_msg_ = msg;
+  abort_code_ = code;
+  if (seg_ != nullptr) seg_->publish_abort(static_cast<int>(code), rank_, msg);
+  if (abort_store_) {
+    try {
+      if (!abort_store_->check({kAbortKey})) abort_store_->set_string(kAbortKey, msg);
+    } catch (const std::exception& e) {
+      MPCOMM_LOG(info, "rank %d could not publish its abort to the store: %s", rank_, e.what());
+    }
+  }
+}
+
+void Engine::close() {
+  if (seg_ != nullptr && my_local_ >= 0) {
+    seg_->doorbell(my_local_)->closed.store(1, std::memory_order_release);
+    for (int i = 0; i < seg_->nlocal(); ++i)
+      if (i != my_local_) seg_->ring(i);
+  }
+}
+
+// ---- posting --------------------------------------------------------------------------------------
+
+Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerprint& fp, const void* data,
+                         size_t bytes) {
+  auto x = std::make_shared<Xfer>();
+  x->peer = peer;
+  x->is_send = true;
+  x->kind = kind;
+  x->tag = tag;
+  x->fp = fp;
+  x->sdata = static_cast<const char*>(data);
+  x->bytes = bytes;
+  x->hdr = FrameHeader{kFrameMagic, kind, {}, tag, 0, fp, bytes};
+  Peer& p = peers_[peer];
+  if (p.closed) fail(ErrorCode::peer_failure, p.closed_why);
+  p.sendq.push_back(x);
+  if (p.sendq.size() == 1 && progress_send(peer, p)) p.link->notify();  // eager: most small sends finish here
+  return x;
+}
+
+Handle Engine::send(int peer, const void* data, size_t bytes) {
+  return post_send(peer, kFrameCollective, 0, fp_, data, bytes);
+}
+
+Handle Engine::send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what) {
+  detail::Fingerprint fp;
+  fp.kind = static_cast<uint8_t>(OpKind::send);
+  fp.count = bytes;
+  auto x = post_send(peer, kFrameP2P, tag, fp, data, bytes);
+  x->what = std::move(what);
+  return x;
+}
+
+Handle Engine::recv(int peer, void* data, size_t bytes) {
+  auto x = std::make_shared<Xfer>();
+  x->peer = peer;
+  x->kind = kFrameCollective;
+  x->fp = fp_;
+  x->rdata = static_cast<char*>(data);
+  x->bytes = bytes;
+  post_recv(x);
+  return x;
+}
+
+Handle Engine::recv_p2p(int peer, int tag, void* data, size_t bytes, std::string what) {
+  auto x = std::make_shared<Xfer>();
+  x->peer = peer;
+  x->kind = kFrameP2P;
+  x->tag = tag;
+  x->rdata = static_cast<char*>(data);
+  x->bytes = bytes;
+  x->what = std::move(what);
+  post_recv(x);
+  return x;
+}
+
+static std::string frame_name(const FrameHeader& h) {
+  if (h.kind == kFrameP2P) return "send (tag " + std::to_string(h.tag) + ", " + std::to_string(h.bytes) + " bytes)";
+  return detail::describe(h.fp);
+}
+
+void Engine::post_recv(const Handle& x) {
+  Peer& p = peers_[x->peer];
+  // A frame that already arrived (fully or partly) takes precedence over later ones.
+  for (auto it = p.unexpected.begin(); it != p.unexpected.end(); ++it) {
+    Unexpected& u = **it;
+    if (u.claimant || u.hdr.kind != x->kind) continue;
+    if (x->kind == kFrameP2P && u.hdr.tag != x->tag) continue;
+    if (x->kind == kFrameCollective && !(u.hdr.fp == x->fp))
+      fail(ErrorCode::mismatch, "rank " + std::to_string(x->peer) + " called " + frame_name(u.hdr) +
+                                    " but this rank called " + detail::describe(x->fp));
+    if (u.hdr.bytes != x->bytes)
+      fail(ErrorCode::mismatch, "expected " + std::to_string(x->bytes) + " bytes from rank " +
+                                    std::to_string(x->peer) + " but it sent " + frame_name(u.hdr));
+    if (u.complete) {
+      if (x->bytes > 0) std::memcpy(x->rdata, u.data.data(), x->bytes);
+      x->done = true;
+      p.unexpected.erase(it);
+    } else {
+      u.claimant = x;
+    }
+    return;
+  }
+  if (p.closed) fail(ErrorCode::peer_failure, p.closed_why);
+  if (x->kind == kFrameCollective)
+    p.coll_recvs.push_back(x);
+  else
+    p.p2p_recvs.push_back(x);
+}
+
+// ---- progress -------------------------------------------------------------------------------------
+
+bool Engine::progress_send(int peer, Peer& p) {
+  bool moved = false;
+  while (!p.sendq.empty()) {
+    Xfer& x = *p.sendq.front();
+    const size_t hsz = sizeof(FrameHeader), total = hsz + x.bytes;
+    while (x.done_bytes < total) {
+      size_t n;
+      if (x.done_bytes < hsz)
+        n = p.link->write_some(reinterpret_cast<const char*>(&x.hdr) + x.done_bytes, hsz - x.done_bytes);
+      else
+        n = p.link->write_some(x.sdata + (x.done_bytes - hsz), total - x.done_bytes);
+      if (n == 0) return moved;
+      moved = true;
+      x.done_bytes += n;
+    }
+    x.done = true;
+    p.sendq.pop_front();
+  }
+  return moved;
+}
+
+void Engine::on_header(int peer, Peer& p) {
+  const FrameHeader& h = p.rx_hdr;
+  if (h.magic != kFrameMagic || (h.kind != kFrameCollective && h.kind != kFrameP2P) || h.bytes > kMaxFrameBytes)
+    fail(ErrorCode::internal, "corrupt frame from rank " + std::to_string(peer) + " (magic " +
+                                  std::to_string(h.magic) + ", kind " + std::to_string(h.kind) + ", " +
+                                  std::to_string(h.bytes) + " bytes)");
+  p.rx_target.reset();
+  p.rx_unexp.reset();
+  if (h.kind == kFrameCollective && !p.coll_recvs.empty()) {
+    Handle x = p.coll_recvs.front();
+    if (!(h.fp == x->fp))
+      fail(ErrorCode::mismatch, "rank " + std::to_string(peer) + " called " + frame_name(h) +
+                                    " but this rank called " + detail::describe(x->fp));
+    if (h.bytes != x->bytes)
+      fail(ErrorCode::mismatch, "expected " + std::to_string(x->bytes) + " bytes from rank " + std::to_string(peer) +
+                                    " but it sent " + std::to_string(h.bytes));
+    p.coll_recvs.pop_front();
+    p.rx_target = x;
+  } else if (h.kind == kFrameP2P) {
+    for (auto it = p.p2p_recvs.begin(); it != p.p2p_recvs.end(); ++it) {
+      if ((*it)->tag != h.tag) continue;
+      if ((*it)->bytes != h.bytes)
+        fail(ErrorCode::mismatch, "rank " + std::to_string(peer) + " sent " + std::to_string(h.bytes) +
+                                      " bytes with tag " + std::to_string(h.tag) + " but the receive expects " +
+                                      std::to_string((*it)->bytes));
+      p.rx_target = *it;
+      p.p2p_recvs.erase(it);
+      break;
+    }
+  }
+  if (!p.rx_target) {
+    p.rx_unexp = std::make_shared<Unexpected>();
+    p.rx_unexp->hdr = h;
+    p.rx_unexp->data.resize(h.bytes);
+    p.unexpected.push_back(p.rx_unexp);
+  }
+  p.rx_in_payload = true;
+  p.rx_got = 0;
+}
+
+void Engine::finish_payload(Peer& p) {
+  p.rx_in_payload = false;
+  if (p.rx_target) {
+    p.rx_target->done = true;
+    p.rx_target.reset();
+    return;
+  }
+  Unexpected& u = *p.rx_unexp;
+  u.complete = true;
+  if (u.claimant) {
+    if (u.hdr.bytes > 0) std::memcpy(u.claimant->rdata, u.data.data(), u.hdr.bytes);
+    u.claimant->done = true;
+    p.unexpected.remove(p.rx_unexp);
+  }
+  p.rx_unexp.reset();
+}
+
+bool Engine::progress_recv(int peer, Peer& p) {
+  bool moved = false;
+  while (true) {
+    if (!p.rx_in_payload) {
+      size_t n = p.link->read_some(reinterpret_cast<char*>(&p.rx_hdr) + p.rx_hdr_got, sizeof(FrameHeader) - p.rx_hdr_got);
+      if (n == 0) return moved;
+      moved = true;
+      p.rx_hdr_got += n;
+      if (p.rx_hdr_got < sizeof(FrameHeader)) return moved;
+      p.rx_hdr_got = 0;
+      on_header(peer, p);
+    }
+    const size_t total = p.rx_hdr.bytes;
+    char* dst = p.rx_target ? p.rx_target->rdata : p.rx_unexp->data.data();
+    while (p.rx_got < total) {
+      size_t n = p.link->read_some(dst + p.rx_got, total - p.rx_got);
+      if (n == 0) return moved;
+      moved = true;
+      p.rx_got += n;
+      if (p.rx_target) p.rx_target->done_bytes = p.rx_got;
+    }
+    finish_payload(p);
+  }
+}
+
+bool Engine::progress() {
+  bool any = false;
+  for (int r = 0; r < size_; ++r) {
+    Peer& p = peers_[r];
+    if (!p.link) continue;
+    if (p.closed) continue;
+    bool moved = false;
+    try {
+      moved = progress_recv(r, p);
+      if (!p.sendq.empty()) moved = progress_send(r, p) || moved;
+    } catch (const PeerFailure& e) {
+      p.closed = true;
+      p.closed_why = e.what();
+      if (p.busy()) fail(ErrorCode::peer_failure, e.what() + first_reported_failure());
+      continue;
+    }
+    if (moved) {
+      p.link->notify();
+      any = true;
+    }
+  }
+  return any;
+}
+
+// A peer that closed its connection may only have reacted to an earlier failure; name that one too.
+std::string Engine::first_reported_failure() {
+  std::string msg;
+  if (seg_ != nullptr && seg_->aborted(&msg) > 0) return " (first failure reported: " + msg + ")";
+  if (abort_store_) {
+    try {
+      if (abort_store_->check({kAbortKey})) return " (first failure reported: " + abort_store_->get_string(kAbortKey, Millis(1000)) + ")";
+    } catch (const Error&) {
+    }
+  }
+  return "";
+}
+
+// ---- waiting --------------------------------------------------------------------------------------
+
+bool Engine::peer_alive(int peer) const {
+  const PeerInfo& in = info_[peer];
+  if (seg_ != nullptr && in.local >= 0 && seg_->doorbell(in.local)->closed.load(std::memory_order_acquire) != 0)
+    return false;
+  if (!in.same_host || in.pid <= 0 || in.pid == getpid()) return true;
+  if (::kill(in.pid, 0) != 0 && errno == ESRCH) return false;
+  // A killed child stays a zombie until its parent reaps it; that is dead too.
+  std::ifstream stat("/proc/" + std::to_string(in.pid) + "/stat");
+  std::string line;
+  if (std::getline(stat, line)) {
+    auto close_paren = line.rfind(')');
+    if (close_paren != std::string::npos && close_paren + 2 < line.size()) {
+      char state = line[close_paren + 2];
+      if (state == 'Z' || state == 'X') return false;
+    }
+  }
+  return true;
+}
+
+void Engine::check_health(const std::vector<Handle>& hs) {
+  std::string msg;
+  if (seg_ != nullptr) {
+    if (int code = seg_->aborted(&msg); code > 0 && msg != abort_msg_) {
+      auto ec = static_cast<ErrorCode>(code - 1);
+      if (abort_msg_.empty()) {
+        abort_msg_ = msg;
+        abort_code_ = ec;
+      }
+      throw_error(ec, "mpcomm: " + context() + ": aborted because another rank failed: " + msg);
+    }
+  }
+  auto now = Clock::now();
+  if (now >= next_liveness_) {
+    next_liveness_ = now + kLivenessEvery;
+    for (const auto& h : hs) {
+      if (h->done || peer_alive(h->peer)) continue;
+      const PeerInfo& in = info_[h->peer];
+      bool closed = seg_ != nullptr && in.local >= 0 && seg_->doorbell(in.local)->closed.load() != 0;
+      fail(ErrorCode::peer_failure,
+           "rank " + std::to_string(h->peer) + (closed ? " destroyed its communicator"
+                                                        : " (pid " + std::to_string(in.pid) + ", this host) died") +
+               " while this rank waited for it");
+    }
+  }
+  if (abort_store_ && now >= next_store_check_) {
+    next_store_check_ = now + kStoreEvery;
+    bool aborted = false;
+    try {
+      aborted = abort_store_->check({kAbortKey});
+      if (aborted) msg = abort_store_->get_string(kAbortKey, Millis(1000));
+    } catch (const Error& e) {
+      // The store may legitimately be gone (its rank-0 host finished first): stop asking it, and rely
+      // on liveness checks and the deadline.
+      MPCOMM_LOG(info, "rank %d: store unreachable, no longer polling it for aborts: %s", rank_, e.what());
+      abort_store_.reset();
+    }
+    if (aborted && msg != abort_msg_) {
+      if (abort_msg_.empty()) {
+        abort_msg_ = msg;
+        abort_code_ = ErrorCode::peer_failure;
+        if (seg_ != nullptr) seg_->publish_abort(static_cast<int>(ErrorCode::peer_failure), rank_, msg);
+      }
+      throw PeerFailure("mpcomm: " + context() + ": aborted because another rank failed: " + msg);
+    }
+  }
+}
+
+void Engine::sleep_a_little(int max_ms) {
+  uint32_t seen = 0;
+  Doorbell* me = (seg_ != nullptr && my_local_ >= 0) ? seg_->doorbell(my_local_) : nullptr;
+  if (me != nullptr) {
+    seen = me->seq.load(std::memory_order_seq_cst);
+    me->sleeping.store(1, std::memory_order_seq_cst);
+  }
+  if (!progress()) {  // re-check after announcing the sleep, so no wake-up is lost
+    if (has_tcp_) {
+      std::vector<pollfd> fds;
+      for (int r = 0; r < size_; ++r) {
+        if (!peers_[r].link || peers_[r].link->poll_fd() < 0) continue;
+        short ev = POLLIN;
+        if (!peers_[r].sendq.empty()) ev |= POLLOUT;
+        fds.push_back(pollfd{peers_[r].link->poll_fd(), ev, 0});
+      }
+      ::poll(fds.data(), fds.size(), me != nullptr ? 1 : max_ms);
+    } else if (me != nullptr) {
+      seg_->sleep(my_local_, seen, max_ms);
+    } else {
+      ::usleep(1000);
+    }
+  }
+  if (me != nullptr) me->sleeping.store(0, std::memory_order_relaxed);
+}
+
+void Engine::wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs) {
+  if (done()) return;
+  if (!abort_msg_.empty()) throw_error(abort_code_, "mpcomm: " + context() + ": communicator was aborted: " + abort_msg_);
+  const auto deadline = Clock::now() + timeout_;
+  int idle = 0;
+  while (true) {
+    if (progress()) {
+      idle = 0;
+      if (done()) return;
+      continue;
+    }
+    if (done()) return;
+    ++idle;
+    if (idle < kSpinPasses) continue;
+    if (idle < kSpinPasses + kYieldPasses) {
+      sched_yield();
+      continue;
+    }
+    check_health(hs);
+    if (Clock::now() >= deadline) {
+      std::string who;
+      for (const auto& h : hs) {
+        if (h->done) continue;
+        if (!who.empty()) who += ", ";
+        who += "rank " + std::to_string(h->peer) + " (" + (h->is_send ? "send" : "recv") + " " +
+               std::to_string(h->done_bytes) + "/" + std::to_string(h->bytes) + " bytes)";
+      }
+      fail(ErrorCode::timeout, "timed out after " + std::to_string(timeout_.count() / 1000.0).substr(0, 6) +
+                                   " s waiting for " + who);
+    }
+    sleep_a_little(kSleepMs);
+  }
+}
+
+void Engine::wait(const Handle& h) {
+  wait_until([&] { return h->done; }, {h});
+}
+
+void Engine::wait_all(const std::vector<Handle>& hs) {
+  wait_until(
+      [&] {
+        for (const auto& h : hs)
+          if (!h->done) return false;
+        return true;
+      },
+      hs);
+}
+
+bool Engine::test(const Handle& h) {
+  if (!h->done) progress();
+  return h->done;
+}
+
+}  // namespace mpcomm::native

@@ -1,0 +1,157 @@
+// The native backend's message engine: frames, matching, progress and bounded waiting, written once
+// for every transport.
+//
+// Every message on a Link is a FrameHeader followed by its payload. Collective frames carry the
+// sending op's Fingerprint; the receiver compares it with its own op and reports a Mismatch naming
+// both calls instead of reading wrong data. Collective frames from one peer match posted receives in
+// FIFO order; point-to-point frames match by tag (FIFO per tag). Frames that arrive before their
+// receive is posted are kept as "unexpected" and copied out later, so two ranks that send to each
+// other at once never deadlock. Progress is made only inside wait()/test() (no helper threads); a
+// waiter spins briefly, then sleeps on its futex doorbell (shared memory) or in poll() (TCP), checking
+// at least every 50 ms for aborts reported by peers, dead local peers and its deadline.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "mpcomm/error.h"
+#include "mpcomm/store.h"
+#include "native/transport/link.h"
+#include "native/transport/shm/shm_segment.h"
+
+namespace mpcomm::native {
+
+struct FrameHeader {
+  uint32_t magic;
+  uint8_t kind;  // kFrameCollective or kFrameP2P
+  uint8_t pad[3];
+  int32_t tag;
+  uint32_t pad2;
+  detail::Fingerprint fp;
+  uint64_t bytes;
+};
+static_assert(sizeof(FrameHeader) == 48);
+inline constexpr uint32_t kFrameMagic = 0x4d504652;  // "MPFR"
+inline constexpr uint8_t kFrameCollective = 1;
+inline constexpr uint8_t kFrameP2P = 2;
+inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
+
+// One pending send or receive.
+struct Xfer {
+  int peer = -1;
+  bool is_send = false;
+  uint8_t kind = kFrameCollective;
+  int tag = 0;
+  detail::Fingerprint fp;
+  const char* sdata = nullptr;
+  char* rdata = nullptr;
+  size_t bytes = 0;
+  size_t done_bytes = 0;  // send: header + payload written; recv: payload read
+  FrameHeader hdr{};      // send only
+  bool done = false;
+  std::string what;       // p2p only: the op, for error messages
+};
+using Handle = std::shared_ptr<Xfer>;
+
+struct PeerInfo {
+  int pid = 0;           // process id, when on this host
+  bool same_host = false;
+  int local = -1;        // index in the shared-memory segment, when on this host
+};
+
+class Engine {
+ public:
+  Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std::vector<PeerInfo> peers,
+         std::shared_ptr<const ShmSegment> seg, int my_local, std::shared_ptr<Store> abort_store, Millis timeout);
+  ~Engine();
+
+  // The op whose frames send()/recv() create and whose name errors carry; set before each collective.
+  void begin(const detail::Op* op, std::function<std::string()> describe);
+
+  Handle send(int peer, const void* data, size_t bytes);  // collective frame
+  Handle recv(int peer, void* data, size_t bytes);        // collective frame
+  Handle send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what);
+  Handle recv_p2p(int peer, int tag, void* data, size_t bytes, std::string what);
+
+  void wait(const Handle& h);
+  void wait_all(const std::vector<Handle>& hs);
+  // One progress pass; true when h is done. Rethrows a failure.
+  bool test(const Handle& h);
+
+  // Records the first failure and tells peers (shared-memory abort record, store key mpcomm/abort).
+  void publish_abort(ErrorCode code, const std::string& msg);
+  std::string abort_reason() const { return abort_msg_; }
+  // Marks this rank's shared-memory doorbell closed so local peers stop waiting for it.
+  void close();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  struct Unexpected {
+    FrameHeader hdr{};
+    std::vector<char> data;
+    size_t got = 0;
+    bool complete = false;
+    Handle claimant;  // a receive posted while the payload was still arriving
+  };
+  struct Peer {
+    std::unique_ptr<Link> link;
+    std::deque<Handle> sendq;
+    std::deque<Handle> coll_recvs;
+    std::list<Handle> p2p_recvs;
+    std::list<std::shared_ptr<Unexpected>> unexpected;
+    FrameHeader rx_hdr{};
+    size_t rx_hdr_got = 0;
+    bool rx_in_payload = false;
+    Handle rx_target;
+    std::shared_ptr<Unexpected> rx_unexp;
+    size_t rx_got = 0;
+    // The peer closed the stream. Not an error by itself (a rank that finished may leave first); an
+    // error for any operation that still needs this peer.
+    bool closed = false;
+    std::string closed_why;
+    bool busy() const { return !sendq.empty() || !coll_recvs.empty() || !p2p_recvs.empty() || rx_in_payload || rx_hdr_got > 0; }
+  };
+
+  Handle post_send(int peer, uint8_t kind, int tag, const detail::Fingerprint& fp, const void* data, size_t bytes);
+  void post_recv(const Handle& x);
+  bool progress();
+  bool progress_send(int peer, Peer& p);
+  bool progress_recv(int peer, Peer& p);
+  void on_header(int peer, Peer& p);
+  void finish_payload(Peer& p);
+  void wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs);
+  void sleep_a_little(int max_ms);
+  void check_health(const std::vector<Handle>& hs);
+  bool peer_alive(int peer) const;
+  [[noreturn]] void fail(ErrorCode code, const std::string& msg);
+  std::string context() const;
+  std::string first_reported_failure();
+
+  int rank_, size_;
+  std::vector<Peer> peers_;
+  std::vector<PeerInfo> info_;
+  std::shared_ptr<const ShmSegment> seg_holder_;  // outlives the links that point into it
+  const ShmSegment* seg_;
+  int my_local_;
+  std::shared_ptr<Store> abort_store_;
+  Millis timeout_;
+  bool has_tcp_ = false;
+  const detail::Op* op_ = nullptr;
+  std::function<std::string()> describe_;
+  detail::Fingerprint fp_{};
+  std::string abort_msg_;
+  ErrorCode abort_code_ = ErrorCode::internal;
+  std::chrono::steady_clock::time_point next_liveness_{}, next_store_check_{};
+};
+
+}  // namespace mpcomm::native

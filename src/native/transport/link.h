@@ -1,0 +1,24 @@
+// A Link is a reliable, ordered, non-blocking byte stream to one peer: the only thing the native
+// engine needs from a transport. transport/shm implements it with a pair of shared-memory rings,
+// transport/tcp with a socket. Framing, matching and waiting live in the engine, once.
+#pragma once
+
+#include <cstddef>
+
+namespace mpcomm::native {
+
+class Link {
+ public:
+  virtual ~Link() = default;
+  // Copy up to n bytes into the stream; returns how many were taken (0 when full). Never blocks.
+  virtual size_t write_some(const void* buf, size_t n) = 0;
+  // Copy up to n bytes out of the stream; returns how many (0 when empty). Never blocks. Throws
+  // PeerFailure when the peer closed the stream.
+  virtual size_t read_some(void* buf, size_t n) = 0;
+  // Called after a progress pass moved bytes on this link, so a sleeping peer wakes up.
+  virtual void notify() {}
+  // A file descriptor to poll() for readiness, or -1 (shared memory uses a futex doorbell instead).
+  virtual int poll_fd() const { return -1; }
+};
+
+}  // namespace mpcomm::native

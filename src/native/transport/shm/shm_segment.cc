@@ -1,0 +1,207 @@
+#include "native/transport/shm/shm_segment.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "core/params.h"
+#include "mpcomm/error.h"
+
+namespace mpcomm::native {
+
+static constexpr uint64_t kMagic = 0x4d50434f4d4d5348ull;  // "MPCOMMSH"
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+size_t ShmSegment::default_ring_bytes(int nlocal) {
+  int64_t forced = param_int("MPCOMM_SHM_RING_BYTES");
+  if (forced > 0) {
+    size_t b = 4096;
+    while (b < static_cast<size_t>(forced)) b <<= 1;
+    return b;
+  }
+  // About 64 MiB of rings per host in all, each between 16 KiB and 1 MiB, a power of two.
+  size_t pairs = std::max<size_t>(1, static_cast<size_t>(nlocal) * static_cast<size_t>(nlocal - 1));
+  size_t b = 1 << 20;
+  while (b > (16u << 10) && b * pairs > (64u << 20)) b >>= 1;
+  return b;
+}
+
+size_t ShmSegment::layout_size(int nlocal, size_t ring_bytes) {
+  size_t n = static_cast<size_t>(nlocal);
+  return align_up(sizeof(SegmentHeader), 4096) + align_up(n * sizeof(Doorbell), 4096) +
+         n * n * (sizeof(RingCtl) + ring_bytes);
+}
+
+ShmSegment::ShmSegment(void* base, size_t len, int nlocal, size_t ring_bytes)
+    : base_(base), len_(len), nlocal_(nlocal), ring_bytes_(ring_bytes), hdr_(static_cast<SegmentHeader*>(base)) {}
+
+ShmSegment::~ShmSegment() { ::munmap(base_, len_); }
+
+static std::string errno_text() { return std::string(std::strerror(errno)) + " (errno " + std::to_string(errno) + ")"; }
+
+std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int nlocal, size_t ring_bytes) {
+  size_t len = layout_size(nlocal, ring_bytes);
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw Internal("mpcomm: cannot create shared memory " + name + ": " + errno_text());
+  if (::ftruncate(fd, static_cast<off_t>(len)) != 0) {
+    std::string e = errno_text();
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    throw Internal("mpcomm: cannot size shared memory " + name + " to " + std::to_string(len) + " bytes: " + e);
+  }
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    std::string e = errno_text();
+    ::shm_unlink(name.c_str());
+    throw Internal("mpcomm: cannot map shared memory " + name + ": " + e);
+  }
+  auto seg = std::unique_ptr<ShmSegment>(new ShmSegment(p, len, nlocal, ring_bytes));
+  // The file is zero-filled; construct the atomics in place, then publish the magic last.
+  auto* h = new (p) SegmentHeader{};
+  h->nlocal = static_cast<uint32_t>(nlocal);
+  h->ring_bytes = ring_bytes;
+  h->abort_flag.store(0);
+  for (int i = 0; i < nlocal; ++i) new (seg->doorbell(i)) Doorbell{};
+  for (int i = 0; i < nlocal; ++i)
+    for (int j = 0; j < nlocal; ++j) new (seg->ring_ctl(i, j)) RingCtl{};
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kMagic;
+  return seg;
+}
+
+std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int nlocal) {
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw Internal("mpcomm: cannot open shared memory " + name + ": " + errno_text());
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(SegmentHeader))) {
+    ::close(fd);
+    throw Internal("mpcomm: shared memory " + name + " is too small");
+  }
+  size_t len = static_cast<size_t>(st.st_size);
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw Internal("mpcomm: cannot map shared memory " + name + ": " + errno_text());
+  auto* h = static_cast<SegmentHeader*>(p);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (h->magic != kMagic || h->nlocal != static_cast<uint32_t>(nlocal) ||
+      layout_size(nlocal, h->ring_bytes) != len) {
+    ::munmap(p, len);
+    throw Internal("mpcomm: shared memory " + name + " has an unexpected layout (another job's segment?)");
+  }
+  return std::unique_ptr<ShmSegment>(new ShmSegment(p, len, nlocal, h->ring_bytes));
+}
+
+void ShmSegment::unlink(const std::string& name) { ::shm_unlink(name.c_str()); }
+
+Doorbell* ShmSegment::doorbell(int local) const {
+  char* b = static_cast<char*>(base_) + align_up(sizeof(SegmentHeader), 4096);
+  return reinterpret_cast<Doorbell*>(b) + local;
+}
+
+RingCtl* ShmSegment::ring_ctl(int from, int to) const {
+  char* b = static_cast<char*>(base_) + align_up(sizeof(SegmentHeader), 4096) +
+            align_up(static_cast<size_t>(nlocal_) * sizeof(Doorbell), 4096);
+  size_t idx = static_cast<size_t>(from) * static_cast<size_t>(nlocal_) + static_cast<size_t>(to);
+  return reinterpret_cast<RingCtl*>(b + idx * (sizeof(RingCtl) + ring_bytes_));
+}
+
+char* ShmSegment::ring_data(int from, int to) const { return reinterpret_cast<char*>(ring_ctl(from, to) + 1); }
+
+static long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  // Not FUTEX_PRIVATE: the word is shared between processes (and between mappings in one process).
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+void ShmSegment::ring(int local) const {
+  Doorbell* d = doorbell(local);
+  d->seq.fetch_add(1, std::memory_order_seq_cst);
+  if (d->sleeping.load(std::memory_order_seq_cst) != 0) futex(&d->seq, FUTEX_WAKE, 1, nullptr);
+}
+
+void ShmSegment::sleep(int local, uint32_t seen, int ms) const {
+  Doorbell* d = doorbell(local);
+  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  futex(&d->seq, FUTEX_WAIT, seen, &ts);
+}
+
+void ShmSegment::publish_abort(int code, int rank, const std::string& msg) const {
+  int32_t expected = 0;
+  // Claim the record with a sentinel so the message is complete before the flag says so.
+  if (hdr_->abort_flag.compare_exchange_strong(expected, -1)) {
+    hdr_->abort_rank = rank;
+    size_t n = std::min(msg.size(), sizeof(hdr_->abort_msg) - 1);
+    std::memcpy(hdr_->abort_msg, msg.data(), n);
+    hdr_->abort_msg[n] = '\0';
+    hdr_->abort_flag.store(1 + code, std::memory_order_release);
+  }
+  for (int i = 0; i < nlocal_; ++i) ring(i);
+}
+
+int ShmSegment::aborted(std::string* msg) const {
+  int32_t f = hdr_->abort_flag.load(std::memory_order_acquire);
+  if (f <= 0) return 0;
+  if (msg != nullptr) *msg = hdr_->abort_msg;
+  return f;
+}
+
+// ---- ShmLink --------------------------------------------------------------------------------------
+
+ShmLink::ShmLink(const ShmSegment* seg, int me, int peer)
+    : seg_(seg),
+      peer_(peer),
+      tx_(seg->ring_ctl(me, peer)),
+      tx_data_(seg->ring_data(me, peer)),
+      rx_(seg->ring_ctl(peer, me)),
+      rx_data_(seg->ring_data(peer, me)),
+      cap_(seg->ring_bytes()) {
+  tx_head_ = tx_->head.load(std::memory_order_relaxed);
+  tx_tail_cache_ = tx_->tail.load(std::memory_order_acquire);
+  rx_tail_ = rx_->tail.load(std::memory_order_relaxed);
+  rx_head_cache_ = rx_->head.load(std::memory_order_acquire);
+}
+
+size_t ShmLink::write_some(const void* buf, size_t n) {
+  uint64_t free = cap_ - (tx_head_ - tx_tail_cache_);
+  if (free < n) {
+    tx_tail_cache_ = tx_->tail.load(std::memory_order_acquire);
+    free = cap_ - (tx_head_ - tx_tail_cache_);
+  }
+  n = std::min<uint64_t>(n, free);
+  if (n == 0) return 0;
+  uint64_t off = tx_head_ & (cap_ - 1);
+  size_t first = std::min<uint64_t>(n, cap_ - off);
+  std::memcpy(tx_data_ + off, buf, first);
+  if (first < n) std::memcpy(tx_data_, static_cast<const char*>(buf) + first, n - first);
+  tx_head_ += n;
+  tx_->head.store(tx_head_, std::memory_order_release);
+  return n;
+}
+
+size_t ShmLink::read_some(void* buf, size_t n) {
+  uint64_t avail = rx_head_cache_ - rx_tail_;
+  if (avail < n) {
+    rx_head_cache_ = rx_->head.load(std::memory_order_acquire);
+    avail = rx_head_cache_ - rx_tail_;
+  }
+  n = std::min<uint64_t>(n, avail);
+  if (n == 0) return 0;
+  uint64_t off = rx_tail_ & (cap_ - 1);
+  size_t first = std::min<uint64_t>(n, cap_ - off);
+  std::memcpy(buf, rx_data_ + off, first);
+  if (first < n) std::memcpy(static_cast<char*>(buf) + first, rx_data_, n - first);
+  rx_tail_ += n;
+  rx_->tail.store(rx_tail_, std::memory_order_release);
+  return n;
+}
+
+}  // namespace mpcomm::native

@@ -1,0 +1,99 @@
+// One shared-memory segment per host and communicator. It holds, for every ordered pair of local
+// ranks, a single-producer/single-consumer byte ring, plus a doorbell (futex word) per local rank and
+// an abort record. The segment is created by the host's lowest rank and unlinked as soon as every
+// local rank has mapped it, so nothing is left in /dev/shm even if a rank is SIGKILLed afterwards.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "native/transport/link.h"
+
+namespace mpcomm::native {
+
+// Per local rank: a doorbell counter that writers bump after moving bytes towards (or away from) it,
+// and a flag saying it sleeps on the futex so that only then a wake system call is made.
+struct alignas(64) Doorbell {
+  std::atomic<uint32_t> seq{0};
+  std::atomic<uint32_t> sleeping{0};
+  std::atomic<uint32_t> closed{0};  // set when the rank destroyed its communicator
+  int32_t pid = 0;
+  int32_t global_rank = -1;
+};
+
+struct alignas(64) RingCtl {
+  alignas(64) std::atomic<uint64_t> head{0};  // bytes ever written (producer)
+  alignas(64) std::atomic<uint64_t> tail{0};  // bytes ever read (consumer)
+};
+
+struct SegmentHeader {
+  uint64_t magic;
+  uint32_t nlocal;
+  uint32_t pad;
+  uint64_t ring_bytes;
+  std::atomic<int32_t> abort_flag;  // 0 none, else 1 + ErrorCode
+  int32_t abort_rank;
+  char abort_msg[1024];
+};
+
+class ShmSegment {
+ public:
+  // Creates (leader) or opens a segment. Names are "/mpcomm.<job>.<unique>".
+  static std::unique_ptr<ShmSegment> create(const std::string& name, int nlocal, size_t ring_bytes);
+  static std::unique_ptr<ShmSegment> open(const std::string& name, int nlocal);
+  ~ShmSegment();
+  static void unlink(const std::string& name);
+
+  SegmentHeader* header() const { return hdr_; }
+  Doorbell* doorbell(int local) const;
+  RingCtl* ring_ctl(int from, int to) const;
+  char* ring_data(int from, int to) const;
+  size_t ring_bytes() const { return ring_bytes_; }
+  int nlocal() const { return nlocal_; }
+
+  // Bumps `local`'s doorbell and wakes it if it sleeps.
+  void ring(int local) const;
+  // Sleeps on `local`'s doorbell while its counter still equals `seen`, at most `ms` milliseconds.
+  void sleep(int local, uint32_t seen, int ms) const;
+
+  // Records the first abort (code, reporting rank, message) and wakes every local rank.
+  void publish_abort(int code, int rank, const std::string& msg) const;
+  // 0 when not aborted, else 1 + ErrorCode; *msg gets the message.
+  int aborted(std::string* msg) const;
+
+  static size_t default_ring_bytes(int nlocal);
+
+ private:
+  ShmSegment(void* base, size_t len, int nlocal, size_t ring_bytes);
+  static size_t layout_size(int nlocal, size_t ring_bytes);
+  void* base_;
+  size_t len_;
+  int nlocal_;
+  size_t ring_bytes_;
+  SegmentHeader* hdr_;
+};
+
+// The link from local rank `me` to local rank `peer`: writes go to ring (me -> peer), reads come from
+// ring (peer -> me). Lock-free: each ring has one writer and one reader.
+class ShmLink : public Link {
+ public:
+  ShmLink(const ShmSegment* seg, int me, int peer);
+  size_t write_some(const void* buf, size_t n) override;
+  size_t read_some(void* buf, size_t n) override;
+  void notify() override { seg_->ring(peer_); }
+
+ private:
+  const ShmSegment* seg_;
+  int peer_;
+  RingCtl* tx_;
+  char* tx_data_;
+  RingCtl* rx_;
+  char* rx_data_;
+  uint64_t cap_;
+  uint64_t tx_head_, tx_tail_cache_;  // our view of the ring we write
+  uint64_t rx_tail_, rx_head_cache_;  // our view of the ring we read
+};
+
+}  // namespace mpcomm::native

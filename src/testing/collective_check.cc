@@ -1,0 +1,228 @@
+#include "testing/collective_check.h"
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+
+namespace mpcomm::check {
+
+namespace {
+
+bool is_unsigned(DataType t) { return t == DataType::uint8; }
+
+// Input of `rank` at element `i` for an op that reduces with `red` over n ranks. Each pattern is
+// periodic in i (period_of), so the expected reduction is a small table computed once per case.
+inline int64_t reduce_input(ReduceOp red, bool uns, int rank, size_t i, int n) {
+  const auto ii = static_cast<int64_t>(i);
+  switch (red) {
+    case ReduceOp::sum: {
+      int64_t v = (ii * 3 + rank * 5 + 1) % 7;
+      return uns ? v : v - 3;
+    }
+    case ReduceOp::prod:
+      if (rank == static_cast<int>(ii % n)) return 2;
+      return (!uns && (ii + rank) % 3 == 0) ? -1 : 1;
+    case ReduceOp::min:
+    case ReduceOp::max: {
+      int64_t v = (ii * 5 + rank * 11) % 13;
+      return uns ? v : v - 6;
+    }
+    case ReduceOp::avg: {
+      int64_t base = ii % 5 + 3;
+      if (rank == n - 1 && n % 2 == 1) return base;
+      int64_t d = (ii + rank / 2) % 3;
+      return rank % 2 == 0 ? base + d : base - d;
+    }
+  }
+  return 0;
+}
+
+size_t period_of(ReduceOp red, int n) {
+  switch (red) {
+    case ReduceOp::sum: return 7;
+    case ReduceOp::prod: return 3 * static_cast<size_t>(n);
+    case ReduceOp::min:
+    case ReduceOp::max: return 13;
+    case ReduceOp::avg: return 15;
+  }
+  return 1;
+}
+
+// The exact reduction over all n ranks' inputs, for one period of indices.
+std::vector<int64_t> reduce_expected_table(ReduceOp red, bool uns, int n) {
+  std::vector<int64_t> table(period_of(red, n));
+  for (size_t i = 0; i < table.size(); ++i) {
+    int64_t acc = reduce_input(red, uns, 0, i, n);
+    for (int r = 1; r < n; ++r) {
+      int64_t v = reduce_input(red, uns, r, i, n);
+      switch (red) {
+        case ReduceOp::sum:
+        case ReduceOp::avg: acc += v; break;
+        case ReduceOp::prod: acc *= v; break;
+        case ReduceOp::min: acc = v < acc ? v : acc; break;
+        case ReduceOp::max: acc = v > acc ? v : acc; break;
+      }
+    }
+    table[i] = red == ReduceOp::avg ? acc / n : acc;
+  }
+  return table;
+}
+
+inline int64_t move_value(int rank, size_t i) { return (31 * static_cast<int64_t>(rank) + 7 * static_cast<int64_t>(i % 97)) % 97; }
+
+void put(DataType t, void* p, size_t i, int64_t v) {
+  switch (t) {
+    case DataType::int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::uint8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DataType::int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::int64: static_cast<int64_t*>(p)[i] = v; break;
+    case DataType::float16: static_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(v)); break;
+    case DataType::bfloat16: static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v)); break;
+    case DataType::float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::float64: static_cast<double*>(p)[i] = static_cast<double>(v); break;
+  }
+}
+
+double get(DataType t, const void* p, size_t i) {
+  switch (t) {
+    case DataType::int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::uint8: return static_cast<const uint8_t*>(p)[i];
+    case DataType::int32: return static_cast<const int32_t*>(p)[i];
+    case DataType::int64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::float16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::bfloat16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DataType::float32: return static_cast<const float*>(p)[i];
+    case DataType::float64: return static_cast<const double*>(p)[i];
+  }
+  return 0;
+}
+
+struct Checker {
+  const Case& c;
+  Result& res;
+  void expect(const void* buf, size_t i, int64_t want_int, const char* where) {
+    // The expected value as this dtype stores it (integer types wrap, as the reduction does).
+    uint64_t slot = 0;
+    put(c.dtype, &slot, 0, want_int);
+    double want = get(c.dtype, &slot, 0);
+    double got = get(c.dtype, buf, i);
+    if (got == want) return;
+    if (res.wrong++ == 0)
+      res.first_wrong = std::string(where) + "[" + std::to_string(i) + "] = " + std::to_string(got) + ", expected " +
+                        std::to_string(want);
+  }
+};
+
+}  // namespace
+
+const std::vector<OpKind>& checked_ops() {
+  static const std::vector<OpKind> ops = {OpKind::allreduce, OpKind::broadcast,  OpKind::reduce,
+                                          OpKind::allgather, OpKind::reduce_scatter, OpKind::gather,
+                                          OpKind::scatter,   OpKind::alltoall};
+  return ops;
+}
+
+std::string describe(const Case& c) {
+  std::string s = std::string(to_string(c.op)) + " count " + std::to_string(c.count) + " " +
+                  std::string(to_string(c.dtype));
+  if (c.op == OpKind::allreduce || c.op == OpKind::reduce || c.op == OpKind::reduce_scatter)
+    s += " " + std::string(to_string(c.redop));
+  if (c.op == OpKind::broadcast || c.op == OpKind::reduce || c.op == OpKind::gather || c.op == OpKind::scatter)
+    s += " root " + std::to_string(c.root);
+  return s + (c.in_place ? " in-place" : " out-of-place");
+}
+
+Result run_case(Communicator& comm, const Case& c) {
+  Result res;
+  Checker chk{c, res};
+  const int n = comm.size(), r = comm.rank();
+  const size_t es = dtype_size(c.dtype), cnt = c.count, nn = static_cast<size_t>(n);
+  const bool uns = is_unsigned(c.dtype);
+  const std::vector<int64_t> expected = reduce_expected_table(c.redop, uns, n);
+  // Poison the output so that an element the backend never wrote is caught.
+  auto poisoned = [&](size_t elems) { return std::vector<uint8_t>(elems * es + 1, 0xA5); };
+  using clock = std::chrono::steady_clock;
+  clock::time_point t0, t1;
+  auto timed = [&](auto&& call) {
+    t0 = clock::now();
+    call();
+    t1 = clock::now();
+  };
+
+  switch (c.op) {
+    case OpKind::allreduce:
+    case OpKind::reduce: {
+      std::vector<uint8_t> in(cnt * es + 1), out = poisoned(cnt);
+      void* src = c.in_place ? out.data() : in.data();
+      for (size_t i = 0; i < cnt; ++i) put(c.dtype, src, i, reduce_input(c.redop, uns, r, i, n));
+      if (c.op == OpKind::allreduce)
+        timed([&] { comm.allreduce(src, out.data(), cnt, c.dtype, c.redop); });
+      else
+        timed([&] { comm.reduce(src, out.data(), cnt, c.dtype, c.redop, c.root); });
+      if (c.op == OpKind::allreduce || r == c.root)
+        for (size_t i = 0; i < cnt; ++i) chk.expect(out.data(), i, expected[i % expected.size()], "recv");
+      break;
+    }
+    case OpKind::broadcast: {
+      std::vector<uint8_t> buf = poisoned(cnt);
+      if (r == c.root)
+        for (size_t i = 0; i < cnt; ++i) put(c.dtype, buf.data(), i, move_value(c.root, i));
+      timed([&] { comm.broadcast(buf.data(), cnt, c.dtype, c.root); });
+      for (size_t i = 0; i < cnt; ++i) chk.expect(buf.data(), i, move_value(c.root, i), "buf");
+      break;
+    }
+    case OpKind::allgather: {
+      std::vector<uint8_t> in(cnt * es + 1), out = poisoned(cnt * nn);
+      void* src = c.in_place ? out.data() + static_cast<size_t>(r) * cnt * es : in.data();
+      for (size_t i = 0; i < cnt; ++i) put(c.dtype, src, i, move_value(r, i));
+      timed([&] { comm.allgather(src, out.data(), cnt, c.dtype); });
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < cnt; ++i) chk.expect(out.data(), static_cast<size_t>(q) * cnt + i, move_value(q, i), "recv");
+      break;
+    }
+    case OpKind::reduce_scatter: {
+      std::vector<uint8_t> in(cnt * nn * es + 1), out = poisoned(cnt);
+      for (size_t j = 0; j < cnt * nn; ++j) put(c.dtype, in.data(), j, reduce_input(c.redop, uns, r, j, n));
+      void* dst = c.in_place ? in.data() + static_cast<size_t>(r) * cnt * es : out.data();
+      timed([&] { comm.reduce_scatter(in.data(), dst, cnt, c.dtype, c.redop); });
+      for (size_t i = 0; i < cnt; ++i)
+        chk.expect(dst, i, expected[(static_cast<size_t>(r) * cnt + i) % expected.size()], "recv");
+      break;
+    }
+    case OpKind::gather: {
+      std::vector<uint8_t> in(cnt * es + 1), out = poisoned(cnt * nn);
+      void* src = (c.in_place && r == c.root) ? out.data() + static_cast<size_t>(r) * cnt * es : in.data();
+      for (size_t i = 0; i < cnt; ++i) put(c.dtype, src, i, move_value(r, i));
+      timed([&] { comm.gather(src, out.data(), cnt, c.dtype, c.root); });
+      if (r == c.root)
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < cnt; ++i) chk.expect(out.data(), static_cast<size_t>(q) * cnt + i, move_value(q, i), "recv");
+      break;
+    }
+    case OpKind::scatter: {
+      std::vector<uint8_t> in(cnt * nn * es + 1), out = poisoned(cnt);
+      if (r == c.root)
+        for (size_t j = 0; j < cnt * nn; ++j) put(c.dtype, in.data(), j, move_value(c.root, j));
+      void* dst = (c.in_place && r == c.root) ? in.data() + static_cast<size_t>(r) * cnt * es : out.data();
+      timed([&] { comm.scatter(in.data(), dst, cnt, c.dtype, c.root); });
+      for (size_t i = 0; i < cnt; ++i) chk.expect(dst, i, move_value(c.root, static_cast<size_t>(r) * cnt + i), "recv");
+      break;
+    }
+    case OpKind::alltoall: {
+      std::vector<uint8_t> in(cnt * nn * es + 1), out = poisoned(cnt * nn);
+      void* src = c.in_place ? out.data() : in.data();
+      for (size_t j = 0; j < cnt * nn; ++j) put(c.dtype, src, j, move_value(r, j));
+      timed([&] { comm.alltoall(src, out.data(), cnt, c.dtype); });
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < cnt; ++i)
+          chk.expect(out.data(), static_cast<size_t>(q) * cnt + i, move_value(q, static_cast<size_t>(r) * cnt + i), "recv");
+      break;
+    }
+    default:
+      throw InvalidArgument("mpcomm: check::run_case does not support " + std::string(to_string(c.op)));
+  }
+  res.seconds = std::chrono::duration<double>(t1 - t0).count();
+  return res;
+}
+
+}  // namespace mpcomm::check

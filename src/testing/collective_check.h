@@ -1,0 +1,41 @@
+// A collective with inputs that every rank can generate and results that every rank can verify on
+// its own, independently of any backend. Inputs are small integers chosen per reduce op so that the
+// exact result fits every dtype and does not depend on the order of reduction:
+//   sum: values in [-3, 3] (unsigned [0, 6]);  prod: all ±1 but one 2;  min/max: [-6, 6];
+//   avg: base + d_r with the d_r summing to 0, so the average is the integer base exactly;
+//   data movement: (31·rank + 7·index) mod 97, unique per rank at each index.
+// Used by the conformance suite (ranks as threads) and by `mpcomm selftest` (ranks as processes).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "mpcomm/communicator.h"
+
+namespace mpcomm::check {
+
+struct Case {
+  OpKind op = OpKind::allreduce;
+  DataType dtype = DataType::float32;
+  ReduceOp redop = ReduceOp::sum;
+  size_t count = 0;  // elements; per rank block for allgather/reduce_scatter/gather/scatter/alltoall
+  int root = 0;
+  bool in_place = false;
+};
+
+struct Result {
+  size_t wrong = 0;        // wrong elements on this rank
+  std::string first_wrong; // where and what, for the first one
+  double seconds = 0;      // time of the collective call alone
+};
+
+std::string describe(const Case& c);
+
+// Runs c on comm (every rank of comm must call it with the same Case) and verifies this rank's output.
+Result run_case(Communicator& comm, const Case& c);
+
+// The ops run_case() supports, in the order the suite and selftest run them.
+const std::vector<OpKind>& checked_ops();
+
+}  // namespace mpcomm::check

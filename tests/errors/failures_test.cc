@@ -1,0 +1,264 @@
+// Failures end in an mpcomm::Error on every rank involved, within the timeout, naming the op, its
+// sequence number, the rank and the peer: mismatched calls, a peer that never calls, a rank that
+// never joins, a rank killed with SIGKILL (processes, through `mpcomm launch`).
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "harness/thread_world.h"
+
+namespace mpcomm {
+namespace {
+
+using std::chrono::steady_clock;
+using testing::message;
+
+double seconds_since(steady_clock::time_point t0) {
+  return std::chrono::duration<double>(steady_clock::now() - t0).count();
+}
+
+Options quick(int timeout_ms, int check = 0) {
+  Options o;
+  o.timeout = Millis(timeout_ms);
+  o.check = check;
+  return o;
+}
+
+template <class E>
+std::string expect_error(const std::exception_ptr& e, const std::string& who) {
+  if (!e) {
+    ADD_FAILURE() << who << " did not fail";
+    return "";
+  }
+  try {
+    std::rethrow_exception(e);
+  } catch (const E& x) {
+    return x.what();
+  } catch (const std::exception& x) {
+    ADD_FAILURE() << who << " failed with the wrong error type: " << x.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// ---- mismatches (ranks as threads) -----------------------------------------------------------------
+
+TEST(Mismatch, DifferentCollectivesFailOnBothRanksNamingBothCalls) {
+  testing::ThreadWorld world("native", 2, quick(20000));
+  auto t0 = steady_clock::now();
+  auto errs = world.run_collect([](int r, Communicator& c) {
+    float buf[4] = {1, 2, 3, 4};
+    if (r == 0)
+      c.allreduce(buf, buf, 4, DataType::float32, ReduceOp::sum);
+    else
+      c.broadcast(buf, 4, DataType::float32, 0);
+  });
+  EXPECT_LT(seconds_since(t0), 5.0) << "a mismatch must not wait for the timeout";
+  for (int r = 0; r < 2; ++r) {
+    std::string m = expect_error<Mismatch>(errs[r], "rank " + std::to_string(r));
+    EXPECT_TRUE(contains(m, "allreduce #0 (count 4, float32, sum)")) << m;
+    EXPECT_TRUE(contains(m, "broadcast #0 (count 4, float32, root 0)")) << m;
+  }
+  // The communicator is aborted now: later calls fail at once with the reason.
+  auto again = world.run_collect([](int, Communicator& c) { c.barrier(); });
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(contains(message(again[r]), "aborted")) << message(again[r]);
+}
+
+TEST(Mismatch, SameOpDifferentCountOrDtypeFailsOnEveryRank) {
+  for (int variant = 0; variant < 2; ++variant) {
+    testing::ThreadWorld world("native", 3, quick(20000));
+    auto errs = world.run_collect([&](int r, Communicator& c) {
+      std::vector<double> buf(16, 1.0);
+      size_t count = (variant == 0 && r == 2) ? 9 : 8;
+      DataType dt = (variant == 1 && r == 1) ? DataType::int64 : DataType::float64;
+      c.allreduce(buf.data(), buf.data(), count, dt, ReduceOp::sum);
+    });
+    for (int r = 0; r < 3; ++r) {
+      std::string m = expect_error<Mismatch>(errs[r], "rank " + std::to_string(r));
+      if (variant == 0) {
+        EXPECT_TRUE(contains(m, "count 9") || contains(m, "count 8")) << m;
+      } else {
+        EXPECT_TRUE(contains(m, "int64") || contains(m, "float64")) << m;
+      }
+    }
+  }
+}
+
+TEST(Mismatch, DifferentRootsAreCaughtByTheFingerprintCheck) {
+  // A broadcast whose two ranks both think they are root moves no frame that either rank receives;
+  // MPCOMM_CHECK's fingerprint exchange still reports it, on both ranks, naming both roots.
+  testing::ThreadWorld world("native", 2, quick(20000, /*check=*/1));
+  auto errs = world.run_collect([](int r, Communicator& c) {
+    int32_t v[2] = {r, r};
+    c.broadcast(v, 2, DataType::int32, r);
+  });
+  for (int r = 0; r < 2; ++r) {
+    std::string m = expect_error<Mismatch>(errs[r], "rank " + std::to_string(r));
+    EXPECT_TRUE(contains(m, "root 0")) << m;
+    EXPECT_TRUE(contains(m, "root 1")) << m;
+  }
+}
+
+TEST(Mismatch, FingerprintCheckPassesMatchingCalls) {
+  testing::ThreadWorld world("native", 3, quick(20000, 1));
+  world.run([](int r, Communicator& c) {
+    int32_t v = r, s = 0;
+    for (int i = 0; i < 10; ++i) c.allreduce(&v, &s, 1, DataType::int32, ReduceOp::sum);
+    if (s != 3) throw std::runtime_error("wrong sum");
+  });
+}
+
+// ---- timeouts (ranks as threads) -------------------------------------------------------------------
+
+TEST(Timeout, APeerThatNeverCallsGivesATimeoutNamingIt) {
+  testing::ThreadWorld world("native", 3, quick(600));
+  auto t0 = steady_clock::now();
+  auto errs = world.run_collect([](int r, Communicator& c) {
+    if (r == 2) return;  // never calls
+    float x = 1;
+    c.allreduce(&x, &x, 1, DataType::float32, ReduceOp::sum);
+  });
+  double took = seconds_since(t0);
+  EXPECT_LT(took, 5.0);
+  EXPECT_GE(took, 0.5);
+  EXPECT_FALSE(errs[2]);
+  bool named = false;
+  for (int r = 0; r < 2; ++r) {
+    std::string m = message(errs[r]);
+    EXPECT_TRUE(contains(m, "allreduce #0")) << m;
+    named = named || contains(m, "waiting for rank 2");
+  }
+  EXPECT_TRUE(named) << message(errs[0]) << " / " << message(errs[1]);
+}
+
+TEST(Timeout, ARankThatNeverJoinsIsNamed) {
+  auto store = std::make_shared<HashStore>();
+  auto t0 = steady_clock::now();
+  auto errs = testing::run_threads(2, [&](int r) { create("native", store, r, 3, quick(500)); });
+  EXPECT_LT(seconds_since(t0), 5.0);
+  for (int r = 0; r < 2; ++r) {
+    std::string m = expect_error<Timeout>(errs[r], "rank " + std::to_string(r));
+    EXPECT_TRUE(contains(m, "rank 2 never showed up")) << m;
+  }
+}
+
+// ---- processes through mpcomm launch ---------------------------------------------------------------
+
+struct RunResult {
+  int status = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+RunResult run_command(const std::string& cmd) {
+  RunResult res;
+  auto t0 = steady_clock::now();
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return res;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) res.output.append(buf, n);
+  int st = ::pclose(p);
+  res.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  res.seconds = seconds_since(t0);
+  return res;
+}
+
+std::vector<std::string> mpcomm_shm_entries() {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind("mpcomm.", 0) == 0) out.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  return out;
+}
+
+// Live processes whose program (argv[0]) is `prog` and whose first argument is `arg`.
+int count_processes_running(const std::string& prog, const std::string& arg) {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      std::string cmdline;
+      if (FILE* f = std::fopen(("/proc/" + std::string(e->d_name) + "/cmdline").c_str(), "r")) {
+        char buf[4096];
+        size_t got = std::fread(buf, 1, sizeof buf, f);
+        cmdline.assign(buf, got);
+        std::fclose(f);
+      }
+      if (cmdline == prog + std::string(1, '\0') + arg + std::string(1, '\0') ||
+          cmdline.rfind(prog + std::string(1, '\0') + arg + std::string(1, '\0'), 0) == 0)
+        ++n;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
+const std::string kLaunch = std::string(MPCOMM_CLI) + " launch";
+const std::string kProg = MPCOMM_TESTPROG;
+
+TEST(Processes, EmulatedHostsSplitRanksInBlocks) {
+  RunResult r = run_command(kLaunch + " -n 4 --hosts 2 -- " + kProg + " topology");
+  ASSERT_EQ(r.status, 0) << r.output;
+  // Ranks 0-1 on one host, 2-3 on the other; two local ranks each.
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string want = "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " host ";
+    auto pos = r.output.find(want);
+    ASSERT_NE(pos, std::string::npos) << r.output;
+    std::string line = r.output.substr(pos, r.output.find('\n', pos) - pos);
+    EXPECT_TRUE(contains(line, rank < 2 ? "-h0 " : "-h1 ")) << line;
+    EXPECT_TRUE(contains(line, "local " + std::to_string(rank % 2) + "/2 hosts 2")) << line;
+  }
+}
+
+TEST(Processes, SelftestPassesAcrossProcessesAndHosts) {
+  for (const char* hosts : {"1", "2"}) {
+    RunResult r = run_command(kLaunch + " -n 4 --hosts " + hosts + " --timeout 60 -- " + MPCOMM_CLI +
+                              " selftest -n 2 -c 0,1,7,1000,100003 -d float,bfloat16,int8");
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "0 wrong elements: OK")) << r.output;
+  }
+}
+
+class KilledRank : public ::testing::TestWithParam<int> {};
+
+TEST_P(KilledRank, SurvivorsFailFastAndNothingIsLeftBehind) {
+  const int hosts = GetParam();
+  auto before = mpcomm_shm_entries();
+  RunResult r = run_command(kLaunch + " -n 4 --hosts " + std::to_string(hosts) + " --timeout 20 -- " + kProg + " kill 2 5");
+  // The launcher reports the killed rank's status (128 + SIGKILL) and every survivor its error.
+  EXPECT_EQ(r.status, 137) << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+  for (int s : {0, 1, 3}) {
+    std::string tag = "[" + std::to_string(s) + "] rank " + std::to_string(s) + " failed after ";
+    auto pos = r.output.find(tag);
+    ASSERT_NE(pos, std::string::npos) << "rank " << s << " did not report a failure:\n" << r.output;
+    std::string line = r.output.substr(pos, r.output.find('\n', pos) - pos);
+    EXPECT_TRUE(contains(line, "peer failure")) << line;
+    EXPECT_TRUE(contains(line, "allreduce #")) << line;
+    double after = std::atof(line.c_str() + tag.size());
+    EXPECT_LT(after, 20.0) << line;  // within the timeout
+  }
+  EXPECT_EQ(mpcomm_shm_entries(), before) << "shared memory left behind";
+  EXPECT_EQ(count_processes_running(kProg, "kill"), 0) << "orphaned ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(OneAndTwoHosts, KilledRank, ::testing::Values(1, 2));
+
+TEST(Processes, AStalledRankMakesTheOthersTimeOut) {
+  RunResult r = run_command(kLaunch + " -n 3 --timeout 2 --grace 5 -- " + kProg + " stall 1 2");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 20.0) << r.output;
+  EXPECT_TRUE(contains(r.output, "timeout")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1")) << r.output;
+  EXPECT_EQ(count_processes_running(kProg, "stall"), 0) << "orphaned ranks";
+}
+
+}  // namespace
+}  // namespace mpcomm

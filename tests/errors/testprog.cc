@@ -1,0 +1,49 @@
+// A rank program for the multi-process tests, run under `mpcomm launch`.
+//   testprog topology            print "rank R host H local L/S hosts N"
+//   testprog kill VICTIM AT      loop allreduces of 1 MiB; rank VICTIM SIGKILLs itself at iteration AT.
+//                                Survivors print "rank R failed after S s: <error>" and exit 3.
+//   testprog stall VICTIM        rank VICTIM sleeps forever instead of calling allreduce.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mpcomm/mpcomm.h"
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  std::string mode = argv[1];
+  auto comm = mpcomm::init_from_env();
+  const int rank = comm->rank();
+  if (mode == "topology") {
+    const auto& t = comm->topology();
+    std::printf("rank %d host %s local %d/%d hosts %d\n", rank, t.host_names[t.host].c_str(), t.local_rank,
+                t.local_size, t.num_hosts());
+    comm->barrier();
+    return 0;
+  }
+  const int victim = argc > 2 ? std::atoi(argv[2]) : 1;
+  const int at = argc > 3 ? std::atoi(argv[3]) : 3;
+  std::vector<float> buf(1 << 18, 1.0f);
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (int it = 0; it < 1000000; ++it) {
+      if (rank == victim && it == at) {
+        if (mode == "kill") ::raise(SIGKILL);
+        if (mode == "stall") ::pause();
+      }
+      comm->allreduce(buf.data(), buf.data(), buf.size(), mpcomm::DataType::float32, mpcomm::ReduceOp::max);
+      t0 = std::chrono::steady_clock::now();
+    }
+  } catch (const mpcomm::Error& e) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("rank %d failed after %.1f s: %s: %s\n", rank, s, std::string(mpcomm::to_string(e.code())).c_str(), e.what());
+    return 3;
+  }
+  return 0;
+}

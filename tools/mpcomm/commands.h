@@ -1,0 +1,16 @@
+// Subcommands of the mpcomm CLI; each registers its options on a CLI11 subcommand and returns the
+// function that runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace mpcomm::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_launch(CLI::App& app);
+Runner add_selftest(CLI::App& app);
+Runner add_info(CLI::App& app);
+
+}  // namespace mpcomm::cli

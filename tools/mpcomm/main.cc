@@ -1,0 +1,27 @@
+// mpcomm: launch ranks, check and measure collectives, describe this machine.
+#include <cstdio>
+#include <map>
+
+#include "commands.h"
+#include "mpcomm/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mpcomm — collective communication for model-parallel LLM work"};
+  app.require_subcommand(1);
+  std::map<CLI::App*, mpcomm::cli::Runner> runners;
+  auto add = [&](const char* name, const char* help, mpcomm::cli::Runner (*fn)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    runners[sub] = fn(*sub);
+  };
+  add("launch", "start N local ranks of a program (mpcomm launch -n 4 -- PROGRAM ARGS...)", mpcomm::cli::add_launch);
+  add("selftest", "run every collective with checked results and timings (run it under launch)", mpcomm::cli::add_selftest);
+  add("info", "backends, versions, this host's cores and memory, and the MPCOMM_* variables", mpcomm::cli::add_info);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+  } catch (const mpcomm::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

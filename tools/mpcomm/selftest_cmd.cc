@@ -1,0 +1,78 @@
+// mpcomm selftest: every collective × a few dtypes and sizes on the ranks of this job, each result
+// checked on every rank, timings reduced to the slowest rank. Exits 1 if anything was wrong.
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+#include "mpcomm/mpcomm.h"
+#include "testing/collective_check.h"
+
+namespace mpcomm::cli {
+
+namespace {
+
+struct SelftestOptions {
+  std::vector<std::string> dtypes = {"float", "bfloat16", "int32"};
+  std::vector<size_t> counts = {0, 1, 7, 1000, 262147};
+  int iters = 5;
+};
+
+int run_selftest(const SelftestOptions& o) {
+  auto comm = init_from_env();
+  const int n = comm->size();
+  const bool lead = comm->rank() == 0;
+  if (lead) {
+    std::printf("# mpcomm selftest: backend %s, %d ranks on %d hosts\n", std::string(comm->backend()).c_str(), n,
+                comm->topology().num_hosts());
+    std::printf("# %-15s %-9s %-5s %10s %12s %8s\n", "op", "dtype", "redop", "count", "time(us)", "#wrong");
+  }
+  uint64_t total_wrong = 0, total_cases = 0;
+  for (OpKind op : check::checked_ops())
+    for (const auto& dn : o.dtypes)
+      for (size_t count : o.counts) {
+        check::Case c;
+        c.op = op;
+        c.dtype = parse_dtype(dn);
+        c.redop = ReduceOp::sum;
+        c.count = count;
+        c.root = n - 1;
+        double best = 1e30;
+        uint64_t wrong = 0;
+        for (int it = 0; it < o.iters; ++it) {
+          c.in_place = it % 2 == 1;
+          check::Result r = check::run_case(*comm, c);
+          // The slowest rank's time counts; wrong elements are summed over ranks.
+          double t = r.seconds, tmax = 0;
+          comm->allreduce(&t, &tmax, 1, DataType::float64, ReduceOp::max);
+          uint64_t w = r.wrong, wsum = 0;
+          comm->allreduce(&w, &wsum, 1, DataType::int64, ReduceOp::sum);
+          if (r.wrong > 0) std::fprintf(stderr, "rank %d: %s: %s\n", comm->rank(), check::describe(c).c_str(), r.first_wrong.c_str());
+          best = std::min(best, tmax);
+          wrong += wsum;
+        }
+        total_wrong += wrong;
+        ++total_cases;
+        bool red = op == OpKind::allreduce || op == OpKind::reduce || op == OpKind::reduce_scatter;
+        if (lead)
+          std::printf("  %-15s %-9s %-5s %10zu %12.1f %8llu\n", std::string(to_string(op)).c_str(),
+                      std::string(to_string(c.dtype)).c_str(), red ? "sum" : "-", count, best * 1e6,
+                      static_cast<unsigned long long>(wrong));
+      }
+  comm->barrier();
+  if (lead)
+    std::printf("# %llu cases, %llu wrong elements: %s\n", static_cast<unsigned long long>(total_cases),
+                static_cast<unsigned long long>(total_wrong), total_wrong == 0 ? "OK" : "FAILED");
+  return total_wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+Runner add_selftest(CLI::App& app) {
+  auto o = std::make_shared<SelftestOptions>();
+  app.add_option("-d,--dtypes", o->dtypes, "data types")->delimiter(',');
+  app.add_option("-c,--counts", o->counts, "element counts")->delimiter(',');
+  app.add_option("-n,--iters", o->iters, "runs per case (alternating out-of-place and in-place)")->check(CLI::PositiveNumber);
+  return [o] { return run_selftest(*o); };
+}
+
+}  // namespace mpcomm::cli
