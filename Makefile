@@ -32,11 +32,9 @@ test: build
 demo: build
 	$(CLI) info
 	@echo
-	@echo "== every collective, 4 ranks on one host (shared memory), results checked =="
-	$(CLI) launch -n 4 -- $(CLI) selftest
+	$(CLI) compare --report out/report --json out/results.jsonl
 	@echo
-	@echo "== the same on 2 emulated hosts (shared memory inside, TCP between) =="
-	$(CLI) launch -n 4 --hosts 2 -- $(CLI) selftest
+	@echo "report: out/report/report.md and out/report/*.png"
 
 clean:
 	rm -rf build build-asan

@@ -144,13 +144,17 @@ class Communicator {
   // Backend hooks. run() executes one checked collective; start_p2p() starts a send or recv.
   virtual void run(const detail::Op& op) = 0;
   virtual std::shared_ptr<detail::RequestState> start_p2p(const detail::Op& op) = 0;
+  // split() for this backend. The default learns every rank's (color, key) through allgather and
+  // calls make_child(); a backend with a native split (MPI_Comm_split, ncclCommSplit) overrides it.
+  virtual std::unique_ptr<Communicator> split_impl(int color, int key);
   // Creates this backend's communicator for the ranks of one color. `store` is private to the new
   // group; `members` are the parent ranks in new-rank order. The default suits any backend whose
   // create() bootstraps from a store.
   virtual std::unique_ptr<Communicator> make_child(std::shared_ptr<Store> store, int new_rank,
                                                    const std::vector<int>& members);
   // Publishes an abort to peers (backend specific); called once by abort() and on errors.
-  virtual void on_abort(const std::string& reason) = 0;
+  // `code` is the kind of failure, so that peers can raise the same kind (a Mismatch stays a Mismatch).
+  virtual void on_abort(ErrorCode code, const std::string& reason) = 0;
   // Non-empty when this communicator was aborted (by this rank or reported by a peer).
   virtual std::string abort_reason() const = 0;
 

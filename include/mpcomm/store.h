@@ -130,6 +130,9 @@ class TcpStore : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
+// The store at the bottom of a chain of PrefixStores: where job-wide keys (mpcomm/abort) live.
+std::shared_ptr<Store> root_store(std::shared_ptr<Store> s);
+
 // Parses "tcp://host:port" or "file:///path" and connects (TcpStore) or opens (FileStore).
 std::shared_ptr<Store> open_store(const std::string& url, const std::string& token, Millis timeout);
 

@@ -2,6 +2,12 @@
 #include <cstdlib>
 
 #include "backends/native/native_communicator.h"
+#ifdef MPCOMM_HAVE_GLOO
+#include "backends/gloo/gloo_communicator.h"
+#endif
+#ifdef MPCOMM_HAVE_MPI
+#include "backends/mpi/mpi_communicator.h"
+#endif
 #include "bootstrap/env.h"
 #include "core/net.h"
 #include "core/params.h"
@@ -19,6 +25,12 @@ struct BackendEntry {
 const std::vector<BackendEntry>& backends() {
   static const std::vector<BackendEntry> list = {
       {"native", native::create_native},
+#ifdef MPCOMM_HAVE_GLOO
+      {"gloo", gloo::create_gloo},
+#endif
+#ifdef MPCOMM_HAVE_MPI
+      {"mpi", mpi::create_mpi},
+#endif
   };
   return list;
 }
@@ -42,7 +54,10 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
 
 std::unique_ptr<Communicator> init_from_env(const Options& in) {
   EnvInfo env = discover_env();
-  Options opts = in.resolved();
+  Options with_host = in;
+  // Under mpirun the emulated host (mpcomm launch --hosts) follows from the world rank: env.cc knows how.
+  if (with_host.host_id.empty()) with_host.host_id = host_id_from_env();
+  Options opts = with_host.resolved();
   std::shared_ptr<Store> store;
   if (env.store_url.rfind("tcp://", 0) == 0) {
     auto [host, port] = net::parse_host_port(env.store_url.substr(6));

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -37,6 +38,9 @@ constexpr Source kSlurm = {"slurm", "Slurm",
                            "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE, "
                            "SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE, SLURM_NODEID, MPCOMM_STORE, "
                            "MASTER_ADDR, MASTER_PORT"};
+
+constexpr Source kEmulatedHosts = {"openmpi", "emulated hosts under mpirun",
+                                   "MPCOMM_HOST_ID, MPCOMM_HOSTS, OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE"};
 
 [[noreturn]] void fail(const Source& src, const std::string& why) {
   throw InvalidArgument("mpcomm: environment discovery (" + std::string(src.label) + "): " + why + " (looked at " +
@@ -141,6 +145,13 @@ std::string require_store(const Source& src) {
 
 bool is_tcp(const std::string& url) { return url.compare(0, 6, "tcp://") == 0; }
 
+// MPCOMM_STORE_SERVED=1: the store at MPCOMM_STORE is served by someone else (mpcomm launch around
+// mpirun), so no rank may start a server on its port.
+bool store_served_elsewhere() {
+  auto v = get("MPCOMM_STORE_SERVED");
+  return v && *v != "0";
+}
+
 // Tasks on node `node` from Slurm's compressed list, e.g. "2(x3),1" = 2,2,2,1.
 std::optional<int> slurm_tasks_on_node(const Source& src, const char* var, const std::string& text, int node) {
   std::vector<int> per_node;
@@ -200,7 +211,7 @@ EnvInfo from_openmpi() {
             read_int(s, "OMPI_COMM_WORLD_LOCAL_RANK"), "OMPI_COMM_WORLD_LOCAL_SIZE",
             read_int(s, "OMPI_COMM_WORLD_LOCAL_SIZE"));
   info.store_url = require_store(s);
-  info.serve_store = info.rank == 0 && is_tcp(info.store_url);
+  info.serve_store = info.rank == 0 && is_tcp(info.store_url) && !store_served_elsewhere();
   return info;
 }
 
@@ -219,7 +230,7 @@ EnvInfo from_slurm() {
   set_ranks(info, s, "SLURM_PROCID", require_int(s, "SLURM_PROCID"), "SLURM_NTASKS", require_int(s, "SLURM_NTASKS"),
             "SLURM_LOCALID", read_int(s, "SLURM_LOCALID"), local_size_var, local_size);
   info.store_url = require_store(s);
-  info.serve_store = info.rank == 0 && is_tcp(info.store_url);
+  info.serve_store = info.rank == 0 && is_tcp(info.store_url) && !store_served_elsewhere();
   return info;
 }
 
@@ -249,15 +260,36 @@ EnvInfo discover_env() {
   return info;
 }
 
+int emulated_host_of_rank(int rank, int size, int hosts) {
+  int h = 0;
+  while (h + 1 < hosts && static_cast<long>(h + 1) * size / hosts <= rank) ++h;
+  return h;
+}
+
 std::string host_id_from_env() {
   std::string id = param_string("MPCOMM_HOST_ID");
   if (!id.empty()) return id;
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') {
     MPCOMM_LOG(warn, "gethostname() failed (errno %d); using host id 'localhost'", errno);
-    return "localhost";
+    std::strcpy(name, "localhost");
   }
-  return name;
+  // Emulated hosts under mpirun (see env.h). Under mpcomm's own forked ranks the launcher sets
+  // MPCOMM_HOST_ID instead.
+  auto hosts_text = get("MPCOMM_HOSTS");
+  auto rank_text = get("OMPI_COMM_WORLD_RANK");
+  auto size_text = get("OMPI_COMM_WORLD_SIZE");
+  if (!hosts_text || !rank_text || !size_text) return name;
+  const Source& s = kEmulatedHosts;
+  const int hosts = parse_count(s, "MPCOMM_HOSTS", *hosts_text);
+  const int rank = parse_count(s, "OMPI_COMM_WORLD_RANK", *rank_text);
+  const int size = parse_count(s, "OMPI_COMM_WORLD_SIZE", *size_text);
+  if (hosts < 1 || hosts > size)
+    fail(s, "MPCOMM_HOSTS=" + *hosts_text + " is not between 1 and OMPI_COMM_WORLD_SIZE=" + *size_text);
+  if (rank >= size)
+    fail(s, "OMPI_COMM_WORLD_RANK=" + *rank_text + " is not less than OMPI_COMM_WORLD_SIZE=" + *size_text);
+  if (hosts == 1) return name;
+  return std::string(name) + "-h" + std::to_string(emulated_host_of_rank(rank, size, hosts));
 }
 
 }  // namespace mpcomm

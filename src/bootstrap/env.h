@@ -7,8 +7,9 @@
 //   openmpi  OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}
 //   slurm    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE or
 //            SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE ("2(x3),1", indexed by SLURM_NODEID)
-// Under Open MPI and Slurm nobody else runs a store, so the store address comes from MPCOMM_STORE or
-// MASTER_ADDR:MASTER_PORT and rank 0 serves it when it is a tcp:// store.
+// Under Open MPI and Slurm the store address comes from MPCOMM_STORE or MASTER_ADDR:MASTER_PORT, and rank 0
+// serves it when it is a tcp:// store — unless MPCOMM_STORE_SERVED=1 says that someone else serves it
+// (`mpcomm launch --backend mpi` runs mpirun around its own store and sets it).
 #pragma once
 
 #include <string>
@@ -31,7 +32,14 @@ struct EnvInfo {
 // launcher is recognized or a value is missing, not a number, negative or inconsistent (rank >= size).
 EnvInfo discover_env();
 
-// MPCOMM_HOST_ID when set and non-empty, else gethostname().
+// MPCOMM_HOST_ID when set and non-empty, else gethostname(). Under Open MPI with MPCOMM_HOSTS=H > 1 (how
+// `mpcomm launch --hosts H --backend mpi` emulates hosts, since mpirun gives every rank the same
+// environment) it is "<hostname>-h<h>" with h = emulated_host_of_rank(world rank, world size, H).
+// Throws InvalidArgument for an MPCOMM_HOSTS that is not a number between 1 and the world size.
 std::string host_id_from_env();
+
+// Block placement of `size` ranks on `hosts` emulated hosts: host h runs ranks [h*size/hosts,
+// (h+1)*size/hosts). Returns the host of `rank`.
+int emulated_host_of_rank(int rank, int size, int hosts);
 
 }  // namespace mpcomm

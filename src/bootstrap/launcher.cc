@@ -7,11 +7,16 @@
 // Forking from a process that has threads (the store server has one): between fork() and exec the child
 // only makes system calls, on data prepared before the fork (ExecPlan), so it cannot deadlock on a lock
 // another thread held at the fork.
+//
+// With --backend mpi the launcher forks one child, mpirun, instead of the ranks (see mpirun_plan()); the
+// same loop supervises it, reading its --tag-output streams through TagDemux, which turns them back into
+// "[r] " lines and notices mpirun's reports of a failed rank.
 #include "bootstrap/launcher.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -24,8 +29,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bootstrap/env.h"
@@ -95,6 +104,11 @@ void validate(const LaunchOptions& o) {
   if (!(o.grace_s >= 0) || !std::isfinite(o.grace_s))
     bad("the grace period must be >= 0 seconds (got " + fmt_seconds(o.grace_s) + ")");
   if (o.backend.empty()) bad("the backend name is empty");
+#ifndef MPCOMM_HAVE_MPI
+  if (o.backend == "mpi")
+    bad("--backend mpi: this build of mpcomm has no mpi backend (Open MPI was not found when it was configured; "
+        "install libopenmpi-dev and openmpi-bin, then reconfigure and rebuild)");
+#endif
   if (o.bind_addr.empty()) bad("the bind address is empty");
   if (o.argv.empty()) bad("no program given (mpcomm launch -n N -- PROGRAM ARGS...)");
 }
@@ -182,11 +196,17 @@ class Output {
   bool broken_[3] = {false, false, false};
 };
 
+class TagDemux;
+
 // One of a rank's output pipes, cut into lines.
 struct Stream {
   int fd = -1;  // read end (non-blocking); -1 once closed
   int dest = STDOUT_FILENO;
   std::string pending;  // bytes after the last newline
+  TagDemux* demux = nullptr;  // mpirun's pipes: text is demultiplexed by rank instead of prefixed
+
+  // Takes bytes read from fd.
+  void take(const char* p, size_t n, const std::string& prefix, Output& out);
 
   // Emits every complete line with `prefix`, in one write; at EOF also the unterminated rest. A line
   // longer than kMaxLine goes out in kMaxLine pieces, each a line of its own, however it arrived.
@@ -214,13 +234,194 @@ struct Stream {
     if (!text.empty()) out.write(dest, text);
   }
 
-  void close(const std::string& prefix, Output& out) {
-    if (fd < 0) return;
-    relay(prefix, /*eof=*/true, out);
-    ::close(fd);
-    fd = -1;
-  }
+  void close(const std::string& prefix, Output& out);
 };
+
+// ---- mpirun's output -----------------------------------------------------------------------------
+
+// A rank failure as mpirun reported it.
+struct RankFailure {
+  int rank = -1;
+  int status = 1;   // exit code, or 128 + signal
+  std::string how;  // "exited with signal 9 (Killed)"
+};
+
+// Turns one of mpirun's --tag-output streams back into whole lines per rank. mpirun tags each chunk of a
+// rank's output that it forwards, and each line within a chunk, with "[JOB,RANK]<stdout>:" (<stderr>,
+// <stddiag>); chunks of different ranks interleave mid-line ("[1,0]<stdout>:part1 [1,2]<stdout>:x\n
+// [1,0]<stdout>:part2\n"). So the stream is a sequence of segments, each a tag and its text up to the next
+// newline or the next tag; each rank's text is collected apart and leaves as whole "[r] " lines, exactly
+// as a forked rank's would. Untagged text is mpirun's own (warnings, failure reports): it passes through
+// unchanged and is scanned for the rank failures mpirun reports.
+class TagDemux {
+ public:
+  TagDemux(int dest, bool prefix) : dest_(dest), prefix_(prefix) { untagged_.dest = dest; }
+
+  void feed(const char* p, size_t n, Output& out) {
+    buf_.append(p, n);
+    parse(/*eof=*/false, out);
+  }
+  // At EOF: everything still held leaves, unterminated lines included.
+  void finish(Output& out) {
+    parse(/*eof=*/true, out);
+    for (auto& [rank, s] : ranks_) s.relay(prefix_of(rank), /*eof=*/true, out);
+    untagged_.relay("", /*eof=*/true, out);
+    if (!untagged_line_.empty()) scan_mpirun_line(untagged_line_);
+    untagged_line_.clear();
+  }
+  std::vector<RankFailure> take_failures() { return std::exchange(failures_, {}); }
+
+ private:
+  static constexpr int kSegmentStart = -1;  // cur_: the next bytes are a tag or untagged text
+  static constexpr int kUntagged = -2;      // cur_: mpirun's own text, up to the newline
+  enum Match { kNo, kPartial, kFull };
+
+  // Whether a tag starts at s[i]; kPartial when s ends inside something that may still become one.
+  static Match match_tag(const std::string& s, size_t i, int* rank, size_t* len) {
+    size_t j = i;
+    auto expect = [&](char c) -> Match {
+      if (j >= s.size()) return kPartial;
+      if (s[j] != c) return kNo;
+      ++j;
+      return kFull;
+    };
+    auto number = [&](long* v) -> Match {
+      const size_t start = j;
+      *v = 0;
+      while (j < s.size() && s[j] >= '0' && s[j] <= '9') {
+        if (j - start >= 9) return kNo;
+        *v = *v * 10 + (s[j++] - '0');
+      }
+      if (j >= s.size()) return kPartial;
+      return j == start ? kNo : kFull;
+    };
+    long job = 0, r = 0;
+    Match m = kFull;
+    if ((m = expect('[')) != kFull || (m = number(&job)) != kFull || (m = expect(',')) != kFull ||
+        (m = number(&r)) != kFull || (m = expect(']')) != kFull || (m = expect('<')) != kFull)
+      return m;
+    for (const char* name : {"stdout>:", "stderr>:", "stddiag>:"}) {
+      const size_t n = std::strlen(name), have = std::min(n, s.size() - j);
+      if (s.compare(j, have, name, have) != 0) continue;
+      if (have < n) return kPartial;
+      *rank = static_cast<int>(r);
+      *len = j + n - i;
+      return kFull;
+    }
+    return kNo;
+  }
+
+  std::string prefix_of(int rank) const { return prefix_ ? "[" + std::to_string(rank) + "] " : ""; }
+
+  Stream& stream_of(int rank) {
+    Stream& s = ranks_[rank];
+    s.dest = dest_;
+    return s;
+  }
+
+  void parse(bool eof, Output& out) {
+    size_t i = 0;
+    while (i < buf_.size()) {
+      if (cur_ == kSegmentStart) {
+        int rank = 0;
+        size_t len = 0;
+        Match m = match_tag(buf_, i, &rank, &len);
+        if (m == kPartial && !eof) break;
+        if (m == kFull) {
+          cur_ = rank;
+          i += len;
+          continue;
+        }
+        cur_ = kUntagged;
+      }
+      // The segment runs to the newline, or to the next tag (a chunk that ended mid-line).
+      size_t j = i;
+      bool newline = false, tag = false, partial = false;
+      for (; j < buf_.size(); ++j) {
+        if (buf_[j] == '\n') {
+          newline = true;
+          break;
+        }
+        if (buf_[j] == '[' && cur_ != kUntagged) {
+          int rank = 0;
+          size_t len = 0;
+          Match m = match_tag(buf_, j, &rank, &len);
+          if (m == kFull) tag = true;
+          if (m == kPartial && !eof) partial = true;
+          if (tag || partial) break;
+        }
+      }
+      const size_t end = newline ? j + 1 : j;
+      if (cur_ == kUntagged) {
+        untagged_line_.append(buf_, i, end - i);
+        if (newline) {
+          scan_mpirun_line(untagged_line_);
+          untagged_line_.clear();
+        }
+        untagged_.pending.append(buf_, i, end - i);
+        untagged_.relay("", /*eof=*/false, out);
+      } else {
+        Stream& s = stream_of(cur_);
+        s.pending.append(buf_, i, end - i);
+        s.relay(prefix_of(cur_), /*eof=*/false, out);
+      }
+      i = end;
+      if (newline || tag) cur_ = kSegmentStart;
+      if (partial) break;
+    }
+    buf_.erase(0, i);
+  }
+
+  // mpirun's reports, e.g.
+  //   "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."
+  //   "  Process name: [[19502,1],1]" followed by "  Exit code:    3"
+  void scan_mpirun_line(const std::string& line) {
+    const char* p = line.c_str();
+    while (*p == ' ' || *p == '\t') ++p;
+    int rank = -1, value = 0;
+    if (std::sscanf(p, "mpirun noticed that process rank %d with PID %*d on node %*s exited on signal %d", &rank,
+                    &value) == 2) {
+      const char* name = sigdescr_np(value);
+      failures_.push_back({rank, 128 + value,
+                           "exited with signal " + std::to_string(value) + " (" +
+                               (name != nullptr ? name : "unknown signal") + ")"});
+    } else if (std::sscanf(p, "Process name: [[%*d,%*d],%d]", &rank) == 1) {
+      process_name_rank_ = rank;
+    } else if (process_name_rank_ >= 0 && std::sscanf(p, "Exit code: %d", &value) == 1) {
+      failures_.push_back({process_name_rank_, value, "exited with status " + std::to_string(value)});
+      process_name_rank_ = -1;
+    }
+  }
+
+  int dest_;
+  bool prefix_;
+  std::string buf_;  // bytes not parsed yet (they may end inside a tag)
+  int cur_ = kSegmentStart;
+  std::map<int, Stream> ranks_;  // each rank's partial line
+  Stream untagged_;
+  std::string untagged_line_;
+  int process_name_rank_ = -1;
+  std::vector<RankFailure> failures_;
+};
+
+void Stream::take(const char* p, size_t n, const std::string& prefix, Output& out) {
+  if (demux != nullptr) {
+    demux->feed(p, n, out);
+    return;
+  }
+  pending.append(p, n);
+  relay(prefix, /*eof=*/false, out);
+}
+
+void Stream::close(const std::string& prefix, Output& out) {
+  if (fd < 0) return;
+  if (demux != nullptr)
+    demux->finish(out);
+  else
+    relay(prefix, /*eof=*/true, out);
+  ::close(fd);
+  fd = -1;
+}
 
 // ---- signals -------------------------------------------------------------------------------------
 
@@ -306,10 +507,12 @@ struct ExecPlan {
   std::vector<std::string> env;  // storage for envp
   std::vector<char*> envp;
   std::string exec_failed;  // message prefix written when exec fails
+  int death_signal = SIGKILL;  // sent to the child when the launcher dies (mpirun: SIGTERM, to end its ranks)
 };
 
 struct Rank {
   int rank = 0;
+  std::string name;  // "rank 3", or "mpirun"
   pid_t pid = -1;  // also its process group id
   bool running = false;
   int status = 0;   // exit code, or 128 + signal
@@ -358,7 +561,7 @@ struct Job {
 // Runs in the child: system calls only (see the top of this file).
 [[noreturn]] void exec_child(const ExecPlan& plan, pid_t launcher, int out_fd, int err_fd, int stdin_fd) {
   ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_PDEATHSIG, plan.death_signal);
   if (::getppid() != launcher) ::_exit(126);  // the launcher died before PDEATHSIG was armed
   if (stdin_fd >= 0) ::dup2(stdin_fd, STDIN_FILENO);
   ::dup2(out_fd, STDOUT_FILENO);
@@ -381,8 +584,8 @@ struct Job {
   ::_exit(127);
 }
 
-// Starts rank r.rank; fills pid and the pipes.
-void start_rank(Rank& r, const ExecPlan& plan, int devnull) {
+// Starts rank r.rank (or mpirun); fills pid and the pipes. stdin_fd -1 keeps the launcher's stdin.
+void start_rank(Rank& r, const ExecPlan& plan, int stdin_fd) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw Internal("mpcomm: launch: pipe2() failed: " + errno_text(errno));
   if (::pipe2(err, O_CLOEXEC) != 0) {
@@ -399,7 +602,7 @@ void start_rank(Rank& r, const ExecPlan& plan, int devnull) {
   ::pthread_sigmask(SIG_BLOCK, &block, &old);
   pid_t launcher = ::getpid();
   pid_t pid = ::fork();
-  if (pid == 0) exec_child(plan, launcher, out[1], err[1], r.rank == 0 ? -1 : devnull);
+  if (pid == 0) exec_child(plan, launcher, out[1], err[1], stdin_fd);
   int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ::close(out[1]);
@@ -442,7 +645,7 @@ bool reap(Rank& r) {
   r.running = false;
   r.status = status_of(ws);
   r.how = describe(ws);
-  MPCOMM_LOG(info, "launch: rank %d (pid %d) %s", r.rank, static_cast<int>(r.pid), r.how.c_str());
+  MPCOMM_LOG(info, "launch: %s (pid %d) %s", r.name.c_str(), static_cast<int>(r.pid), r.how.c_str());
   return true;
 }
 
@@ -459,12 +662,205 @@ void remove_shm_segments(const std::string& job_id) {
   ::closedir(dir);
 }
 
+// ---- mpirun --------------------------------------------------------------------------------------
+
+// Cores this process may run on (distinct (package, core) pairs of the CPUs in its affinity mask): what
+// mpirun counts as slots by default, so more ranks than this need --oversubscribe.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  std::set<std::pair<long, long>> cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    auto read_id = [&](const char* what) {
+      std::string path = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/" + what;
+      long v = -1;
+      if (FILE* f = std::fopen(path.c_str(), "r")) {
+        if (std::fscanf(f, "%ld", &v) != 1) v = -1;
+        std::fclose(f);
+      }
+      return v;
+    };
+    long package = read_id("physical_package_id"), core = read_id("core_id");
+    cores.emplace(core < 0 ? -1 - cpu : package, core < 0 ? cpu : core);  // unknown topology: one core per CPU
+  }
+  return std::max(1, static_cast<int>(cores.size()));
+}
+
+// Every process of this job that is still alive: those with MPCOMM_JOB_ID=<job id> in their environment
+// (mpirun passes it on to every rank). SIGKILLs them and returns how many there were. This is how no rank
+// outlives launch() even when mpirun itself had to be killed, since ranks are mpirun's children, in
+// process groups of their own.
+int kill_job_processes(const std::string& job_id) {
+  const std::string needle = "MPCOMM_JOB_ID=" + job_id;
+  const pid_t self = ::getpid();
+  int killed = 0;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return 0;
+  std::vector<char> env(1 << 20);
+  while (dirent* e = ::readdir(proc)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
+    if (pid == self) continue;
+    int fd = ::open(("/proc/" + std::string(e->d_name) + "/environ").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    size_t got = 0;
+    ssize_t n;
+    while (got < env.size() && (n = ::read(fd, env.data() + got, env.size() - got)) > 0) got += static_cast<size_t>(n);
+    ::close(fd);
+    for (size_t start = 0; start < got;) {
+      const char* var = env.data() + start;
+      size_t len = strnlen(var, got - start);
+      if (len == needle.size() && std::memcmp(var, needle.data(), len) == 0) {
+        if (::kill(pid, SIGKILL) == 0) {
+          ++killed;
+          MPCOMM_LOG(info, "launch: killed pid %d of job %s, left behind by mpirun", static_cast<int>(pid),
+                     job_id.c_str());
+        }
+        break;
+      }
+      start += len + 1;
+    }
+  }
+  ::closedir(proc);
+  return killed;
+}
+
+// Kills what is left of the job until nothing is (a dead process keeps its environ until it is reaped,
+// by mpirun or init, so this may take a few rounds), for at most 2 s.
+void sweep_job_processes(const std::string& job_id) {
+  const auto until = Clock::now() + kKillAfter;
+  while (kill_job_processes(job_id) > 0 && Clock::now() < until) ::usleep(20 * 1000);
+}
+
+// The launcher's environment without `names`.
+std::vector<std::string> environment_without(const std::vector<std::string>& names) {
+  std::vector<std::string> kept;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv = *e;
+    std::string name = kv.substr(0, kv.find('='));
+    bool drop = false;
+    for (const auto& n : names) drop = drop || name == n;
+    if (!drop) kept.push_back(std::move(kv));
+  }
+  return kept;
+}
+
+// Points plan.argv / sh_argv / envp at the plan's own strings and at `args`.
+void finish_plan(ExecPlan& p, const std::vector<std::string>& args) {
+  for (auto& kv : p.env) p.envp.push_back(kv.data());
+  p.envp.push_back(nullptr);
+  for (const auto& a : args) p.argv.push_back(const_cast<char*>(a.c_str()));
+  p.argv.push_back(nullptr);
+  p.sh_argv.push_back(const_cast<char*>("/bin/sh"));
+  p.sh_argv.push_back(p.path.data());
+  for (size_t i = 1; i < args.size(); ++i) p.sh_argv.push_back(const_cast<char*>(args[i].c_str()));
+  p.sh_argv.push_back(nullptr);
+}
+
+// What the job's ranks are told, by either path.
+struct JobEnv {
+  std::string addr, port, store_url, token, job_id, timeout;
+};
+
+// `mpirun -n N ... PROGRAM ARGS...` with the job's environment. mpirun gives every rank the same
+// environment, so the ranks learn their rank from OMPI_COMM_WORLD_* (env.cc), that the launcher serves the
+// store from MPCOMM_STORE_SERVED=1, and their emulated host from MPCOMM_HOSTS (host_id_from_env()).
+//
+// --mca pml ob1 --mca btl tcp,self: MPI uses TCP between every pair of ranks, also inside this machine
+// (no shared memory: vader excluded, and ob1 so that UCX cannot bring its own). That is pessimistic for
+// MPI within one host, and deliberate: mpcomm launch emulates hosts on one machine, and TCP is what MPI
+// uses between real hosts. btl_tcp_if_include lo: every rank runs on this machine, and loopback also
+// exists in containers without a network. --bind-to none: ranks may outnumber cores (then
+// --oversubscribe too), and pinning them would stack them on the first cores.
+ExecPlan mpirun_plan(const LaunchOptions& o, const std::string& mpirun, const std::string& program, const JobEnv& je,
+                     std::vector<std::string>& args) {
+  ExecPlan p;
+  p.path = mpirun;
+  p.death_signal = SIGTERM;  // mpirun, when told, ends its ranks; SIGKILL would orphan them
+  std::vector<std::string> dropped = {"RANK",          "WORLD_SIZE",     "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
+                                      "MASTER_ADDR",   "MASTER_PORT",    "MPCOMM_STORE",   "MPCOMM_TOKEN",
+                                      "MPCOMM_JOB_ID", "MPCOMM_TIMEOUT", "MPCOMM_BACKEND", "MPCOMM_STORE_SERVED",
+                                      "MPCOMM_HOSTS"};
+  if (o.hosts > 1) dropped.push_back("MPCOMM_HOST_ID");  // each rank derives its own from MPCOMM_HOSTS
+  p.env = environment_without(dropped);
+  auto put = [&](const char* k, const std::string& v) { p.env.push_back(std::string(k) + "=" + v); };
+  put("MASTER_ADDR", je.addr);
+  put("MASTER_PORT", je.port);
+  put("MPCOMM_STORE", je.store_url);
+  put("MPCOMM_STORE_SERVED", "1");
+  put("MPCOMM_TOKEN", je.token);
+  put("MPCOMM_JOB_ID", je.job_id);
+  put("MPCOMM_TIMEOUT", je.timeout);
+  put("MPCOMM_BACKEND", o.backend);
+  if (o.hosts > 1) put("MPCOMM_HOSTS", std::to_string(o.hosts));
+
+  args = {"mpirun", "-n", std::to_string(o.nranks)};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  if (o.nranks > usable_cores()) args.push_back("--oversubscribe");
+  for (const char* a : {"--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca",
+                        "btl_tcp_if_include", "lo", "--tag-output"})
+    args.emplace_back(a);
+  // -x NAME (not NAME=value): values, the token among them, stay out of mpirun's command line. Locally the
+  // ranks inherit mpirun's environment anyway; -x is what carries it to other nodes.
+  for (const auto& kv : p.env) {
+    std::string name = kv.substr(0, kv.find('='));
+    if (name.rfind("MPCOMM_", 0) == 0 || name == "MASTER_ADDR" || name == "MASTER_PORT") {
+      args.emplace_back("-x");
+      args.push_back(name);
+    }
+  }
+  args.push_back(program);
+  args.insert(args.end(), o.argv.begin() + 1, o.argv.end());
+  finish_plan(p, args);
+  p.exec_failed = "mpcomm launch: cannot execute '" + mpirun + "': ";
+  return p;
+}
+
+// Open MPI's session directory of one mpirun, <TMPDIR>/ompi.<node>.<uid>/pid.<pid>, holds the PMIx
+// shared-memory files of the job (megabytes). mpirun removes it when it ends; when it was killed it stays,
+// so the launcher removes it once mpirun is gone.
+void remove_mpirun_session_dir(pid_t mpirun_pid) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return;
+  std::string node = host;
+  for (const std::string& name : {node, node.substr(0, node.find('.'))}) {  // Open MPI drops the domain
+    const std::string dir = base + "/ompi." + name + "." + std::to_string(::geteuid()) + "/pid." +
+                            std::to_string(static_cast<int>(mpirun_pid));
+    std::error_code ec;
+    if (std::filesystem::remove_all(dir, ec) > 0)
+      MPCOMM_LOG(info, "launch: removed %s, left behind by mpirun", dir.c_str());
+  }
+}
+
+// Removes any process of the job still alive when it goes out of scope (after the Job's destructor).
+struct JobSweeper {
+  std::string job_id;  // empty: nothing to do
+  ~JobSweeper() {
+    if (!job_id.empty()) sweep_job_processes(job_id);
+  }
+};
+
 }  // namespace
 
 int launch(const LaunchOptions& o) {
   validate(o);
   const std::string program = find_program(o.argv[0]);
   const int n = o.nranks, hosts = o.hosts;
+  // --backend mpi: the ranks are started by mpirun, the only child (see mpirun_plan()).
+  const bool via_mpirun = o.backend == "mpi";
+  std::string mpirun;
+  if (via_mpirun) {
+    try {
+      mpirun = find_program("mpirun");
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("mpcomm: launch: --backend mpi starts the ranks with mpirun, but ") +
+                            (e.what() + std::strlen("mpcomm: launch: ")) + " (install openmpi-bin)");
+    }
+  }
 
   const char* env_token = std::getenv("MPCOMM_TOKEN");
   const std::string token = env_token != nullptr && *env_token != '\0' ? env_token : random_hex(16);
@@ -475,68 +871,72 @@ int launch(const LaunchOptions& o) {
   std::string addr = o.bind_addr == "0.0.0.0" ? "127.0.0.1" : o.bind_addr == "::" ? "::1" : o.bind_addr;
   const std::string port = std::to_string(store.port());
   const std::string store_url = "tcp://" + (addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + port;
-  const std::string host_base = hosts > 1 ? host_id_from_env() : "";
-  MPCOMM_LOG(info, "launch: job %s, %d ranks on %d host(s), store %s", job_id.c_str(), n, hosts, store_url.c_str());
+  MPCOMM_LOG(info, "launch: job %s, %d ranks on %d host(s), store %s%s", job_id.c_str(), n, hosts, store_url.c_str(),
+             via_mpirun ? ", through mpirun" : "");
 
-  // ---- every rank's argv and environment, before any fork
-  std::vector<std::string> overridden = {"RANK",          "WORLD_SIZE",     "LOCAL_RANK",    "LOCAL_WORLD_SIZE",
-                                         "MASTER_ADDR",   "MASTER_PORT",    "MPCOMM_STORE",  "MPCOMM_TOKEN",
-                                         "MPCOMM_JOB_ID", "MPCOMM_TIMEOUT", "MPCOMM_BACKEND"};
-  if (hosts > 1) overridden.push_back("MPCOMM_HOST_ID");  // with one host the inherited value (or hostname) holds
-  std::vector<std::string> inherited;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv = *e;
-    std::string name = kv.substr(0, kv.find('='));
-    bool drop = false;
-    for (const auto& o_name : overridden) drop = drop || name == o_name;
-    if (!drop) inherited.push_back(std::move(kv));
-  }
-  std::vector<ExecPlan> plans(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    int h = 0;
-    while (static_cast<long>(h + 1) * n / hosts <= r) ++h;  // host h runs [h*n/hosts, (h+1)*n/hosts)
-    const int first = static_cast<int>(static_cast<long>(h) * n / hosts);
-    const int end = static_cast<int>(static_cast<long>(h + 1) * n / hosts);
-    ExecPlan& p = plans[static_cast<size_t>(r)];
-    p.path = program;
-    p.env = inherited;
-    auto put = [&](const char* k, const std::string& v) { p.env.push_back(std::string(k) + "=" + v); };
-    put("RANK", std::to_string(r));
-    put("WORLD_SIZE", std::to_string(n));
-    put("LOCAL_RANK", std::to_string(r - first));
-    put("LOCAL_WORLD_SIZE", std::to_string(end - first));
-    put("MASTER_ADDR", addr);
-    put("MASTER_PORT", port);
-    put("MPCOMM_STORE", store_url);
-    put("MPCOMM_TOKEN", token);
-    put("MPCOMM_JOB_ID", job_id);
-    put("MPCOMM_TIMEOUT", timeout_text(o.timeout_s));
-    put("MPCOMM_BACKEND", o.backend);
-    if (hosts > 1) put("MPCOMM_HOST_ID", host_base + "-h" + std::to_string(h));
-    for (auto& kv : p.env) p.envp.push_back(kv.data());
-    p.envp.push_back(nullptr);
-    for (const auto& a : o.argv) p.argv.push_back(const_cast<char*>(a.c_str()));
-    p.argv.push_back(nullptr);
-    p.sh_argv.push_back(const_cast<char*>("/bin/sh"));
-    p.sh_argv.push_back(p.path.data());
-    for (size_t i = 1; i < o.argv.size(); ++i) p.sh_argv.push_back(const_cast<char*>(o.argv[i].c_str()));
-    p.sh_argv.push_back(nullptr);
-    p.exec_failed = "mpcomm launch: rank " + std::to_string(r) + ": cannot execute '" + program + "': ";
+  // ---- every child's argv and environment, before any fork
+  std::vector<ExecPlan> plans;
+  std::vector<std::string> mpirun_args;  // storage for the mpirun plan's argv
+  if (via_mpirun) {
+    plans.push_back(mpirun_plan(o, mpirun, program, {addr, port, store_url, token, job_id, timeout_text(o.timeout_s)},
+                                mpirun_args));
+  } else {
+    const std::string host_base = hosts > 1 ? host_id_from_env() : "";
+    std::vector<std::string> overridden = {"RANK",          "WORLD_SIZE",     "LOCAL_RANK",    "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR",   "MASTER_PORT",    "MPCOMM_STORE",  "MPCOMM_TOKEN",
+                                           "MPCOMM_JOB_ID", "MPCOMM_TIMEOUT", "MPCOMM_BACKEND"};
+    if (hosts > 1) overridden.push_back("MPCOMM_HOST_ID");  // with one host the inherited value (or hostname) holds
+    const std::vector<std::string> inherited = environment_without(overridden);
+    plans.resize(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      const int h = emulated_host_of_rank(r, n, hosts);  // host h runs [h*n/hosts, (h+1)*n/hosts)
+      const int first = static_cast<int>(static_cast<long>(h) * n / hosts);
+      const int end = static_cast<int>(static_cast<long>(h + 1) * n / hosts);
+      ExecPlan& p = plans[static_cast<size_t>(r)];
+      p.path = program;
+      p.env = inherited;
+      auto put = [&](const char* k, const std::string& v) { p.env.push_back(std::string(k) + "=" + v); };
+      put("RANK", std::to_string(r));
+      put("WORLD_SIZE", std::to_string(n));
+      put("LOCAL_RANK", std::to_string(r - first));
+      put("LOCAL_WORLD_SIZE", std::to_string(end - first));
+      put("MASTER_ADDR", addr);
+      put("MASTER_PORT", port);
+      put("MPCOMM_STORE", store_url);
+      put("MPCOMM_TOKEN", token);
+      put("MPCOMM_JOB_ID", job_id);
+      put("MPCOMM_TIMEOUT", timeout_text(o.timeout_s));
+      put("MPCOMM_BACKEND", o.backend);
+      if (hosts > 1) put("MPCOMM_HOST_ID", host_base + "-h" + std::to_string(h));
+      finish_plan(p, o.argv);
+      p.exec_failed = "mpcomm launch: rank " + std::to_string(r) + ": cannot execute '" + program + "': ";
+    }
   }
 
   // ---- start
   Output output;
   SignalCatcher signals;
+  JobSweeper sweeper{via_mpirun ? job_id : ""};  // destroyed after `job`: whatever mpirun left behind
+  TagDemux mpirun_out(STDOUT_FILENO, o.prefix_output), mpirun_err(STDERR_FILENO, o.prefix_output);
   Job job;  // after `signals`: destroyed first, so ranks are gone before the handlers are restored
-  job.ranks.resize(static_cast<size_t>(n));
-  {
+  if (via_mpirun) {
+    job.ranks.resize(1);
+    Rank& r = job.ranks[0];
+    r.rank = -1;
+    r.name = "mpirun";
+    start_rank(r, plans[0], /*stdin_fd=*/-1);  // mpirun forwards stdin to rank 0
+    r.out.demux = &mpirun_out;
+    r.err.demux = &mpirun_err;
+  } else {
+    job.ranks.resize(static_cast<size_t>(n));
     int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // stdin of every rank but 0, like mpirun
     try {
       for (int r = 0; r < n; ++r) {
         Rank& rank = job.ranks[static_cast<size_t>(r)];
         rank.rank = r;
+        rank.name = "rank " + std::to_string(r);
         rank.prefix = o.prefix_output ? "[" + std::to_string(r) + "] " : "";
-        start_rank(rank, plans[static_cast<size_t>(r)], devnull);
+        start_rank(rank, plans[static_cast<size_t>(r)], r == 0 ? -1 : devnull);
       }
     } catch (...) {
       if (devnull >= 0) ::close(devnull);
@@ -554,6 +954,10 @@ int launch(const LaunchOptions& o) {
       MPCOMM_LOG(warn, "launch: could not set %s: %s", kAbortKey, e.what());
     }
   };
+  // What the escalation messages name: the ranks, or mpirun (which ends its ranks itself).
+  auto running = [&]() {
+    return via_mpirun ? std::string("mpirun and its ranks") : std::to_string(job.running()) + " rank(s)";
+  };
   std::optional<Clock::time_point> term_at, kill_at, drain_until;
   bool termed = false, killed = false;
   int first_failure = 0;   // status of the first rank that failed
@@ -561,6 +965,18 @@ int launch(const LaunchOptions& o) {
   std::vector<pollfd> fds;
   std::vector<std::pair<Stream*, const std::string*>> polled;  // stream, its rank's prefix
   std::vector<char> buf(kReadChunk);
+  auto take_mpirun_reports = [&]() {
+    for (TagDemux* d : {&mpirun_out, &mpirun_err})
+      for (const RankFailure& f : d->take_failures()) {
+        if (first_failure != 0 || interrupted_by != 0) continue;
+        first_failure = f.status;
+        std::string what = "rank " + std::to_string(f.rank) + " " + f.how;
+        announce(what);
+        say(what + " (reported by mpirun)" +
+            (job.running() > 0 ? "; waiting up to " + fmt_seconds(o.grace_s) + " s for mpirun to end the job" : ""));
+        term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
+      }
+  };
 
   for (;;) {
     auto now = Clock::now();
@@ -595,8 +1011,7 @@ int launch(const LaunchOptions& o) {
       for (int sig : signals.drain()) {
         if (interrupted_by == 0) {
           interrupted_by = sig;
-          say(std::string("interrupted by SIG") + sigabbrev_np(sig) + "; terminating " + std::to_string(job.running()) +
-              " rank(s)");
+          say(std::string("interrupted by SIG") + sigabbrev_np(sig) + "; terminating " + running());
           announce(std::string("mpcomm launch was interrupted by SIG") + sigabbrev_np(sig));
           job.signal_all(SIGTERM);
           termed = true;
@@ -604,6 +1019,7 @@ int launch(const LaunchOptions& o) {
         } else if (!killed) {
           killed = true;
           job.signal_all(SIGKILL);
+          if (via_mpirun) sweep_job_processes(job_id);
         }
       }
     }
@@ -614,18 +1030,28 @@ int launch(const LaunchOptions& o) {
       auto [s, prefix] = polled[i - 1];
       ssize_t got = ::read(s->fd, buf.data(), buf.size());
       if (got > 0) {
-        s->pending.append(buf.data(), static_cast<size_t>(got));
-        s->relay(*prefix, /*eof=*/false, output);
+        s->take(buf.data(), static_cast<size_t>(got), *prefix, output);
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
         s->close(*prefix, output);
       }
     }
 
-    // Ranks that ended.
+    // Ranks that mpirun reported failed: mpirun ends the others itself; it gets grace_s to do so.
+    take_mpirun_reports();
+
+    // Ranks that ended. (mpirun's own exit is judged once its output is read: its report names the rank.)
+    // Of the ranks reaped in one pass, one killed by a signal is more likely the cause than those that
+    // exited with an error after noticing it, so it is reported as the first failure.
+    Rank* failed = nullptr;
     for (Rank& r : job.ranks) {
-      if (!r.running || !reap(r) || r.status == 0 || first_failure != 0 || interrupted_by != 0) continue;
+      if (!r.running || !reap(r) || r.status == 0) continue;
+      bool signaled = r.how.find("signal") != std::string::npos;
+      if (failed == nullptr || (signaled && failed->how.find("signal") == std::string::npos)) failed = &r;
+    }
+    if (failed != nullptr && first_failure == 0 && interrupted_by == 0 && !via_mpirun) {
+      Rank& r = *failed;
       first_failure = r.status;
-      std::string what = "rank " + std::to_string(r.rank) + " " + r.how;
+      std::string what = r.name + " " + r.how;
       announce(what);
       int others = job.running();
       say(others > 0 ? what + "; waiting up to " + fmt_seconds(o.grace_s) + " s for the other ranks" : what);
@@ -638,8 +1064,7 @@ int launch(const LaunchOptions& o) {
     if (term_at && !termed && now >= *term_at) {
       termed = true;
       if (job.running() > 0) {
-        say("terminating " + std::to_string(job.running()) + " rank(s) still running after " + fmt_seconds(o.grace_s) +
-            " s");
+        say("terminating " + running() + " still running after " + fmt_seconds(o.grace_s) + " s");
         job.signal_all(SIGTERM);
       }
       kill_at = now + kKillAfter;
@@ -647,12 +1072,22 @@ int launch(const LaunchOptions& o) {
     if (kill_at && !killed && now >= *kill_at) {
       killed = true;
       if (job.running() > 0) {
-        say("killing " + std::to_string(job.running()) + " rank(s) that did not end 2 s after SIGTERM");
+        say("killing " + running() + " that did not end 2 s after SIGTERM");
         job.signal_all(SIGKILL);
       }
+      if (via_mpirun) sweep_job_processes(job_id);
     }
   }
 
+  if (via_mpirun) {
+    take_mpirun_reports();
+    const Rank& m = job.ranks[0];
+    if (first_failure == 0 && interrupted_by == 0 && !m.running && m.status != 0) {
+      first_failure = m.status;  // mpirun failed without naming a rank
+      say(m.name + " " + m.how);
+    }
+    remove_mpirun_session_dir(m.pid);
+  }
   remove_shm_segments(job_id);
   if (interrupted_by != 0) return 128 + interrupted_by;
   return first_failure;

@@ -12,6 +12,15 @@
 //   - SIGINT/SIGTERM to the launcher terminate every rank (SIGKILL 2 s later, or at a second signal);
 //   - no rank, nor anything left in a rank's process group, outlives launch(); ranks die with the
 //     launcher (PR_SET_PDEATHSIG) even when it is killed; /dev/shm/mpcomm.<job id>* is removed.
+//
+// With backend "mpi" the ranks are started by one `mpirun -n N` child instead (TCP between every pair of
+// ranks; see mpirun_plan() in launcher.cc), around the same store, and the same guarantees hold: ranks
+// learn their rank from OMPI_COMM_WORLD_*, the store from MPCOMM_STORE (MPCOMM_STORE_SERVED=1: the
+// launcher serves it) and their emulated host from MPCOMM_HOSTS=H instead of MPCOMM_HOST_ID; output
+// comes back through mpirun's --tag-output as the same "[r] line"s; a failed rank (reported by mpirun,
+// which then ends the others itself) is announced and its status returned; SIGINT/SIGTERM and the
+// launcher's death (PR_SET_PDEATHSIG = SIGTERM) reach mpirun, which ends its ranks; and whatever mpirun
+// leaves behind when it is killed (ranks, its session directory) is removed.
 #pragma once
 
 #include <string>
@@ -23,7 +32,7 @@ struct LaunchOptions {
   int nranks = 1;                       // -n
   int hosts = 1;                        // --hosts: emulated hosts (MPCOMM_HOST_ID)
   double timeout_s = 300;               // --timeout: MPCOMM_TIMEOUT for the ranks
-  std::string backend = "native";       // MPCOMM_BACKEND for the ranks
+  std::string backend = "native";       // MPCOMM_BACKEND for the ranks; "mpi" starts them through mpirun
   double grace_s = 10;                  // after the first failure, how long the others may take to end
   bool prefix_output = true;            // "[r] " before each line
   std::vector<std::string> argv;        // PROGRAM ARGS...; PROGRAM is looked up on PATH unless it has a '/'

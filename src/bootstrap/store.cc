@@ -153,4 +153,9 @@ std::shared_ptr<Store> open_store(const std::string& url, const std::string& tok
   throw InvalidArgument("mpcomm: unknown store URL '" + url + "' (expected tcp://HOST:PORT or file:///ABSOLUTE/PATH)");
 }
 
+std::shared_ptr<Store> root_store(std::shared_ptr<Store> s) {
+  while (auto* p = dynamic_cast<PrefixStore*>(s.get())) s = p->base();
+  return s;
+}
+
 }  // namespace mpcomm

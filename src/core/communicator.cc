@@ -192,9 +192,11 @@ void Communicator::checked(Op& op) {
     if (options_.check > 0 && size_ > 1) verify_fingerprints(op);
     run(op);
   } catch (const InvalidArgument&) {
+    throw;  // rejected before any traffic: the communicator stays usable
+  } catch (const Unsupported&) {
     throw;
   } catch (const Error& e) {
-    on_abort(e.what());
+    on_abort(e.code(), e.what());
     throw;
   }
   OpStats& st = stats_[static_cast<size_t>(op.kind)];
@@ -302,11 +304,19 @@ void Communicator::recv(void* buf, size_t count, DataType dt, int peer, int tag)
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void Communicator::abort(const std::string& reason) { on_abort("rank " + std::to_string(rank_) + " aborted: " + reason); }
+void Communicator::abort(const std::string& reason) { on_abort(ErrorCode::peer_failure, "rank " + std::to_string(rank_) + " aborted: " + reason); }
 
 // ---- split ----------------------------------------------------------------------------------------
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  std::string aborted = abort_reason();
+  if (!aborted.empty())
+    throw PeerFailure("mpcomm: split on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " [" +
+                      backend_ + "]: communicator was aborted: " + aborted);
+  return split_impl(color, key);
+}
+
+std::unique_ptr<Communicator> Communicator::split_impl(int color, int key) {
   // Every rank learns every (color, key) through this communicator's own allgather; the new group's
   // store is a private prefix named after that allgather's sequence number, so it is unique.
   uint64_t seq = seq_;

@@ -50,6 +50,26 @@ void Engine::begin(const detail::Op* op, std::function<std::string()> describe) 
   if (describe) describe_ = std::move(describe);
 }
 
+void Engine::entered(uint64_t seq) {
+  if (seg_ != nullptr && my_local_ >= 0) seg_->doorbell(my_local_)->entered.store(seq + 1, std::memory_order_relaxed);
+}
+
+// On a timeout: which ranks of this host have not even entered the collective we wait in. The rank
+// we wait for is often only waiting for someone else; this names the one that is behind.
+std::string Engine::who_is_behind() const {
+  if (seg_ == nullptr || op_ == nullptr || op_->kind == OpKind::send || op_->kind == OpKind::recv) return "";
+  std::string out;
+  for (int r = 0; r < size_; ++r) {
+    const PeerInfo& in = info_[r];
+    if (r == rank_ || in.local < 0) continue;
+    uint64_t e = seg_->doorbell(in.local)->entered.load(std::memory_order_relaxed);
+    if (e >= op_->seq + 1) continue;
+    out += (out.empty() ? "; behind: " : ", ") + std::string("rank ") + std::to_string(r) +
+           (e == 0 ? " has entered no collective" : " is still before it (last entered #" + std::to_string(e - 1) + ")");
+  }
+  return out;
+}
+
 std::string Engine::context() const { return describe_ ? describe_() : "rank " + std::to_string(rank_); }
 
 void Engine::fail(ErrorCode code, const std::string& msg) {
@@ -96,7 +116,13 @@ Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerpr
   Peer& p = peers_[peer];
   if (p.closed) fail(ErrorCode::peer_failure, p.closed_why);
   p.sendq.push_back(x);
-  if (p.sendq.size() == 1 && progress_send(peer, p)) p.link->notify();  // eager: most small sends finish here
+  if (p.sendq.size() == 1) {  // eager: most small sends finish here
+    try {
+      if (progress_send(peer, p)) p.link->notify();
+    } catch (const PeerFailure& e) {
+      link_failed(p, e);
+    }
+  }
   return x;
 }
 
@@ -275,6 +301,13 @@ bool Engine::progress_recv(int peer, Peer& p) {
   }
 }
 
+// A link threw: the peer is gone. Only an error if something still needed that peer.
+void Engine::link_failed(Peer& p, const PeerFailure& e) {
+  p.closed = true;
+  p.closed_why = e.what();
+  if (p.busy()) fail(ErrorCode::peer_failure, e.what() + first_reported_failure());
+}
+
 bool Engine::progress() {
   bool any = false;
   for (int r = 0; r < size_; ++r) {
@@ -286,9 +319,7 @@ bool Engine::progress() {
       moved = progress_recv(r, p);
       if (!p.sendq.empty()) moved = progress_send(r, p) || moved;
     } catch (const PeerFailure& e) {
-      p.closed = true;
-      p.closed_why = e.what();
-      if (p.busy()) fail(ErrorCode::peer_failure, e.what() + first_reported_failure());
+      link_failed(p, e);
       continue;
     }
     if (moved) {
@@ -435,7 +466,7 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
                std::to_string(h->done_bytes) + "/" + std::to_string(h->bytes) + " bytes)";
       }
       fail(ErrorCode::timeout, "timed out after " + std::to_string(timeout_.count() / 1000.0).substr(0, 6) +
-                                   " s waiting for " + who);
+                                   " s waiting for " + who + who_is_behind());
     }
     sleep_a_little(kSleepMs);
   }

@@ -75,6 +75,8 @@ class Engine {
 
   // The op whose frames send()/recv() create and whose name errors carry; set before each collective.
   void begin(const detail::Op* op, std::function<std::string()> describe);
+  // Marks entry into collective number `seq` (visible to local peers, for "who is behind").
+  void entered(uint64_t seq);
 
   Handle send(int peer, const void* data, size_t bytes);  // collective frame
   Handle recv(int peer, void* data, size_t bytes);        // collective frame
@@ -125,6 +127,7 @@ class Engine {
   Handle post_send(int peer, uint8_t kind, int tag, const detail::Fingerprint& fp, const void* data, size_t bytes);
   void post_recv(const Handle& x);
   bool progress();
+  void link_failed(Peer& p, const PeerFailure& e);
   bool progress_send(int peer, Peer& p);
   bool progress_recv(int peer, Peer& p);
   void on_header(int peer, Peer& p);
@@ -136,6 +139,7 @@ class Engine {
   [[noreturn]] void fail(ErrorCode code, const std::string& msg);
   std::string context() const;
   std::string first_reported_failure();
+  std::string who_is_behind() const;
 
   int rank_, size_;
   std::vector<Peer> peers_;

@@ -122,6 +122,31 @@ const std::vector<OpKind>& checked_ops() {
   return ops;
 }
 
+std::vector<Case> conformance_cases(OpKind op, int n) {
+  static const size_t counts[] = {0, 1, 7, 1000, (size_t{1} << 20) + 3};
+  const bool reduces = op == OpKind::allreduce || op == OpKind::reduce || op == OpKind::reduce_scatter;
+  const bool rooted = op == OpKind::broadcast || op == OpKind::reduce || op == OpKind::gather || op == OpKind::scatter;
+  const bool blocks = op == OpKind::allgather || op == OpKind::reduce_scatter || op == OpKind::gather ||
+                      op == OpKind::scatter || op == OpKind::alltoall;
+  const auto nn = static_cast<size_t>(n);
+  std::vector<Case> cases;
+  for (int d = 0; d < kNumDataTypes; ++d)
+    for (int ro = 0; ro < (reduces ? kNumReduceOps : 1); ++ro)
+      for (size_t count : counts)
+        for (bool in_place : {false, true}) {
+          if (op == OpKind::broadcast && in_place) continue;  // broadcast has one buffer
+          Case c;
+          c.op = op;
+          c.dtype = static_cast<DataType>(d);
+          c.redop = static_cast<ReduceOp>(ro);
+          c.count = blocks ? (count + nn - 1) / nn : count;
+          c.root = rooted ? static_cast<int>((count + static_cast<size_t>(d)) % nn) : 0;
+          c.in_place = in_place;
+          cases.push_back(c);
+        }
+  return cases;
+}
+
 std::string describe(const Case& c) {
   std::string s = std::string(to_string(c.op)) + " count " + std::to_string(c.count) + " " +
                   std::string(to_string(c.dtype));

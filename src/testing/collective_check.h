@@ -38,4 +38,9 @@ Result run_case(Communicator& comm, const Case& c);
 // The ops run_case() supports, in the order the suite and selftest run them.
 const std::vector<OpKind>& checked_ops();
 
+// The conformance matrix for one op on n ranks: every dtype × reduce op (for reducing ops) × count in
+// {0, 1, 7, 1000, 2^20+3} × out-of-place/in-place, roots varying with the case. For the ops whose
+// count is per rank block the block is ceil(count / n), so each buffer stays near `count` elements.
+std::vector<Case> conformance_cases(OpKind op, int n);
+
 }  // namespace mpcomm::check

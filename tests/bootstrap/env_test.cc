@@ -19,6 +19,8 @@ namespace {
 class EnvTest : public ::testing::Test {
  protected:
   static constexpr const char* kVars[] = {"MPCOMM_STORE",
+                                          "MPCOMM_HOSTS",
+                                          "MPCOMM_STORE_SERVED",
                                           "RANK",
                                           "WORLD_SIZE",
                                           "LOCAL_RANK",

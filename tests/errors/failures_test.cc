@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "harness/process.h"
 #include "harness/thread_world.h"
 
 namespace mpcomm {
@@ -15,6 +16,10 @@ namespace {
 
 using std::chrono::steady_clock;
 using testing::message;
+using testing::run_command;
+using testing::RunResult;
+using testing::mpcomm_shm_entries;
+using testing::count_processes_running;
 
 double seconds_since(steady_clock::time_point t0) {
   return std::chrono::duration<double>(steady_clock::now() - t0).count();
@@ -88,10 +93,20 @@ TEST(Mismatch, SameOpDifferentCountOrDtypeFailsOnEveryRank) {
   }
 }
 
-TEST(Mismatch, DifferentRootsAreCaughtByTheFingerprintCheck) {
+// MPCOMM_CHECK works the same on every backend that runs ranks as threads (mpi: tests/mpi).
+std::vector<std::string> thread_backends() {
+  std::vector<std::string> out;
+  for (const auto& b : available_backends())
+    if (b != "mpi") out.push_back(b);
+  return out;
+}
+
+class FingerprintCheck : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FingerprintCheck, DifferentRootsFailOnBothRanksNamingBothRoots) {
   // A broadcast whose two ranks both think they are root moves no frame that either rank receives;
-  // MPCOMM_CHECK's fingerprint exchange still reports it, on both ranks, naming both roots.
-  testing::ThreadWorld world("native", 2, quick(20000, /*check=*/1));
+  // the fingerprint exchange still reports it, on both ranks, naming both roots.
+  testing::ThreadWorld world(GetParam(), 2, quick(20000, /*check=*/1));
   auto errs = world.run_collect([](int r, Communicator& c) {
     int32_t v[2] = {r, r};
     c.broadcast(v, 2, DataType::int32, r);
@@ -100,17 +115,37 @@ TEST(Mismatch, DifferentRootsAreCaughtByTheFingerprintCheck) {
     std::string m = expect_error<Mismatch>(errs[r], "rank " + std::to_string(r));
     EXPECT_TRUE(contains(m, "root 0")) << m;
     EXPECT_TRUE(contains(m, "root 1")) << m;
+    EXPECT_TRUE(contains(m, "[" + GetParam() + "]")) << m;
   }
 }
 
-TEST(Mismatch, FingerprintCheckPassesMatchingCalls) {
-  testing::ThreadWorld world("native", 3, quick(20000, 1));
+TEST_P(FingerprintCheck, DifferentCollectivesFailOnEveryRank) {
+  testing::ThreadWorld world(GetParam(), 3, quick(20000, 1));
+  auto errs = world.run_collect([](int r, Communicator& c) {
+    float buf[6] = {};
+    if (r == 1)
+      c.allgather(buf, buf + 2, 2, DataType::float32);
+    else
+      c.allreduce(buf, buf, 2, DataType::float32, ReduceOp::max);
+  });
+  for (int r = 0; r < 3; ++r) {
+    std::string m = expect_error<Mismatch>(errs[r], "rank " + std::to_string(r));
+    EXPECT_TRUE(contains(m, "allgather #0")) << m;
+    EXPECT_TRUE(contains(m, "allreduce #0")) << m;
+  }
+}
+
+TEST_P(FingerprintCheck, MatchingCallsPass) {
+  testing::ThreadWorld world(GetParam(), 3, quick(20000, 1));
   world.run([](int r, Communicator& c) {
     int32_t v = r, s = 0;
     for (int i = 0; i < 10; ++i) c.allreduce(&v, &s, 1, DataType::int32, ReduceOp::sum);
     if (s != 3) throw std::runtime_error("wrong sum");
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, FingerprintCheck, ::testing::ValuesIn(thread_backends()),
+                         [](const auto& info) { return info.param; });
 
 // ---- timeouts (ranks as threads) -------------------------------------------------------------------
 
@@ -148,58 +183,6 @@ TEST(Timeout, ARankThatNeverJoinsIsNamed) {
 
 // ---- processes through mpcomm launch ---------------------------------------------------------------
 
-struct RunResult {
-  int status = -1;
-  std::string output;
-  double seconds = 0;
-};
-
-RunResult run_command(const std::string& cmd) {
-  RunResult res;
-  auto t0 = steady_clock::now();
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return res;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) res.output.append(buf, n);
-  int st = ::pclose(p);
-  res.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  res.seconds = seconds_since(t0);
-  return res;
-}
-
-std::vector<std::string> mpcomm_shm_entries() {
-  std::vector<std::string> out;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind("mpcomm.", 0) == 0) out.emplace_back(e->d_name);
-    ::closedir(d);
-  }
-  return out;
-}
-
-// Live processes whose program (argv[0]) is `prog` and whose first argument is `arg`.
-int count_processes_running(const std::string& prog, const std::string& arg) {
-  int n = 0;
-  if (DIR* d = ::opendir("/proc")) {
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      std::string cmdline;
-      if (FILE* f = std::fopen(("/proc/" + std::string(e->d_name) + "/cmdline").c_str(), "r")) {
-        char buf[4096];
-        size_t got = std::fread(buf, 1, sizeof buf, f);
-        cmdline.assign(buf, got);
-        std::fclose(f);
-      }
-      if (cmdline == prog + std::string(1, '\0') + arg + std::string(1, '\0') ||
-          cmdline.rfind(prog + std::string(1, '\0') + arg + std::string(1, '\0'), 0) == 0)
-        ++n;
-    }
-    ::closedir(d);
-  }
-  return n;
-}
-
 const std::string kLaunch = std::string(MPCOMM_CLI) + " launch";
 const std::string kProg = MPCOMM_TESTPROG;
 
@@ -226,38 +209,54 @@ TEST(Processes, SelftestPassesAcrossProcessesAndHosts) {
   }
 }
 
-class KilledRank : public ::testing::TestWithParam<int> {};
+// (backend, emulated hosts). MPI's variant lives with the MPI tests (it runs under mpirun).
+class KilledRank : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(KilledRank, SurvivorsFailFastAndNothingIsLeftBehind) {
-  const int hosts = GetParam();
-  auto before = mpcomm_shm_entries();
-  RunResult r = run_command(kLaunch + " -n 4 --hosts " + std::to_string(hosts) + " --timeout 20 -- " + kProg + " kill 2 5");
+  const auto& [backend, hosts] = GetParam();
+  const std::string tag = testing::unique_tag();
+  RunResult r = run_command(kLaunch + " -n 4 --backend " + backend + " --hosts " + std::to_string(hosts) +
+                            " --timeout 20 -- " + kProg + " kill 2 5 " + tag);
   // The launcher reports the killed rank's status (128 + SIGKILL) and every survivor its error.
   EXPECT_EQ(r.status, 137) << r.output;
   EXPECT_LT(r.seconds, 30.0) << r.output;
   for (int s : {0, 1, 3}) {
     std::string tag = "[" + std::to_string(s) + "] rank " + std::to_string(s) + " failed after ";
-    auto pos = r.output.find(tag);
-    ASSERT_NE(pos, std::string::npos) << "rank " << s << " did not report a failure:\n" << r.output;
-    std::string line = r.output.substr(pos, r.output.find('\n', pos) - pos);
+    std::string line = testing::line_with(r.output, tag);
+    ASSERT_FALSE(line.empty()) << "rank " << s << " did not report a failure:\n" << r.output;
     EXPECT_TRUE(contains(line, "peer failure")) << line;
     EXPECT_TRUE(contains(line, "allreduce #")) << line;
-    double after = std::atof(line.c_str() + tag.size());
+    double after = std::atof(line.c_str() + line.find(tag) + tag.size());
     EXPECT_LT(after, 20.0) << line;  // within the timeout
   }
-  EXPECT_EQ(mpcomm_shm_entries(), before) << "shared memory left behind";
-  EXPECT_EQ(count_processes_running(kProg, "kill"), 0) << "orphaned ranks";
+  // This job's segments (named after its job id) must all be gone.
+  std::string job = testing::line_with(r.output, "[0] job ");
+  ASSERT_FALSE(job.empty()) << r.output;
+  job = job.substr(job.find("[0] job ") + 8);
+  for (const auto& e : mpcomm_shm_entries()) EXPECT_EQ(e.find("mpcomm." + job), std::string::npos) << "left behind: " << e;
+  EXPECT_EQ(count_processes_running(kProg, tag), 0) << "orphaned ranks";
 }
 
-INSTANTIATE_TEST_SUITE_P(OneAndTwoHosts, KilledRank, ::testing::Values(1, 2));
+std::vector<std::tuple<std::string, int>> killed_rank_params() {
+  std::vector<std::tuple<std::string, int>> ps = {{"native", 1}, {"native", 2}};
+  for (const auto& b : available_backends())
+    if (b == "gloo") ps.emplace_back("gloo", 1);
+  return ps;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, KilledRank, ::testing::ValuesIn(killed_rank_params()), [](const auto& info) {
+  return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "hosts";
+});
 
 TEST(Processes, AStalledRankMakesTheOthersTimeOut) {
-  RunResult r = run_command(kLaunch + " -n 3 --timeout 2 --grace 5 -- " + kProg + " stall 1 2");
+  const std::string tag = testing::unique_tag();
+  RunResult r = run_command(kLaunch + " -n 3 --timeout 2 --grace 5 -- " + kProg + " stall 1 2 " + tag);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, 20.0) << r.output;
   EXPECT_TRUE(contains(r.output, "timeout")) << r.output;
-  EXPECT_TRUE(contains(r.output, "rank 1")) << r.output;
-  EXPECT_EQ(count_processes_running(kProg, "stall"), 0) << "orphaned ranks";
+  // The rank everybody ends up waiting for may be a bystander; the report names the one behind.
+  EXPECT_TRUE(contains(r.output, "behind: rank 1 is still before it")) << r.output;
+  EXPECT_EQ(count_processes_running(kProg, tag), 0) << "orphaned ranks";
 }
 
 }  // namespace

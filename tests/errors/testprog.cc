@@ -18,8 +18,10 @@
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   std::string mode = argv[1];
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach the launcher even if the rank is killed
   auto comm = mpcomm::init_from_env();
   const int rank = comm->rank();
+  if (rank == 0 && std::getenv("MPCOMM_JOB_ID") != nullptr) std::printf("job %s\n", std::getenv("MPCOMM_JOB_ID"));
   if (mode == "topology") {
     const auto& t = comm->topology();
     std::printf("rank %d host %s local %d/%d hosts %d\n", rank, t.host_names[t.host].c_str(), t.local_rank,

@@ -12,5 +12,9 @@ using Runner = std::function<int()>;
 Runner add_launch(CLI::App& app);
 Runner add_selftest(CLI::App& app);
 Runner add_info(CLI::App& app);
+std::string info_text();
+Runner add_bench(CLI::App& app);
+Runner add_compare(CLI::App& app);
+Runner add_bench_worker(CLI::App& app);
 
 }  // namespace mpcomm::cli

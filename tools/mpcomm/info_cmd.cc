@@ -11,25 +11,92 @@
 #include "core/reduce.h"
 #include "mpcomm/mpcomm.h"
 
+#ifdef MPCOMM_HAVE_MPI
+#include <mpi.h>
+#endif
+
 namespace mpcomm::cli {
+
+namespace {
+
+std::string backend_line(const std::string& b) {
+  if (b == "native") return "mpcomm " MPCOMM_VERSION ": shared memory within a host, TCP between hosts";
+#ifdef MPCOMM_HAVE_GLOO
+  if (b == "gloo") return "Gloo " MPCOMM_GLOO_VERSION ": TCP transport between every pair (also within a host)";
+#endif
+#ifdef MPCOMM_HAVE_MPI
+  if (b == "mpi") {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int len = 0;
+    MPI_Get_library_version(v, &len);
+    std::string s(v, static_cast<size_t>(len));
+    if (auto nl = s.find_first_of(",\n"); nl != std::string::npos) s = s.substr(0, nl);
+    return s + ": launched through mpirun, TCP BTL for every pair (see README)";
+  }
+#endif
+  return "";
+}
+
+// The NCCL version of the headers CUDA ships, if present (the backend itself is not built yet).
+std::string nccl_headers() {
+  std::ifstream f("/usr/local/cuda/include/nccl.h");
+  std::string line, major, minor, patch;
+  while (std::getline(f, line)) {
+    auto grab = [&](const char* name, std::string& out) {
+      std::string key = std::string("#define ") + name + " ";
+      if (line.rfind(key, 0) == 0) out = line.substr(key.size());
+    };
+    grab("NCCL_MAJOR", major);
+    grab("NCCL_MINOR", minor);
+    grab("NCCL_PATCH", patch);
+  }
+  if (major.empty()) return "";
+  return "; NCCL " + major + "." + minor + "." + patch + " headers in /usr/local/cuda";
+}
+
+}  // namespace
+
+// The text `mpcomm info` prints; also the machine section of `mpcomm compare --report`.
+std::string info_text() {
+  std::string out;
+  auto line = [&](const char* fmt, auto... args) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf, fmt, args...);
+    out += buf;
+  };
+  line("mpcomm %s\n", MPCOMM_VERSION);
+  line("backends:\n");
+  for (const auto& b : available_backends()) line("  %-8s %s\n", b.c_str(), backend_line(b).c_str());
+#ifndef MPCOMM_HAVE_GLOO
+  line("  %-8s not in this build (needs libgloo-dev at configure time)\n", "gloo");
+#endif
+#ifndef MPCOMM_HAVE_MPI
+  line("  %-8s not in this build (needs libopenmpi-dev at configure time)\n", "mpi");
+#endif
+  line("  %-8s not built yet (the NCCL backend is planned)%s\n", "nccl", nccl_headers().c_str());
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  std::string cpu;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string l; std::getline(cpuinfo, l);)
+    if (l.rfind("model name", 0) == 0) {
+      cpu = l.substr(l.find(':') + 2);
+      break;
+    }
+  line("host: %s, %u cores (%s), %.1f GiB memory, reduction kernels: %s\n", host, std::thread::hardware_concurrency(),
+       cpu.c_str(), static_cast<double>(pages) * page / (1 << 30), reduce_kernel_isa());
+  line("environment:\n");
+  for (const auto& p : all_params()) {
+    std::string v = param_string(p.name);
+    line("  %-22s %-12s %s\n", p.name, v.empty() ? "(unset)" : v.c_str(), p.doc);
+  }
+  return out;
+}
 
 Runner add_info(CLI::App& app) {
   return [] {
-    std::printf("mpcomm %s\n", MPCOMM_VERSION);
-    std::printf("backends:\n");
-    for (const auto& b : available_backends())
-      std::printf("  %-8s %s\n", b.c_str(),
-                  b == "native" ? "shared memory within a host, TCP between hosts" : "");
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-    std::printf("host: %s, %u cores, %.1f GiB memory, reduction kernels: %s\n", host,
-                std::thread::hardware_concurrency(), static_cast<double>(pages) * page / (1 << 30), reduce_kernel_isa());
-    std::printf("environment:\n");
-    for (const auto& p : all_params()) {
-      std::string v = param_string(p.name);
-      std::printf("  %-22s %-12s %s\n", p.name, v.empty() ? "(unset)" : v.c_str(), p.doc);
-    }
+    std::fputs(info_text().c_str(), stdout);
     return 0;
   };
 }

@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   };
   add("launch", "start N local ranks of a program (mpcomm launch -n 4 -- PROGRAM ARGS...)", mpcomm::cli::add_launch);
   add("selftest", "run every collective with checked results and timings (run it under launch)", mpcomm::cli::add_selftest);
+  add("bench", "nccl-tests-style measurements of every backend side by side", mpcomm::cli::add_bench);
+  add("compare", "the article's experiments on this machine, every backend, tables and a report", mpcomm::cli::add_compare);
+  add("bench-worker", "(internal) the measuring side of bench, run by each rank", mpcomm::cli::add_bench_worker);
   add("info", "backends, versions, this host's cores and memory, and the MPCOMM_* variables", mpcomm::cli::add_info);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -15,10 +15,34 @@ struct SelftestOptions {
   std::vector<std::string> dtypes = {"float", "bfloat16", "int32"};
   std::vector<size_t> counts = {0, 1, 7, 1000, 262147};
   int iters = 5;
+  bool conformance = false;  // the full conformance matrix instead of the table
 };
+
+// The full matrix of the conformance suite (check::conformance_cases), every op; prints only
+// failures and a summary line. This is how process runs (gloo, mpi) are held to the same suite.
+int run_conformance(Communicator& comm) {
+  uint64_t cases = 0, wrong_cases = 0;
+  for (OpKind op : check::checked_ops())
+    for (const auto& c : check::conformance_cases(op, comm.size())) {
+      check::Result r = check::run_case(comm, c);
+      uint64_t w = r.wrong > 0 ? 1 : 0, any = 0;
+      comm.allreduce(&w, &any, 1, DataType::int64, ReduceOp::sum);
+      if (r.wrong > 0)
+        std::printf("rank %d: %s: %zu wrong, first %s\n", comm.rank(), check::describe(c).c_str(), r.wrong,
+                    r.first_wrong.c_str());
+      ++cases;
+      if (any > 0) ++wrong_cases;
+    }
+  comm.barrier();
+  if (comm.rank() == 0)
+    std::printf("conformance: backend %s, %d ranks, %llu cases, %llu failed\n", std::string(comm.backend()).c_str(),
+                comm.size(), static_cast<unsigned long long>(cases), static_cast<unsigned long long>(wrong_cases));
+  return wrong_cases == 0 ? 0 : 1;
+}
 
 int run_selftest(const SelftestOptions& o) {
   auto comm = init_from_env();
+  if (o.conformance) return run_conformance(*comm);
   const int n = comm->size();
   const bool lead = comm->rank() == 0;
   if (lead) {
@@ -71,6 +95,7 @@ Runner add_selftest(CLI::App& app) {
   auto o = std::make_shared<SelftestOptions>();
   app.add_option("-d,--dtypes", o->dtypes, "data types")->delimiter(',');
   app.add_option("-c,--counts", o->counts, "element counts")->delimiter(',');
+  app.add_flag("--conformance", o->conformance, "run the conformance suite's full matrix; print failures and a summary");
   app.add_option("-n,--iters", o->iters, "runs per case (alternating out-of-place and in-place)")->check(CLI::PositiveNumber);
   return [o] { return run_selftest(*o); };
 }

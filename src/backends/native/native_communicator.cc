@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "bootstrap/topology.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/op.h"
@@ -19,30 +20,12 @@ namespace mpcomm::native {
 
 namespace {
 
-// The store at the bottom of a chain of PrefixStores: where job-wide keys (mpcomm/abort) live.
-std::shared_ptr<Store> root_store(std::shared_ptr<Store> s) {
-  while (auto* p = dynamic_cast<PrefixStore*>(s.get())) s = p->base();
-  return s;
-}
-
 std::string random_hex(int n) {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^ (static_cast<uint64_t>(getpid()) << 32));
   static const char* digits = "0123456789abcdef";
   std::string s;
   for (int i = 0; i < n; ++i) s += digits[rng() % 16];
   return s;
-}
-
-// Store waits during setup name the rank that never showed up.
-std::string get_or_timeout(Store& store, const std::string& key, net::Deadline deadline, int rank, int size,
-                           const std::string& missing) {
-  auto left = std::chrono::duration_cast<Millis>(deadline - net::Clock::now());
-  try {
-    return store.get_string(key, std::max(left, Millis(1)));
-  } catch (const Timeout& e) {
-    throw Timeout("mpcomm: native communicator setup on rank " + std::to_string(rank) + " of " +
-                  std::to_string(size) + ": " + missing + " never showed up (" + e.what() + ")");
-  }
 }
 
 class P2PRequest;
@@ -63,6 +46,7 @@ class NativeCommunicator final : public Communicator {
   void run(const detail::Op& op) override {
     current_ = &op;
     engine_->begin(&op, [this] { return current_ ? detail::describe(*current_, *this) : std::string("native"); });
+    engine_->entered(op.seq);
     const Algorithm& a = select_algorithm(op, size());
     AlgoCtx ctx{*engine_, op, rank(), size(), scratch_};
     a.fn(ctx);
@@ -70,7 +54,7 @@ class NativeCommunicator final : public Communicator {
 
   std::shared_ptr<detail::RequestState> start_p2p(const detail::Op& op) override;
 
-  void on_abort(const std::string& reason) override { engine_->publish_abort(ErrorCode::peer_failure, reason); }
+  void on_abort(ErrorCode code, const std::string& reason) override { engine_->publish_abort(code, reason); }
   std::string abort_reason() const override { return engine_->abort_reason(); }
 
  private:
@@ -122,26 +106,10 @@ std::unique_ptr<Communicator> create_native(std::shared_ptr<Store> store, int ra
   const int pid = static_cast<int>(getpid());
 
   // 1. Who is where: host id and pid of every rank.
-  store->set_string("peer/" + std::to_string(rank), opts.host_id + "\n" + std::to_string(pid));
-  std::vector<std::string> host_of(size);
-  std::vector<int> pid_of(size);
-  for (int r = 0; r < size; ++r) {
-    std::string v = get_or_timeout(*store, "peer/" + std::to_string(r), deadline, rank, size, "rank " + std::to_string(r));
-    auto nl = v.find('\n');
-    host_of[r] = v.substr(0, nl);
-    pid_of[r] = std::atoi(v.c_str() + nl + 1);
-  }
-  Topology topo;
-  topo.host_of_rank.resize(size);
-  for (int r = 0; r < size; ++r) {
-    auto it = std::find(topo.host_names.begin(), topo.host_names.end(), host_of[r]);
-    if (it == topo.host_names.end()) {
-      topo.host_names.push_back(host_of[r]);
-      it = topo.host_names.end() - 1;
-    }
-    topo.host_of_rank[r] = static_cast<int>(it - topo.host_names.begin());
-  }
-  topo.host = topo.host_of_rank[rank];
+  const std::string who = "native communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
+  PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, deadline, who);
+  Topology topo = dir.topology;
+  const std::vector<int>& pid_of = dir.pids;
   std::vector<int> locals, remote;
   for (int r = 0; r < size; ++r) {
     if (topo.host_of_rank[r] == topo.host)
@@ -149,8 +117,6 @@ std::unique_ptr<Communicator> create_native(std::shared_ptr<Store> store, int ra
     else
       remote.push_back(r);
   }
-  topo.local_size = static_cast<int>(locals.size());
-  topo.local_rank = static_cast<int>(std::find(locals.begin(), locals.end(), rank) - locals.begin());
 
   // 2. Shared memory among the ranks of this host: the lowest rank creates, the others open, and the
   //    name is unlinked once all have mapped it.
@@ -165,15 +131,14 @@ std::unique_ptr<Communicator> create_native(std::shared_ptr<Store> store, int ra
       store->set_string(key, name);
       try {
         for (size_t i = 1; i < locals.size(); ++i)
-          get_or_timeout(*store, "shm_ok/" + std::to_string(locals[i]), deadline, rank, size,
-                         "local rank " + std::to_string(locals[i]));
+          get_before(*store, "shm_ok/" + std::to_string(locals[i]), deadline, who, "local rank " + std::to_string(locals[i]));
       } catch (...) {
         ShmSegment::unlink(name);
         throw;
       }
       ShmSegment::unlink(name);
     } else {
-      std::string name = get_or_timeout(*store, key, deadline, rank, size, "local rank " + std::to_string(locals[0]));
+      std::string name = get_before(*store, key, deadline, who, "local rank " + std::to_string(locals[0]));
       seg = ShmSegment::open(name, nlocal);
       store->set_string("shm_ok/" + std::to_string(rank), "1");
     }

@@ -19,6 +19,7 @@ struct alignas(64) Doorbell {
   std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> sleeping{0};
   std::atomic<uint32_t> closed{0};  // set when the rank destroyed its communicator
+  std::atomic<uint64_t> entered{0}; // 1 + sequence number of the last collective the rank entered
   int32_t pid = 0;
   int32_t global_rank = -1;
 };

@@ -1,0 +1,430 @@
+#include "backends/gloo/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/gather.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include <signal.h>
+
+#include <cstring>
+
+#include "bootstrap/topology.h"
+#include "core/log.h"
+#include "core/op.h"
+#include "core/reduce.h"
+
+namespace mpcomm::gloo_backend {
+
+namespace {
+
+// ---- our Store seen through Gloo's store interface ----------------------------------------------------
+
+class StoreAdapter : public ::gloo::rendezvous::Store {
+ public:
+  StoreAdapter(std::shared_ptr<mpcomm::Store> s, Millis timeout) : s_(std::move(s)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    s_->set(key, Bytes(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    Bytes b = s_->get(key, timeout_);
+    return std::vector<char>(b.begin(), b.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { s_->wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    s_->wait(keys, timeout);
+  }
+
+ private:
+  std::shared_ptr<mpcomm::Store> s_;
+  Millis timeout_;
+};
+
+// ---- reduction functions ------------------------------------------------------------------------------
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+template <class T>
+ReduceFn gloo_fn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return &::gloo::sum<T>;
+    case ReduceOp::prod: return &::gloo::product<T>;
+    case ReduceOp::min: return &::gloo::min<T>;
+    case ReduceOp::max: return &::gloo::max<T>;
+  }
+  return nullptr;
+}
+
+// bfloat16 has no Gloo type: reduce through mpcomm's kernels, which accumulate in float32.
+template <ReduceOp Op>
+void bf16_fn(void* c, const void* a, const void* b, size_t n) {
+  const void* srcs[2] = {a, b};
+  reduce_into(c, srcs, 2, n, DataType::bfloat16, Op);
+}
+
+ReduceFn reduce_fn(DataType dt, ReduceOp op) {
+  switch (dt) {
+    case DataType::int8: return gloo_fn<int8_t>(op);
+    case DataType::uint8: return gloo_fn<uint8_t>(op);
+    case DataType::int32: return gloo_fn<int32_t>(op);
+    case DataType::int64: return gloo_fn<int64_t>(op);
+    case DataType::float16: return gloo_fn<::gloo::float16>(op);
+    case DataType::float32: return gloo_fn<float>(op);
+    case DataType::float64: return gloo_fn<double>(op);
+    case DataType::bfloat16:
+      switch (op) {
+        case ReduceOp::sum:
+        case ReduceOp::avg: return &bf16_fn<ReduceOp::sum>;
+        case ReduceOp::prod: return &bf16_fn<ReduceOp::prod>;
+        case ReduceOp::min: return &bf16_fn<ReduceOp::min>;
+        case ReduceOp::max: return &bf16_fn<ReduceOp::max>;
+      }
+  }
+  throw Internal("mpcomm: gloo: no reduce function for " + std::string(to_string(dt)));
+}
+
+// Gloo's typed setters only need the element size; route every dtype to a same-size type.
+template <class F>
+void with_elem_type(DataType dt, F&& f) {
+  switch (dtype_size(dt)) {
+    case 1: return f(static_cast<uint8_t*>(nullptr));
+    case 2: return f(static_cast<uint16_t*>(nullptr));
+    case 4: return f(static_cast<uint32_t*>(nullptr));
+    default: return f(static_cast<uint64_t*>(nullptr));
+  }
+}
+
+constexpr uint8_t kP2PSlotPrefix = 0x20;  // above Gloo's collective prefixes (0x01..0x08)
+
+class GlooCommunicator;
+
+class P2PRequest : public detail::RequestState {
+ public:
+  P2PRequest(GlooCommunicator* c, std::unique_ptr<::gloo::transport::UnboundBuffer> buf, detail::Op op)
+      : c_(c), buf_(std::move(buf)), op_(op) {}
+  void wait() override;
+  bool test() override;
+
+ private:
+  GlooCommunicator* c_;
+  std::unique_ptr<::gloo::transport::UnboundBuffer> buf_;
+  detail::Op op_;
+  bool done_ = false;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
+                   std::shared_ptr<::gloo::Context> ctx)
+      : Communicator("gloo", rank, size, std::move(topo), std::move(opts)), ctx_(std::move(ctx)) {
+    set_store(std::move(store));
+  }
+
+  // Gloo errors become mpcomm errors that name the op: timeouts as Timeout, a closed or failed
+  // connection as PeerFailure.
+  template <class F>
+  void guarded(const detail::Op& op, F&& f) {
+    try {
+      f();
+    } catch (const ::gloo::IoException& e) {
+      std::string w = e.what();
+      bool timed_out = w.find("imed out") != std::string::npos || w.find("imeout") != std::string::npos;
+      std::string msg = "mpcomm: " + detail::describe(op, *this) + ": gloo: " + w;
+      if (timed_out) throw Timeout(msg);
+      throw PeerFailure(msg);
+    } catch (const ::gloo::Exception& e) {
+      throw PeerFailure("mpcomm: " + detail::describe(op, *this) + ": gloo: " + e.what());
+    } catch (const ::gloo::EnforceNotMet& e) {
+      throw Internal("mpcomm: " + detail::describe(op, *this) + ": gloo: " + e.what());
+    }
+  }
+
+  Millis timeout() const { return options().timeout; }
+
+ protected:
+  void run(const detail::Op& op) override {
+    guarded(op, [&] { dispatch(op); });
+    if (op.redop == ReduceOp::avg && op.reduces()) finish_avg(op);
+  }
+
+  std::shared_ptr<detail::RequestState> start_p2p(const detail::Op& op) override {
+    std::unique_ptr<::gloo::transport::UnboundBuffer> buf;
+    const uint64_t slot = ::gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(op.tag));
+    guarded(op, [&] {
+      if (op.kind == OpKind::send) {
+        buf = ctx_->createUnboundBuffer(const_cast<void*>(op.send), op.bytes());
+        buf->send(op.peer, slot);
+      } else {
+        buf = ctx_->createUnboundBuffer(op.recv, op.bytes());
+        buf->recv(op.peer, slot);
+      }
+    });
+    return std::make_shared<P2PRequest>(this, std::move(buf), op);
+  }
+
+  void on_abort(ErrorCode code, const std::string& reason) override {
+    if (!abort_.empty()) return;
+    abort_ = reason;
+    // A mismatch is found by MPCOMM_CHECK's exchange on every rank alike; telling the others (and
+    // closing connections under a peer still finishing that exchange) would only turn its Mismatch
+    // into a PeerFailure.
+    if (code == ErrorCode::mismatch) return;
+    // Tell the job (mpcomm launch and store-polling backends watch this key) and drop our
+    // connections so that peers blocked on us fail now rather than at their timeout.
+    try {
+      auto root = root_store(store());
+      if (root && !root->check({"mpcomm/abort"})) root->set_string("mpcomm/abort", reason);
+    } catch (const std::exception& e) {
+      MPCOMM_LOG(info, "gloo rank %d could not publish its abort: %s", rank(), e.what());
+    }
+    try {
+      ctx_->closeConnections();
+    } catch (...) {
+    }
+  }
+  std::string abort_reason() const override { return abort_; }
+
+ private:
+  std::vector<char>& scratch(size_t n) {
+    if (scratch_.size() < n) scratch_.resize(n);
+    return scratch_;
+  }
+
+  void finish_avg(const detail::Op& op) {
+    if (op.kind == OpKind::allreduce) divide_by(op.recv, op.count, op.dtype, size());
+    if (op.kind == OpKind::reduce && rank() == op.root) divide_by(op.recv, op.count, op.dtype, size());
+    if (op.kind == OpKind::reduce_scatter) divide_by(op.recv, op.count, op.dtype, size());
+  }
+
+  void dispatch(const detail::Op& op) {
+    const uint32_t tag = static_cast<uint32_t>(op.seq);
+    const size_t es = dtype_size(op.dtype), bytes = op.bytes(), n = static_cast<size_t>(size());
+    if (op.kind != OpKind::barrier && op.count == 0) {
+      // Gloo rejects empty buffers in some ops; an empty collective still synchronises nothing.
+      return;
+    }
+    switch (op.kind) {
+      case OpKind::allreduce: {
+        // Gloo's ring allreduce (bcube for large counts is not used: PyTorch's default is ring).
+        if (op.send != op.recv) std::memcpy(op.recv, op.send, bytes);
+        ::gloo::AllreduceOptions o(ctx_);
+        with_elem_type(op.dtype, [&](auto* t) {
+          using T = std::remove_pointer_t<decltype(t)>;
+          o.setOutput(static_cast<T*>(op.recv), op.count);
+        });
+        o.setReduceFunction(reduce_fn(op.dtype, op.redop));
+        o.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+        o.setTag(tag);
+        o.setTimeout(timeout());
+        ::gloo::allreduce(o);
+        return;
+      }
+      case OpKind::broadcast: {
+        ::gloo::BroadcastOptions o(ctx_);
+        with_elem_type(op.dtype, [&](auto* t) {
+          using T = std::remove_pointer_t<decltype(t)>;
+          o.setOutput(static_cast<T*>(op.recv), op.count);
+        });
+        o.setRoot(op.root);
+        o.setTag(tag);
+        o.setTimeout(timeout());
+        ::gloo::broadcast(o);
+        return;
+      }
+      case OpKind::reduce: {
+        // Gloo's reduce uses the output as its working buffer on every rank.
+        const bool root = rank() == op.root;
+        char* out = root ? static_cast<char*>(op.recv) : scratch(bytes).data();
+        if (op.send != out) std::memcpy(out, op.send, bytes);
+        ::gloo::ReduceOptions o(ctx_);
+        with_elem_type(op.dtype, [&](auto* t) {
+          using T = std::remove_pointer_t<decltype(t)>;
+          o.setOutput(reinterpret_cast<T*>(out), op.count);
+        });
+        o.setRoot(op.root);
+        o.setReduceFunction(reduce_fn(op.dtype, op.redop));
+        o.setTag(tag);
+        o.setTimeout(timeout());
+        ::gloo::reduce(o);
+        return;
+      }
+      case OpKind::allgather: {
+        // In place (send inside recv): hand Gloo a copy so that input and output never alias.
+        const char* in = static_cast<const char*>(op.send);
+        if (in == static_cast<char*>(op.recv) + static_cast<size_t>(rank()) * bytes) {
+          std::memcpy(scratch(bytes).data(), in, bytes);
+          in = scratch_.data();
+        }
+        ::gloo::AllgatherOptions o(ctx_);
+        with_elem_type(op.dtype, [&](auto* t) {
+          using T = std::remove_pointer_t<decltype(t)>;
+          o.setInput(const_cast<T*>(reinterpret_cast<const T*>(in)), op.count);
+          o.setOutput(static_cast<T*>(op.recv), op.count * n);
+        });
+        o.setTag(tag);
+        o.setTimeout(timeout());
+        ::gloo::allgather(o);
+        return;
+      }
+      case OpKind::reduce_scatter: {
+        // Composed: this Gloo's reduce-scatter is a legacy algorithm for power-of-two groups only, so
+        // allreduce the whole n-block input (ring) and keep block `rank`. Moves n× the bytes of a
+        // dedicated reduce-scatter; the README's capability table says so.
+        char* all = scratch(bytes * n).data();
+        std::memcpy(all, op.send, bytes * n);
+        ::gloo::AllreduceOptions o(ctx_);
+        with_elem_type(op.dtype, [&](auto* t) {
+          using T = std::remove_pointer_t<decltype(t)>;
+          o.setOutput(reinterpret_cast<T*>(all), op.count * n);
+        });
+        o.setReduceFunction(reduce_fn(op.dtype, op.redop));
+        o.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+        o.setTag(tag);
+        o.setTimeout(timeout());
+        ::gloo::allreduce(o);
+        std::memmove(op.recv, all + static_cast<size_t>(rank()) * bytes, bytes);
+        return;
+      }
+      case OpKind::gather: {
+        const char* in = static_cast<const char*>(op.send);
+        if (rank() == op.root && in == static_cast<char*>(op.recv) + static_cast<size_t>(rank()) * bytes) {
+          std::memcpy(scratch(bytes).data(), in, bytes);
+          in = scratch_.data();
+        }
+        ::gloo::GatherOptions o(ctx_);
+        with_elem_type(op.dtype, [&](auto* t) {
+          using T = std::remove_pointer_t<decltype(t)>;
+          o.setInput(const_cast<T*>(reinterpret_cast<const T*>(in)), op.count);
+          if (rank() == op.root) o.setOutput(static_cast<T*>(op.recv), op.count * n);
+        });
+        o.setRoot(op.root);
+        o.setTag(tag);
+        o.setTimeout(timeout());
+        ::gloo::gather(o);
+        return;
+      }
+      case OpKind::scatter: {
+        char* out = static_cast<char*>(op.recv);
+        const bool aliased = rank() == op.root && out == static_cast<const char*>(op.send) + static_cast<size_t>(rank()) * bytes;
+        if (aliased) out = scratch(bytes).data();
+        ::gloo::ScatterOptions o(ctx_);
+        with_elem_type(op.dtype, [&](auto* t) {
+          using T = std::remove_pointer_t<decltype(t)>;
+          if (rank() == op.root) {
+            std::vector<T*> ins(n);
+            for (size_t r = 0; r < n; ++r)
+              ins[r] = const_cast<T*>(reinterpret_cast<const T*>(static_cast<const char*>(op.send) + r * bytes));
+            o.setInputs(ins, op.count);
+          }
+          o.setOutput(reinterpret_cast<T*>(out), op.count);
+        });
+        o.setRoot(op.root);
+        o.setTag(tag);
+        o.setTimeout(timeout());
+        ::gloo::scatter(o);
+        return;  // aliased: the root's block is already in place
+      }
+      case OpKind::alltoall: {
+        const char* in = static_cast<const char*>(op.send);
+        if (in == op.recv) {
+          std::memcpy(scratch(bytes * n).data(), in, bytes * n);
+          in = scratch_.data();
+        }
+        ::gloo::AlltoallOptions o(ctx_);
+        with_elem_type(op.dtype, [&](auto* t) {
+          using T = std::remove_pointer_t<decltype(t)>;
+          o.setInput(const_cast<T*>(reinterpret_cast<const T*>(in)), op.count * n);
+          o.setOutput(static_cast<T*>(op.recv), op.count * n);
+        });
+        o.setTag(tag);
+        o.setTimeout(timeout());
+        ::gloo::alltoall(o);
+        return;
+      }
+      case OpKind::barrier: {
+        ::gloo::BarrierOptions o(ctx_);
+        o.setTag(tag);
+        o.setTimeout(timeout());
+        ::gloo::barrier(o);
+        return;
+      }
+      default: throw Internal("mpcomm: gloo: unexpected op " + std::string(to_string(op.kind)));
+    }
+    (void)es;
+  }
+
+  std::shared_ptr<::gloo::Context> ctx_;
+  std::vector<char> scratch_;
+  std::string abort_;
+  friend class P2PRequest;
+};
+
+void P2PRequest::wait() {
+  if (done_) return;
+  c_->guarded(op_, [&] {
+    bool ok = op_.kind == OpKind::send ? buf_->waitSend(c_->timeout()) : buf_->waitRecv(c_->timeout());
+    if (!ok) throw Timeout("mpcomm: " + detail::describe(op_, *c_) + ": gloo: no completion");
+  });
+  done_ = true;
+}
+
+bool P2PRequest::test() {
+  if (done_) return true;
+  bool ok = false;
+  c_->guarded(op_, [&] {
+    ok = op_.kind == OpKind::send ? buf_->waitSend(Millis(0)) : buf_->waitRecv(Millis(0));
+  });
+  done_ = ok;
+  return ok;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> create_gloo(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw InvalidArgument("mpcomm: gloo: rank " + std::to_string(rank) + " / size " + std::to_string(size) +
+                          " is not a valid rank of a group");
+  if (!store) throw InvalidArgument("mpcomm: gloo: a store is required");
+  Options opts = in.resolved();
+  if (opts.device.kind != Device::cpu)
+    throw Unsupported("mpcomm: gloo: device " + to_string(opts.device) + " is not supported yet");
+  const auto deadline = net::deadline_after(opts.timeout);
+  const std::string who = "gloo communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
+  PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, deadline, who);
+
+  // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would kill this process with
+  // SIGPIPE instead of letting the write fail. Ignore SIGPIPE unless the program chose a handler.
+  struct sigaction old {};
+  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+
+  // Gloo's TCP transport for every pair, as it is used for real; its own rendezvous through our store.
+  ::gloo::transport::tcp::attr attr;
+  attr.hostname = opts.bind_addr;
+  auto ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(opts.timeout);
+  try {
+    auto dev = ::gloo::transport::tcp::CreateDevice(attr);
+    StoreAdapter adapter(std::make_shared<PrefixStore>("gloo", store), opts.timeout);
+    ctx->connectFullMesh(adapter, dev);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw PeerFailure("mpcomm: " + who + ": gloo could not connect its full mesh: " + e.what());
+  }
+  return std::make_unique<GlooCommunicator>(rank, size, std::move(dir.topology), std::move(opts), std::move(store),
+                                            std::move(ctx));
+}
+
+}  // namespace mpcomm::gloo_backend

@@ -1,0 +1,834 @@
+// The mpi backend (see mpi_communicator.h).
+//
+// Shape: a process-wide Runtime owns MPI's lifetime (initialised once, finalised at a successful exit
+// after the last communicator) and the user-defined reduction ops for float16/bfloat16. Each
+// communicator holds a CommState — its MPI_Comm, its abort reason and the store it polls for the job's
+// abort key — that its point-to-point Requests share, so a Request may outlive its Communicator.
+// Every op starts one or more non-blocking MPI calls and completes them in CommState::wait(): bursts of
+// MPI_Testall, back to back (yielding the core) for 50 µs, then with sleeps of 50 µs growing to 1 ms
+// between bursts (ranks may outnumber cores, and a spinning rank would starve the one it waits for),
+// polling the store's abort key every 500 ms, until the deadline.
+//
+// What is guaranteed: no call blocks past Options::timeout except MPI_Comm_split, which has no
+// non-blocking form and is only entered once a bounded allgather has shown that every rank called split.
+// MPI cannot cancel a collective: when a communicator is aborted with MPI calls still in flight (a
+// timeout, a peer's failure), their buffers may still be written if the late rank arrives, the MPI_Comm
+// is left alone rather than freed under them, and MPI_Finalize is skipped at exit (it would wait for
+// ranks that may never come). An abort with nothing in flight (a mismatch found by MPCOMM_CHECK, an
+// unsupported count) leaves MPI in order.
+//
+// MPI_Finalize is collective in practice (Open MPI fences every rank in it), so a rank that exits with a
+// failure status skips it: otherwise it would sit in MPI_Finalize until every other rank got there too,
+// and mpirun — which ends the job as soon as one rank exits non-zero — would not hear of the failure
+// until the others had timed out. on_exit() (glibc) is what lets the exit handler see the status.
+#include "backends/mpi/mpi_communicator.h"
+
+// The C API only: mpi.h would otherwise pull in the deprecated C++ bindings, which need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/env.h"
+#include "core/log.h"
+#include "core/op.h"
+#include "core/params.h"
+#include "core/reduce.h"
+#include "bootstrap/topology.h"
+
+namespace mpcomm::mpi {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using detail::Op;
+
+constexpr const char* kAbortKey = "mpcomm/abort";
+constexpr auto kSpinFor = std::chrono::microseconds(50);     // bursts back to back (sched_yield between)
+constexpr auto kFirstSleep = std::chrono::microseconds(50);  // then sleep this long between bursts, doubling ...
+constexpr auto kMaxSleep = std::chrono::microseconds(1000);  // ... up to this
+// MPI_Testall calls per burst. Open MPI progresses its non-blocking collectives (coll/libnbc) from a
+// low-priority callback that runs on every 8th opal_progress() only, and each MPI_Test makes one: with
+// one test per wake-up a collective round took 8 sleeps, and a 2-rank barrier 2.8 ms instead of 20 µs.
+constexpr int kTestsPerBurst = 16;
+constexpr auto kStoreEvery = std::chrono::milliseconds(500);
+// One MPI call carries at most this many bytes (and at most INT_MAX elements): well inside what every
+// Open MPI code path computes in int.
+constexpr size_t kChunkBytes = size_t{1} << 30;
+
+std::atomic<size_t> g_chunk_elements_for_testing{0};
+
+std::string seconds_text(Millis ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+std::string mpi_error_text(int rc) {
+  char buf[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) return "MPI error code " + std::to_string(rc);
+  return std::string(buf, static_cast<size_t>(std::max(len, 0)));
+}
+
+int mpi_error_class(int rc) {
+  int cls = rc;
+  if (MPI_Error_class(rc, &cls) != MPI_SUCCESS) return rc;
+  return cls;
+}
+
+// "mpcomm: <what>: MPI_Xxx failed: <MPI_Error_string>"
+[[noreturn]] void throw_mpi(ErrorCode code, const std::string& what, const std::string& call, int rc,
+                            const std::string& detail = "") {
+  throw_error(code, "mpcomm: " + what + ": " + call + " failed: " + mpi_error_text(rc) + detail);
+}
+
+// ---- MPI's lifetime -------------------------------------------------------------------------------
+
+template <DataType D, ReduceOp R>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  // MPI wants inout = in op inout; every op here is commutative, so inout op= in is the same.
+  reduce_inplace(inout, in, static_cast<size_t>(*len), D, R);
+}
+
+class Runtime {
+ public:
+  // Initialises MPI on the first call.
+  static Runtime& get();
+
+  // Serialises MPI calls when MPI gave us less than MPI_THREAD_MULTIPLE (several communicators may
+  // run on several threads); a no-op lock otherwise.
+  std::unique_lock<std::mutex> guard() {
+    return serialize_ ? std::unique_lock<std::mutex>(call_mu_) : std::unique_lock<std::mutex>();
+  }
+
+  // float16/bfloat16 ops, accumulating in float32 through mpcomm's kernels. avg reduces as sum.
+  MPI_Op half_op(DataType dt, ReduceOp op) const {
+    return half_ops_[dt == DataType::bfloat16 ? 1 : 0][op == ReduceOp::avg ? 0 : static_cast<int>(op)];
+  }
+
+  void acquire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++live_;
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--live_ == 0 && exiting_) finalize_locked();
+  }
+  // A communicator was aborted with MPI calls in flight: MPI_Finalize would wait for ranks that may
+  // never arrive.
+  void note_stuck() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stuck_ = true;
+  }
+  bool finalized() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finalized_;
+  }
+  int provided() const { return provided_; }
+
+ private:
+  Runtime() = default;
+  static void at_exit(int status, void*);
+  void finalize_locked();
+
+  std::mutex mu_;  // guards the lifetime fields below
+  int live_ = 0;   // CommStates alive
+  bool initialized_here_ = false;
+  bool exiting_ = false;
+  bool stuck_ = false;
+  bool finalized_ = false;
+  int exit_status_ = 0;
+
+  int provided_ = MPI_THREAD_SINGLE;
+  bool serialize_ = false;
+  std::mutex call_mu_;
+  MPI_Op half_ops_[2][4] = {};
+};
+
+std::mutex g_init_mu;
+// Never deleted: it must outlive every static destructor and atexit handler.
+std::atomic<Runtime*> g_runtime{nullptr};
+
+Runtime& Runtime::get() {
+  if (Runtime* rt = g_runtime.load(std::memory_order_acquire)) return *rt;
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (Runtime* rt = g_runtime.load(std::memory_order_acquire)) return *rt;
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (fin) throw Internal("mpcomm: mpi: MPI was already finalized in this process and cannot be initialised again");
+  auto* rt = new Runtime();
+  if (!inited) {
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &rt->provided_);
+    if (rc != MPI_SUCCESS) {
+      delete rt;
+      throw_mpi(ErrorCode::internal, "mpi backend initialisation", "MPI_Init_thread", rc);
+    }
+    rt->initialized_here_ = true;
+    ::on_exit(&Runtime::at_exit, nullptr);
+  } else {
+    MPI_Query_thread(&rt->provided_);
+  }
+  rt->serialize_ = rt->provided_ < MPI_THREAD_MULTIPLE;
+  if (rt->serialize_)
+    MPCOMM_LOG(warn,
+               "mpi: MPI provides thread level %d, not MPI_THREAD_MULTIPLE (%d); mpcomm serialises its MPI "
+               "calls%s",
+               rt->provided_, MPI_THREAD_MULTIPLE,
+               rt->provided_ < MPI_THREAD_SERIALIZED ? ", but only the main thread may use mpi communicators" : "");
+  using D = DataType;
+  using R = ReduceOp;
+  MPI_User_function* fns[2][4] = {{half_reduce<D::float16, R::sum>, half_reduce<D::float16, R::prod>,
+                                   half_reduce<D::float16, R::min>, half_reduce<D::float16, R::max>},
+                                  {half_reduce<D::bfloat16, R::sum>, half_reduce<D::bfloat16, R::prod>,
+                                   half_reduce<D::bfloat16, R::min>, half_reduce<D::bfloat16, R::max>}};
+  for (int t = 0; t < 2; ++t)
+    for (int o = 0; o < 4; ++o) {
+      int rc = MPI_Op_create(fns[t][o], /*commute=*/1, &rt->half_ops_[t][o]);
+      if (rc != MPI_SUCCESS) throw_mpi(ErrorCode::internal, "mpi backend initialisation", "MPI_Op_create", rc);
+    }
+  g_runtime.store(rt, std::memory_order_release);
+  return *rt;
+}
+
+void Runtime::at_exit(int status, void*) {
+  Runtime& rt = *g_runtime.load();
+  std::lock_guard<std::mutex> lock(rt.mu_);
+  rt.exiting_ = true;
+  rt.exit_status_ = status;
+  if (rt.live_ == 0) rt.finalize_locked();
+  // Otherwise the last communicator to go (a static, destroyed after this handler) finalises.
+}
+
+void Runtime::finalize_locked() {
+  if (!initialized_here_ || finalized_) return;
+  finalized_ = true;
+  if (stuck_) {
+    MPCOMM_LOG(info, "mpi: not calling MPI_Finalize: a communicator was aborted with MPI calls in flight");
+    return;
+  }
+  if (exit_status_ != 0) {
+    MPCOMM_LOG(info, "mpi: exit status %d: not calling MPI_Finalize, which would wait for every other rank",
+               exit_status_);
+    return;
+  }
+  for (auto& row : half_ops_)
+    for (MPI_Op& op : row) MPI_Op_free(&op);
+  if (int rc = MPI_Finalize(); rc != MPI_SUCCESS)
+    MPCOMM_LOG(warn, "mpi: MPI_Finalize failed: %s", mpi_error_text(rc).c_str());
+}
+
+// ---- types ----------------------------------------------------------------------------------------
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::int8:
+      return MPI_INT8_T;
+    case DataType::uint8:
+      return MPI_UINT8_T;
+    case DataType::int32:
+      return MPI_INT32_T;
+    case DataType::int64:
+      return MPI_INT64_T;
+    case DataType::float16:
+    case DataType::bfloat16:
+      return MPI_UINT16_T;  // reduced by the user-defined ops above
+    case DataType::float32:
+      return MPI_FLOAT;
+    case DataType::float64:
+      return MPI_DOUBLE;
+  }
+  throw InvalidArgument("mpcomm: mpi: unknown DataType value " + std::to_string(static_cast<int>(t)));
+}
+
+// Integer sum/prod of MPI's built-in ops wrap like ours (two's complement arithmetic on the type).
+MPI_Op mpi_op(DataType t, ReduceOp op) {
+  if (t == DataType::float16 || t == DataType::bfloat16) return Runtime::get().half_op(t, op);
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      return MPI_SUM;  // avg: sum, then divide_by() where the result lives
+    case ReduceOp::prod:
+      return MPI_PROD;
+    case ReduceOp::min:
+      return MPI_MIN;
+    case ReduceOp::max:
+      return MPI_MAX;
+  }
+  throw InvalidArgument("mpcomm: mpi: unknown ReduceOp value " + std::to_string(static_cast<int>(op)));
+}
+
+size_t chunk_elements(size_t elem_size) {
+  size_t forced = g_chunk_elements_for_testing.load(std::memory_order_relaxed);
+  if (forced > 0) return forced;
+  return std::min(kChunkBytes / elem_size, static_cast<size_t>(INT_MAX));
+}
+
+// ---- one communicator's MPI state -----------------------------------------------------------------
+
+class CommState {
+ public:
+  CommState(int rank, int size, Millis timeout, std::shared_ptr<Store> store)
+      : rank_(rank), size_(size), timeout_(timeout), abort_store_(store ? root_store(std::move(store)) : nullptr) {
+    Runtime::get().acquire();
+  }
+  ~CommState() {
+    // Calls still in flight (MPI cannot cancel a collective): leave the MPI_Comm alone rather than free it
+    // under them.
+    int mpi_finalized = 0;
+    MPI_Finalized(&mpi_finalized);  // also by the program itself, when it initialised MPI
+    if (comm != MPI_COMM_NULL && in_flight_.load() == 0 && !mpi_finalized && !Runtime::get().finalized()) {
+      auto g = Runtime::get().guard();
+      if (int rc = MPI_Comm_free(&comm); rc != MPI_SUCCESS)
+        MPCOMM_LOG(warn, "mpi rank %d: MPI_Comm_free failed: %s", rank_, mpi_error_text(rc).c_str());
+    }
+    Runtime::get().release();
+  }
+  CommState(const CommState&) = delete;
+  CommState& operator=(const CommState&) = delete;
+
+  MPI_Comm comm = MPI_COMM_NULL;
+  int tag_ub = INT_MAX;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Throws Internal (or `code`) in the format every MPI failure has.
+  void check(int rc, const std::string& what, const char* call, ErrorCode code = ErrorCode::internal) const {
+    if (rc != MPI_SUCCESS) throw_mpi(code, what, call, rc);
+  }
+
+  // Starts one non-blocking MPI call (`post` fills the request) and appends its request to `reqs`.
+  template <class Post>
+  void post(std::vector<MPI_Request>& reqs, const std::string& what, const char* call, Post&& post_call) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    int rc;
+    {
+      auto g = Runtime::get().guard();
+      rc = post_call(&r);
+    }
+    check(rc, what, call);
+    reqs.push_back(r);
+    in_flight_.fetch_add(1);
+  }
+
+  // One MPI_Testall over `reqs` (posted with post()): true when all completed. An MPI error is a
+  // PeerFailure (Mismatch for a truncated receive).
+  bool test(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const std::string& what,
+            const char* call) {
+    int flag = 0, rc;
+    {
+      auto g = Runtime::get().guard();
+      rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag,
+                       statuses != nullptr ? statuses->data() : MPI_STATUSES_IGNORE);
+    }
+    if (rc == MPI_SUCCESS) {
+      if (flag == 0) return false;
+      in_flight_.fetch_sub(static_cast<int>(reqs.size()));
+      reqs.clear();
+      return true;
+    }
+    if (rc == MPI_ERR_IN_STATUS && statuses != nullptr)
+      for (const MPI_Status& s : *statuses)
+        if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING) {
+          rc = s.MPI_ERROR;
+          break;
+        }
+    const std::string waiting = std::string(" (completing ") + call + ")";
+    if (mpi_error_class(rc) == MPI_ERR_TRUNCATE)
+      throw_mpi(ErrorCode::mismatch, what, "MPI_Testall", rc, waiting + ": the peer sent more than was received");
+    throw_mpi(ErrorCode::peer_failure, what, "MPI_Testall", rc, waiting);
+  }
+
+  // Completes `reqs` or throws: Timeout past the deadline, PeerFailure when the job's abort key appears
+  // (how mpcomm launch reports a dead rank) or MPI reports an error.
+  void wait(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const std::string& what,
+            const char* call) {
+    const auto start = Clock::now();
+    const auto deadline = start + timeout_;
+    auto next_store_check = start + kStoreEvery;
+    auto nap = kFirstSleep;
+    for (;;) {
+      for (int i = 0; i < kTestsPerBurst; ++i)
+        if (test(reqs, statuses, what, call)) return;
+      const auto now = Clock::now();
+      if (now - start < kSpinFor) {
+        sched_yield();
+        continue;
+      }
+      if (now >= deadline)
+        throw Timeout("mpcomm: " + what + ": timed out after " + seconds_text(timeout_) + " s waiting for " + call +
+                      " to complete (a rank did not make the matching call, or is stuck)");
+      if (now >= next_store_check) {
+        next_store_check = now + kStoreEvery;
+        poll_abort_key(what);
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, kMaxSleep);
+    }
+  }
+
+  // Records the first failure; publishes it to the job (mpcomm/abort) unless someone did already.
+  void abort(const std::string& reason, bool announce = true) {
+    std::shared_ptr<Store> store;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!abort_reason_.empty()) return;
+      abort_reason_ = reason;
+      store = abort_store_;
+    }
+    if (in_flight_.load() > 0) Runtime::get().note_stuck();
+    if (!store || !announce) return;
+    try {
+      if (!store->check({kAbortKey})) store->set_string(kAbortKey, reason);
+    } catch (const std::exception& e) {
+      MPCOMM_LOG(info, "mpi rank %d could not publish its abort to the store: %s", rank_, e.what());
+    }
+  }
+
+  std::string abort_reason() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return abort_reason_;
+  }
+
+ private:
+  void poll_abort_key(const std::string& what) {
+    std::shared_ptr<Store> store;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      store = abort_store_;
+    }
+    if (!store) return;
+    std::string msg;
+    try {
+      if (!store->check({kAbortKey})) return;
+      msg = store->get_string(kAbortKey, Millis(1000));
+    } catch (const std::exception& e) {
+      // The store may legitimately be gone; from now on rely on MPI and the deadline.
+      MPCOMM_LOG(info, "mpi rank %d: store unreachable, no longer polling it for aborts: %s", rank_, e.what());
+      std::lock_guard<std::mutex> lock(mu_);
+      abort_store_.reset();
+      return;
+    }
+    throw PeerFailure("mpcomm: " + what + ": aborted because another rank failed: " + msg);
+  }
+
+  const int rank_;
+  const int size_;
+  const Millis timeout_;
+  std::atomic<int> in_flight_{0};  // requests posted and not completed
+  mutable std::mutex mu_;          // abort_reason_ and abort_store_: a Request may be used from another thread
+  std::string abort_reason_;
+  std::shared_ptr<Store> abort_store_;  // root store; reset after it failed once
+};
+
+// ---- point to point -------------------------------------------------------------------------------
+
+class MpiRequest : public detail::RequestState {
+ public:
+  MpiRequest(std::shared_ptr<CommState> st, const Op& op, std::string what)
+      : st_(std::move(st)),
+        op_(op),
+        what_(std::move(what)),
+        call_(op.kind == OpKind::send ? "MPI_Isend" : "MPI_Irecv") {}
+
+  // Posts every chunk; on failure the communicator is aborted.
+  void start() {
+    const MPI_Datatype type = mpi_type(op_.dtype);
+    const size_t es = dtype_size(op_.dtype), chunk = chunk_elements(es);
+    size_t off = 0;
+    try {
+      do {
+        const size_t n = std::min(chunk, op_.count - off);
+        st_->post(reqs_, what_, call_, [&](MPI_Request* r) {
+          return op_.kind == OpKind::send ? MPI_Isend(static_cast<const char*>(op_.send) + off * es,
+                                                      static_cast<int>(n), type, op_.peer, op_.tag, st_->comm, r)
+                                          : MPI_Irecv(static_cast<char*>(op_.recv) + off * es, static_cast<int>(n),
+                                                      type, op_.peer, op_.tag, st_->comm, r);
+        });
+        expected_.push_back(static_cast<int>(n));
+        off += n;
+      } while (off < op_.count);
+    } catch (const Error& e) {
+      st_->abort(e.what());
+      throw;
+    }
+    statuses_.resize(reqs_.size());
+  }
+
+  void wait() override {
+    if (done_) return;
+    throw_if_aborted();
+    try {
+      st_->wait(reqs_, &statuses_, what_, call_);
+      finish();
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::timeout) cancel_receives();
+      st_->abort(e.what());
+      throw;
+    }
+  }
+
+  bool test() override {
+    if (done_) return true;
+    throw_if_aborted();
+    try {
+      if (!st_->test(reqs_, &statuses_, what_, call_)) return false;
+      finish();
+      return true;
+    } catch (const Error& e) {
+      st_->abort(e.what());
+      throw;
+    }
+  }
+
+ private:
+  void throw_if_aborted() {
+    std::string why = st_->abort_reason();
+    if (!why.empty()) throw PeerFailure("mpcomm: " + what_ + ": communicator was aborted: " + why);
+  }
+
+  // A receive must get exactly the count it named (MPI itself only catches a longer message).
+  void finish() {
+    if (op_.kind == OpKind::recv) {
+      const MPI_Datatype type = mpi_type(op_.dtype);
+      for (size_t i = 0; i < statuses_.size(); ++i) {
+        int got = 0;
+        st_->check(MPI_Get_count(&statuses_[i], type, &got), what_, "MPI_Get_count");
+        if (got != expected_[i])
+          throw Mismatch("mpcomm: " + what_ + ": rank " + std::to_string(op_.peer) + " sent " + std::to_string(got) +
+                         " elements where " + std::to_string(expected_[i]) + " were expected");
+      }
+    }
+    done_ = true;
+  }
+
+  // After a timeout, keep MPI from writing into the caller's buffer later (best effort: a receive that
+  // already matched a message cannot be cancelled).
+  void cancel_receives() {
+    if (op_.kind != OpKind::recv) return;
+    {
+      auto g = Runtime::get().guard();
+      for (MPI_Request& r : reqs_)
+        if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+    }
+    try {
+      for (int i = 0; i < 1000 && !st_->test(reqs_, nullptr, what_, call_); ++i)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    } catch (const Error&) {
+    }
+  }
+
+  std::shared_ptr<CommState> st_;
+  Op op_;
+  std::string what_;
+  const char* call_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<MPI_Status> statuses_;
+  std::vector<int> expected_;  // elements per chunk
+  bool done_ = false;
+};
+
+// ---- the communicator -----------------------------------------------------------------------------
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(std::shared_ptr<CommState> st, Topology topo, Options opts, std::shared_ptr<Store> store)
+      : Communicator("mpi", st->rank(), st->size(), std::move(topo), std::move(opts)), st_(std::move(st)) {
+    set_store(std::move(store));
+  }
+
+ protected:
+  void run(const Op& op) override;
+
+  std::shared_ptr<detail::RequestState> start_p2p(const Op& op) override {
+    std::string what = detail::describe(op, *this);
+    if (op.tag > st_->tag_ub)
+      throw Unsupported("mpcomm: " + what + ": tag " + std::to_string(op.tag) + " is above this MPI's MPI_TAG_UB " +
+                        std::to_string(st_->tag_ub));
+    auto req = std::make_shared<MpiRequest>(st_, op, std::move(what));
+    req->start();
+    return req;
+  }
+
+  std::unique_ptr<Communicator> split_impl(int color, int key) override;
+
+  void on_abort(ErrorCode code, const std::string& reason) override {
+    // A mismatch is found by MPCOMM_CHECK's exchange on every rank alike: record it, but do not announce
+    // it to the job (a peer still finishing the exchange would report a PeerFailure instead).
+    st_->abort(reason, /*announce=*/code != ErrorCode::mismatch);
+  }
+  std::string abort_reason() const override { return st_->abort_reason(); }
+
+ private:
+  std::shared_ptr<CommState> st_;
+};
+
+void MpiCommunicator::run(const Op& op) {
+  const std::string what = detail::describe(op, *this);
+  const MPI_Datatype type = mpi_type(op.dtype);
+  const size_t es = dtype_size(op.dtype);
+  const MPI_Comm comm = st_->comm;
+  const bool is_root = op.rooted() && op.root == rank();
+  const auto* src = static_cast<const char*>(op.send);
+  auto* dst = static_cast<char*>(op.recv);
+  std::vector<MPI_Request> reqs;
+  const char* call = "";
+
+  auto start = [&](const char* name, auto&& post) {
+    call = name;
+    st_->post(reqs, what, name, post);
+  };
+  // allreduce, broadcast and reduce go out in chunks of at most chunk_elements(); every chunk is posted
+  // before any is waited for (MPI matches collectives in order). count 0 still makes one call.
+  auto chunked = [&](auto&& post_chunk) {
+    const size_t chunk = chunk_elements(es);
+    size_t off = 0;
+    do {
+      const size_t n = std::min(chunk, op.count - off);
+      post_chunk(off * es, static_cast<int>(n));
+      off += n;
+    } while (off < op.count);
+  };
+  // The other collectives take one count per rank block, which MPI cannot express past INT_MAX.
+  auto one_call_count = [&]() {
+    if (op.count > static_cast<size_t>(INT_MAX))
+      throw Unsupported("mpcomm: " + what + ": count " + std::to_string(op.count) + " is more than the " +
+                        std::to_string(INT_MAX) + " elements one MPI call can carry per rank, and the mpi backend " +
+                        "splits only allreduce, broadcast, reduce, send and recv into chunks");
+    return static_cast<int>(op.count);
+  };
+  // Where the block of rank r starts in a buffer of per-rank blocks.
+  auto block = [&](const void* base, int r) {
+    return static_cast<const char*>(base) + static_cast<size_t>(r) * op.count * es;
+  };
+
+  switch (op.kind) {
+    case OpKind::allreduce: {
+      const MPI_Op mop = mpi_op(op.dtype, op.redop);
+      const bool in_place = op.send == op.recv;
+      chunked([&](size_t off, int n) {
+        start("MPI_Iallreduce", [&](MPI_Request* r) {
+          return MPI_Iallreduce(in_place ? MPI_IN_PLACE : src + off, dst + off, n, type, mop, comm, r);
+        });
+      });
+      break;
+    }
+    case OpKind::broadcast:
+      chunked([&](size_t off, int n) {
+        start("MPI_Ibcast", [&](MPI_Request* r) { return MPI_Ibcast(dst + off, n, type, op.root, comm, r); });
+      });
+      break;
+    case OpKind::reduce: {
+      const MPI_Op mop = mpi_op(op.dtype, op.redop);
+      const bool in_place = is_root && op.send == op.recv;
+      chunked([&](size_t off, int n) {
+        start("MPI_Ireduce", [&](MPI_Request* r) {
+          return MPI_Ireduce(in_place ? MPI_IN_PLACE : src + off, is_root ? dst + off : nullptr, n, type, mop, op.root,
+                             comm, r);
+        });
+      });
+      break;
+    }
+    case OpKind::allgather: {
+      const int n = one_call_count();
+      const bool in_place = op.count > 0 && op.send == block(op.recv, rank());
+      start("MPI_Iallgather", [&](MPI_Request* r) {
+        return MPI_Iallgather(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm, r);
+      });
+      break;
+    }
+    case OpKind::reduce_scatter: {
+      // MPI's in-place reduce_scatter takes every block from recvbuf and leaves the result at its start;
+      // ours has the result at block rank(), so it is moved there afterwards (block 0 is scratch then).
+      const int n = one_call_count();
+      const MPI_Op mop = mpi_op(op.dtype, op.redop);
+      const bool in_place = op.count > 0 && op.recv == block(op.send, rank());
+      start("MPI_Ireduce_scatter_block", [&](MPI_Request* r) {
+        return in_place ? MPI_Ireduce_scatter_block(MPI_IN_PLACE, const_cast<void*>(op.send), n, type, mop, comm, r)
+                        : MPI_Ireduce_scatter_block(op.send, op.recv, n, type, mop, comm, r);
+      });
+      st_->wait(reqs, nullptr, what, call);
+      if (in_place && rank() != 0) std::memmove(op.recv, op.send, op.count * es);
+      if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, size());
+      return;
+    }
+    case OpKind::gather: {
+      const int n = one_call_count();
+      const bool in_place = is_root && op.count > 0 && op.send == block(op.recv, op.root);
+      start("MPI_Igather", [&](MPI_Request* r) {
+        return MPI_Igather(in_place ? MPI_IN_PLACE : op.send, n, type, is_root ? op.recv : nullptr, n, type, op.root,
+                           comm, r);
+      });
+      break;
+    }
+    case OpKind::scatter: {
+      const int n = one_call_count();
+      const bool in_place = is_root && op.count > 0 && op.recv == block(op.send, op.root);
+      start("MPI_Iscatter", [&](MPI_Request* r) {
+        return MPI_Iscatter(is_root ? op.send : nullptr, n, type, in_place ? MPI_IN_PLACE : op.recv, n, type, op.root,
+                            comm, r);
+      });
+      break;
+    }
+    case OpKind::alltoall: {
+      const int n = one_call_count();
+      const bool in_place = op.count > 0 && op.send == op.recv;
+      start("MPI_Ialltoall", [&](MPI_Request* r) {
+        return MPI_Ialltoall(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm, r);
+      });
+      break;
+    }
+    case OpKind::barrier:
+      start("MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm, r); });
+      break;
+    case OpKind::send:
+    case OpKind::recv:
+    case OpKind::split:
+      throw Internal("mpcomm: " + what + ": not a collective the mpi backend runs");
+  }
+  st_->wait(reqs, nullptr, what, call);
+  if (op.redop == ReduceOp::avg && op.reduces() && (op.kind == OpKind::allreduce || is_root))
+    divide_by(op.recv, op.count, op.dtype, size());
+}
+
+// MPI_Comm_split blocks and cannot time out, so the (color, key) of every rank is first learnt through
+// a checked, bounded allgather: a rank that never calls split fails the others there, with a Timeout,
+// and MPI_Comm_split is only entered once every rank is known to be entering it too. The same
+// allgather gives the new group's members, hence its topology, without another exchange.
+std::unique_ptr<Communicator> MpiCommunicator::split_impl(int color, int key) {
+  int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(size()));
+  allgather(mine, all.data(), 2, DataType::int64);
+  const std::string what = "split (color " + std::to_string(color) + ", key " + std::to_string(key) + ") on rank " +
+                           std::to_string(rank()) + " of " + std::to_string(size()) + " [mpi]";
+  MPI_Comm child = MPI_COMM_NULL;
+  {
+    int rc;
+    {
+      auto g = Runtime::get().guard();
+      rc = MPI_Comm_split(st_->comm, color < 0 ? MPI_UNDEFINED : color, key, &child);
+    }
+    st_->check(rc, what, "MPI_Comm_split");
+  }
+  if (color < 0) return nullptr;
+  // Members in new-rank order: by key, then by old rank (MPI_Comm_split's order).
+  std::vector<int> members;
+  for (int r = 0; r < size(); ++r)
+    if (all[2 * static_cast<size_t>(r)] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return all[2 * static_cast<size_t>(a) + 1] < all[2 * static_cast<size_t>(b) + 1];
+  });
+  const int new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+  const int new_size = static_cast<int>(members.size());
+  auto st = std::make_shared<CommState>(new_rank, new_size, options().timeout, store());
+  st->comm = child;
+  int mpi_rank = -1, mpi_size = -1;
+  {
+    auto g = Runtime::get().guard();
+    st->check(MPI_Comm_rank(child, &mpi_rank), what, "MPI_Comm_rank");
+    st->check(MPI_Comm_size(child, &mpi_size), what, "MPI_Comm_size");
+    st->check(MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN), what, "MPI_Comm_set_errhandler");
+  }
+  if (mpi_rank != new_rank || mpi_size != new_size)
+    throw Internal("mpcomm: " + what + ": MPI_Comm_split made this rank " + std::to_string(mpi_rank) + " of " +
+                   std::to_string(mpi_size) + ", expected " + std::to_string(new_rank) + " of " +
+                   std::to_string(new_size));
+  st->tag_ub = st_->tag_ub;
+  std::vector<std::string> hosts;
+  for (int m : members)
+    hosts.push_back(topology().host_names[static_cast<size_t>(topology().host_of_rank[static_cast<size_t>(m)])]);
+  return std::make_unique<MpiCommunicator>(std::move(st), topology_from_hosts(hosts, new_rank), options(), store());
+}
+
+
+// Starts one non-blocking call and waits for it (setup has no Op to describe).
+template <class Post>
+void call_and_wait(CommState& st, const std::string& what, const char* call, Post&& post) {
+  std::vector<MPI_Request> reqs;
+  st.post(reqs, what, call, post);
+  st.wait(reqs, nullptr, what, call);
+}
+
+// Duplicates MPI_COMM_WORLD into st.comm (errors returned, not fatal) and learns every rank's host id.
+Topology setup_world(CommState& st, const std::string& host_id, const std::string& what) {
+  call_and_wait(st, what, "MPI_Comm_idup", [&](MPI_Request* r) { return MPI_Comm_idup(MPI_COMM_WORLD, &st.comm, r); });
+  {
+    auto g = Runtime::get().guard();
+    st.check(MPI_Comm_set_errhandler(st.comm, MPI_ERRORS_RETURN), what, "MPI_Comm_set_errhandler");
+    int* ub = nullptr;
+    int flag = 0;
+    st.check(MPI_Comm_get_attr(st.comm, MPI_TAG_UB, &ub, &flag), what, "MPI_Comm_get_attr");
+    if (flag && ub != nullptr) st.tag_ub = *ub;
+  }
+
+  // Host ids: lengths first, then the characters.
+  const auto n = static_cast<size_t>(st.size());
+  const int len = static_cast<int>(host_id.size());
+  std::vector<int> lens(n), displs(n);
+  call_and_wait(st, what, "MPI_Iallgather",
+                [&](MPI_Request* r) { return MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, st.comm, r); });
+  int total = 0;
+  for (size_t r = 0; r < n; ++r) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::vector<char> chars(static_cast<size_t>(std::max(total, 1)));
+  call_and_wait(st, what, "MPI_Iallgatherv", [&](MPI_Request* r) {
+    return MPI_Iallgatherv(host_id.data(), len, MPI_CHAR, chars.data(), lens.data(), displs.data(), MPI_CHAR, st.comm,
+                           r);
+  });
+  std::vector<std::string> hosts;
+  for (size_t r = 0; r < n; ++r) hosts.emplace_back(chars.data() + displs[r], static_cast<size_t>(lens[r]));
+  return topology_from_hosts(hosts, st.rank());
+}
+
+}  // namespace
+
+void set_max_chunk_elements_for_testing(size_t elements) { g_chunk_elements_for_testing.store(elements); }
+
+std::unique_ptr<Communicator> create_mpi(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
+  Options opts = in.resolved();
+  if (opts.device.kind != Device::cpu)
+    throw Unsupported("mpcomm: mpi: device " + to_string(opts.device) + " is not supported (host memory only)");
+
+  Runtime::get();
+  int world_rank = -1, world_size = -1;
+  {
+    auto g = Runtime::get().guard();
+    int rc = MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (rc != MPI_SUCCESS) throw_mpi(ErrorCode::internal, "mpi communicator setup", "MPI_Comm_rank/MPI_Comm_size", rc);
+  }
+  if (rank != world_rank || size != world_size)
+    throw InvalidArgument("mpcomm: mpi: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                          " was asked for, but MPI_COMM_WORLD makes this process rank " + std::to_string(world_rank) +
+                          " of " + std::to_string(world_size) +
+                          " (start the ranks with mpirun, e.g. mpcomm launch --backend mpi)");
+
+  const std::string what = "mpi communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
+  auto st = std::make_shared<CommState>(rank, size, opts.timeout, store);
+  try {
+    Topology topo = setup_world(*st, opts.host_id, what);
+    MPCOMM_LOG(info, "mpi rank %d/%d up: host %d of %d, %d local ranks, thread level %d", rank, size, topo.host,
+               topo.num_hosts(), topo.local_size, Runtime::get().provided());
+    return std::make_unique<MpiCommunicator>(std::move(st), std::move(topo), std::move(opts), std::move(store));
+  } catch (const Error& e) {
+    st->abort(e.what());
+    throw;
+  }
+}
+
+}  // namespace mpcomm::mpi

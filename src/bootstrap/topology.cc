@@ -1,0 +1,53 @@
+#include "bootstrap/topology.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace mpcomm {
+
+std::string get_before(Store& store, const std::string& key, net::Deadline deadline, const std::string& who,
+                       const std::string& missing) {
+  auto left = std::chrono::duration_cast<Millis>(deadline - net::Clock::now());
+  try {
+    return store.get_string(key, std::max(left, Millis(1)));
+  } catch (const Timeout& e) {
+    throw Timeout("mpcomm: " + who + ": " + missing + " never showed up (" + e.what() + ")");
+  }
+}
+
+Topology topology_from_hosts(const std::vector<std::string>& host_of, int rank) {
+  Topology topo;
+  topo.host_of_rank.resize(host_of.size());
+  for (size_t r = 0; r < host_of.size(); ++r) {
+    auto it = std::find(topo.host_names.begin(), topo.host_names.end(), host_of[r]);
+    if (it == topo.host_names.end()) it = topo.host_names.insert(topo.host_names.end(), host_of[r]);
+    topo.host_of_rank[r] = static_cast<int>(it - topo.host_names.begin());
+  }
+  topo.host = topo.host_of_rank[static_cast<size_t>(rank)];
+  topo.local_size = 0;
+  for (size_t r = 0; r < host_of.size(); ++r) {
+    if (topo.host_of_rank[r] != topo.host) continue;
+    if (static_cast<int>(r) == rank) topo.local_rank = topo.local_size;
+    ++topo.local_size;
+  }
+  return topo;
+}
+
+PeerDirectory exchange_peers(Store& store, int rank, int size, const std::string& host_id, net::Deadline deadline,
+                             const std::string& who) {
+  store.set_string("peer/" + std::to_string(rank), host_id + "\n" + std::to_string(getpid()));
+  PeerDirectory dir;
+  dir.pids.resize(static_cast<size_t>(size));
+  std::vector<std::string> host_of(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    std::string v = get_before(store, "peer/" + std::to_string(r), deadline, who, "rank " + std::to_string(r));
+    auto nl = v.find('\n');
+    host_of[r] = v.substr(0, nl);
+    dir.pids[r] = nl == std::string::npos ? 0 : std::atoi(v.c_str() + nl + 1);
+  }
+  dir.topology = topology_from_hosts(host_of, rank);
+  return dir;
+}
+
+}  // namespace mpcomm

@@ -1,0 +1,295 @@
+// A rank program for the mpi backend's process tests, run under `mpcomm launch --backend mpi`.
+//   mpi_rank_prog topology          print "rank R host H local L/S hosts N"
+//   mpi_rank_prog grid              split 4 ranks into a 2x2 grid (rows and columns), check allreduce and
+//                                   broadcast in each, and that a negative color gives no communicator
+//   mpi_rank_prog mismatch          rank 0 calls allreduce, the others broadcast (run with MPCOMM_CHECK=1);
+//                                   print "rank R mismatch: <error>" and exit 3
+//   mpi_rank_prog kill VICTIM AT    loop allreduces of 1 MiB; rank VICTIM SIGKILLs itself at iteration AT
+//   mpi_rank_prog stall VICTIM AT   rank VICTIM sleeps forever at iteration AT instead of calling allreduce;
+//                                   the others print "rank R failed after S s: <code>: <error>" and exit 3
+//   mpi_rank_prog chunks            every chunked op (allreduce, broadcast, reduce, send/recv) with the chunk
+//                                   limit forced to 1000 elements, every dtype, in and out of place
+//   mpi_rank_prog bigcount          an allgather of more than INT_MAX elements per rank: Unsupported
+//   mpi_rank_prog p2p               isend/irecv with tags, test(), and a receive of the wrong count
+//   mpi_rank_prog partial           write a line in two pieces, flushing in between
+//   mpi_rank_prog exit CODE VICTIM  rank VICTIM exits with CODE after a barrier, the others sleep
+//   mpi_rank_prog latency ITERS     print the mean time of small collectives, back to back
+//   mpi_rank_prog abort VICTIM      rank VICTIM calls abort("testing") instead of allreduce; the others,
+//                                   waiting in it, print "rank R failed after S s: <code>: <error>"
+//   mpi_rank_prog wrongsize         create("mpi", ..., rank 0, size 2) in a world of 1: print the error
+// Prints "rank R ok" when a mode passes. A rank that fails on purpose waits 0.5 s before it exits, since
+// mpirun ends the whole job when the first rank exits non-zero, and the others should have printed.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/mpi/mpi_communicator.h"
+#include "mpcomm/mpcomm.h"
+#include "testing/collective_check.h"
+
+using namespace mpcomm;
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("check failed: " + what);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int grid(Communicator& world) {
+  require(world.size() == 4, "grid needs 4 ranks");
+  const int r = world.rank();
+  auto row = world.split(r / 2, r % 2);  // {0,1} {2,3}
+  auto col = world.split(r % 2, r / 2);  // {0,2} {1,3}
+  require(row && col, "split returned a communicator");
+  require(row->backend() == "mpi" && row->size() == 2 && row->rank() == r % 2, "row rank/size");
+  require(col->size() == 2 && col->rank() == r / 2, "column rank/size");
+  int32_t v = r, sum = 0;
+  row->allreduce(&v, &sum, 1, DataType::int32, ReduceOp::sum);
+  require(sum == (r / 2) * 4 + 1, "row sum " + std::to_string(sum));
+  col->allreduce(&v, &sum, 1, DataType::int32, ReduceOp::sum);
+  require(sum == (r % 2) * 2 + 2, "column sum " + std::to_string(sum));
+  int32_t b = r;
+  col->broadcast(&b, 1, DataType::int32, 1);
+  require(b == (r % 2) + 2, "column broadcast " + std::to_string(b));
+  // Reversed keys reverse the order; color -1 joins nothing.
+  auto rev = world.split(0, -r);
+  require(rev && rev->rank() == 3 - r, "reversed key order");
+  auto none = world.split(r == 0 ? -1 : 1, 0);
+  require((r == 0) == (none == nullptr), "negative color gives nullptr");
+  if (none) {
+    none->allreduce(&v, &sum, 1, DataType::int32, ReduceOp::sum);
+    require(sum == 6, "group without rank 0");
+  }
+  // The conformance cases still pass on a sub-communicator (row: 2 ranks).
+  for (OpKind op : check::checked_ops())
+    for (const auto& c : check::conformance_cases(op, row->size())) {
+      if (c.count > 1000) continue;
+      check::Result res = check::run_case(*row, c);
+      require(res.wrong == 0, check::describe(c) + ": " + res.first_wrong);
+    }
+  std::printf("rank %d topology of row: hosts %d\n", r, row->topology().num_hosts());
+  world.barrier();
+  return 0;
+}
+
+// Forces 1000-element chunks, then checks counts around chunk boundaries.
+int chunks(Communicator& comm) {
+  mpi::set_max_chunk_elements_for_testing(1000);
+  for (size_t count : {size_t{999}, size_t{1000}, size_t{1001}, size_t{3500}})
+    for (OpKind op : {OpKind::allreduce, OpKind::broadcast, OpKind::reduce})
+      for (const auto& base : check::conformance_cases(op, comm.size())) {
+        if (base.count != 1) continue;  // one case per dtype × redop × placement; the count is ours
+        check::Case c = base;
+        c.count = count;
+        check::Result res = check::run_case(comm, c);
+        require(res.wrong == 0, check::describe(c) + ": " + res.first_wrong);
+      }
+  // send/recv across chunks: rank 0 -> every other rank, 3500 int64.
+  std::vector<int64_t> buf(3500);
+  if (comm.rank() == 0) {
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<int64_t>(i) * 7 - 3;
+    for (int p = 1; p < comm.size(); ++p) comm.send(buf.data(), buf.size(), DataType::int64, p, 5);
+  } else {
+    comm.recv(buf.data(), buf.size(), DataType::int64, 0, 5);
+    for (size_t i = 0; i < buf.size(); ++i) require(buf[i] == static_cast<int64_t>(i) * 7 - 3, "p2p chunk data");
+  }
+  mpi::set_max_chunk_elements_for_testing(0);
+  comm.barrier();
+  return 0;
+}
+
+int bigcount(Communicator& comm) {
+  // Never touched: the count is refused before any MPI call. In place, so the buffers may overlap.
+  static char one_byte;
+  const size_t count = static_cast<size_t>(INT_MAX) + 1;
+  try {
+    comm.alltoall(&one_byte, &one_byte, count, DataType::int8);
+  } catch (const Unsupported& e) {
+    std::printf("rank %d unsupported: %s\n", comm.rank(), e.what());
+    return 0;
+  }
+  std::printf("rank %d: no error for an alltoall of %zu elements\n", comm.rank(), count);
+  return 1;
+}
+
+int p2p(Communicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  require(n >= 2, "p2p needs 2 ranks");
+  // A ring with two tags posted in the reverse order of sending: tags keep them apart.
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  float a = static_cast<float>(r), b = static_cast<float>(r * 10), ra = -1, rb = -1;
+  Request rq_b = comm.irecv(&rb, 1, DataType::float32, prev, 2);
+  Request rq_a = comm.irecv(&ra, 1, DataType::float32, prev, 1);
+  Request s1 = comm.isend(&a, 1, DataType::float32, next, 1);
+  Request s2 = comm.isend(&b, 1, DataType::float32, next, 2);
+  while (!rq_a.test()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  rq_b.wait();
+  s1.wait();
+  s2.wait();
+  require(ra == static_cast<float>(prev) && rb == static_cast<float>(prev * 10), "tagged ring values");
+  // Ordering: several messages on one tag arrive in order.
+  if (r == 0) {
+    for (int32_t i = 0; i < 20; ++i) comm.send(&i, 1, DataType::int32, 1, 7);
+  } else if (r == 1) {
+    for (int32_t i = 0; i < 20; ++i) {
+      int32_t got = -1;
+      comm.recv(&got, 1, DataType::int32, 0, 7);
+      require(got == i, "in-order delivery");
+    }
+  }
+  comm.barrier();
+  // A receive that names more elements than were sent is a Mismatch naming both counts.
+  if (r == 0) {
+    int32_t three[3] = {1, 2, 3};
+    comm.send(three, 3, DataType::int32, 1, 9);
+  } else if (r == 1) {
+    int32_t four[4] = {};
+    try {
+      comm.recv(four, 4, DataType::int32, 0, 9);
+      require(false, "short message accepted");
+    } catch (const Mismatch& e) {
+      std::printf("rank %d mismatch: %s\n", r, e.what());
+    }
+  }
+  return 0;
+}
+
+int latency(Communicator& comm, int iters) {
+  float x = 1, y = 0;
+  std::vector<float> xs(comm.size()), ys(comm.size());
+  struct Case {
+    const char* name;
+    std::function<void()> call;
+  } cases[] = {
+      {"barrier", [&] { comm.barrier(); }},
+      {"allreduce", [&] { comm.allreduce(&x, &y, 1, DataType::float32, ReduceOp::sum); }},
+      {"broadcast", [&] { comm.broadcast(&x, 1, DataType::float32, 0); }},
+      {"scatter", [&] { comm.scatter(xs.data(), &y, 1, DataType::float32, comm.size() - 1); }},
+      {"alltoall", [&] { comm.alltoall(xs.data(), ys.data(), 1, DataType::float32); }},
+  };
+  for (auto& c : cases) {
+    c.call();
+    comm.barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) c.call();
+    double us = seconds_since(t0) * 1e6 / iters;
+    if (comm.rank() == 0) std::printf("latency %s %.1f us\n", c.name, us);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  const std::string mode = argv[1];
+  if (mode == "partial") {  // output only: no communicator
+    std::printf("part1 ");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::printf("part2\n");
+    std::fflush(stdout);
+    return 0;
+  }
+  if (mode == "wrongsize") {
+    try {
+      create("mpi", std::make_shared<HashStore>(), 0, 2);
+      std::printf("rank 0: no error\n");
+      return 1;
+    } catch (const InvalidArgument& e) {
+      std::printf("rank 0 invalid: %s\n", e.what());
+      return 0;
+    }
+  }
+  auto comm = init_from_env();
+  const int rank = comm->rank();
+  if (mode == "topology") {
+    const auto& t = comm->topology();
+    std::printf("rank %d host %s local %d/%d hosts %d\n", rank, t.host_names[t.host].c_str(), t.local_rank,
+                t.local_size, t.num_hosts());
+    comm->barrier();
+    return 0;
+  }
+  try {
+    int rc = 2;
+    if (mode == "grid") rc = grid(*comm);
+    if (mode == "chunks") rc = chunks(*comm);
+    if (mode == "bigcount") return bigcount(*comm);
+    if (mode == "p2p") rc = p2p(*comm);
+    if (mode == "latency") rc = latency(*comm, argc > 2 ? std::atoi(argv[2]) : 1000);
+    if (mode == "exit") {
+      comm->barrier();
+      if (rank == (argc > 3 ? std::atoi(argv[3]) : 1)) return argc > 2 ? std::atoi(argv[2]) : 3;
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+      return 0;
+    }
+    if (mode == "mismatch") {
+      float buf[4] = {1, 2, 3, 4};
+      if (rank == 0)
+        comm->allreduce(buf, buf, 4, DataType::float32, ReduceOp::sum);
+      else
+        comm->broadcast(buf, 4, DataType::float32, 0);
+      std::printf("rank %d: no mismatch reported\n", rank);
+      return 1;
+    }
+    if (mode == "kill" || mode == "stall" || mode == "abort") {
+      const int victim = argc > 2 ? std::atoi(argv[2]) : 1;
+      const int at = argc > 3 ? std::atoi(argv[3]) : 3;
+      std::vector<float> buf(1 << 18, 1.0f);
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        for (int it = 0; it < 1000000; ++it) {
+          if (rank == victim && it == at) {
+            if (mode == "kill") ::raise(SIGKILL);
+            if (mode == "abort") {
+              comm->abort("testing");  // publishes mpcomm/abort; the others see it while they wait
+              std::this_thread::sleep_for(std::chrono::seconds(30));
+              return 0;
+            }
+            for (;;) ::pause();
+          }
+          t0 = std::chrono::steady_clock::now();
+          comm->allreduce(buf.data(), buf.data(), buf.size(), DataType::float32, ReduceOp::max);
+        }
+      } catch (const Error& e) {
+        std::printf("rank %d failed after %.1f s: %s: %s\n", rank, seconds_since(t0),
+                    std::string(to_string(e.code())).c_str(), e.what());
+        std::fflush(stdout);
+        // The communicator is aborted now: later calls fail at once, naming the reason.
+        try {
+          comm->barrier();
+        } catch (const Error& again) {
+          std::printf("rank %d then: %s\n", rank, again.what());
+        }
+        std::fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        return 3;
+      }
+      return 0;
+    }
+    if (rc == 0) std::printf("rank %d ok\n", rank);
+    return rc;
+  } catch (const Mismatch& e) {
+    std::printf("rank %d mismatch: %s\n", rank, e.what());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    return 3;
+  } catch (const std::exception& e) {
+    std::printf("rank %d error: %s\n", rank, e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,354 @@
+// The mpi backend, run as processes through `mpcomm launch --backend mpi` (mpirun underneath): the full
+// conformance matrix, split, MPCOMM_CHECK mismatches, chunked large counts, point to point, a killed
+// rank, a rank that never calls, emulated hosts, output relaying, Ctrl-C; and the environment rules
+// that let ranks under mpirun find the launcher's store and their emulated host.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bootstrap/env.h"
+#include "harness/process.h"
+#include "mpcomm/communicator.h"
+
+namespace mpcomm {
+namespace {
+
+using testing::count_processes_running;
+using testing::line_with;
+using testing::mpcomm_shm_entries;
+using testing::run_command;
+using testing::RunResult;
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+bool have_mpi() {
+  for (const auto& b : available_backends())
+    if (b == "mpi") return true;
+  return false;
+}
+
+#ifdef MPCOMM_MPI_RANK_PROG
+const std::string kProg = MPCOMM_MPI_RANK_PROG;
+#else
+const std::string kProg;
+#endif
+
+// Open MPI's per-mpirun session directories (<TMPDIR>/ompi.<host>.<uid>/pid.<mpirun pid>).
+std::vector<std::string> ompi_session_dirs() {
+  const char* tmp = std::getenv("TMPDIR");
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string dir = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ompi." + host + "." +
+                    std::to_string(::geteuid());
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind("pid.", 0) == 0) out.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// `mpcomm launch --backend mpi <args>`.
+std::string launch(const std::string& args) { return std::string(MPCOMM_CLI) + " launch --backend mpi " + args; }
+
+class MpiProcesses : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_mpi() || kProg.empty()) GTEST_SKIP() << "this build has no mpi backend";
+    shm_before_ = mpcomm_shm_entries();
+    sessions_before_ = ompi_session_dirs();
+  }
+  void TearDown() override {
+    if (IsSkipped()) return;
+    EXPECT_EQ(mpcomm_shm_entries(), shm_before_) << "shared memory left behind";
+    for (const char* mode : {"topology", "grid", "mismatch", "kill", "stall", "abort", "chunks", "bigcount", "p2p",
+                             "partial", "exit", "wrongsize"})
+      EXPECT_EQ(count_processes_running(kProg, mode), 0) << "ranks of '" << mode << "' left behind";
+    EXPECT_EQ(count_processes_running("mpirun", "-n"), 0) << "mpirun left behind";
+    EXPECT_EQ(ompi_session_dirs(), sessions_before_) << "Open MPI session directory left behind";
+  }
+  std::vector<std::string> shm_before_, sessions_before_;
+};
+
+// ---- the conformance matrix -------------------------------------------------------------------------
+
+class MpiConformance : public MpiProcesses, public ::testing::WithParamInterface<int> {};
+
+TEST_P(MpiConformance, FullMatrixPasses) {
+  const int n = GetParam();
+  RunResult r =
+      run_command(launch("-n " + std::to_string(n) + " --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::string summary = line_with(r.output, "conformance: backend mpi");
+  EXPECT_EQ(summary.rfind("[0] conformance: backend mpi, " + std::to_string(n) + " ranks, ", 0), 0u) << r.output;
+  EXPECT_TRUE(contains(summary, " 0 failed")) << r.output;
+  std::printf("conformance on %d ranks: %.1f s\n", n, r.seconds);
+}
+
+// 1-5 ranks take 7-30 s each on a 2-core machine. 8 ranks took 26-42 s there, too close to a minute
+// for every run: run it with --gtest_also_run_disabled_tests.
+INSTANTIATE_TEST_SUITE_P(Ranks, MpiConformance, ::testing::Values(1, 2, 3, 4, 5),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(DISABLED_Large, MpiConformance, ::testing::Values(8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// ---- groups, checks, counts, point to point ---------------------------------------------------------
+
+TEST_F(MpiProcesses, SplitIntoATwoByTwoGrid) {
+  RunResult r = run_command(launch("-n 4 --timeout 60 -- " + kProg + " grid"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " ok")) << r.output;
+}
+
+TEST_F(MpiProcesses, CheckFindsMismatchedCollectivesOnEveryRank) {
+  RunResult r = run_command("MPCOMM_CHECK=1 " + launch("-n 3 --timeout 30 -- " + kProg + " mismatch"));
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_LT(r.seconds, 20.0) << "a mismatch must not wait for the timeout\n" << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string line =
+        line_with(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " mismatch: ");
+    ASSERT_FALSE(line.empty()) << r.output;
+    EXPECT_TRUE(contains(line, "allreduce #0 (count 4, float32, sum)")) << line;
+    EXPECT_TRUE(contains(line, "broadcast #0 (count 4, float32, root 0)")) << line;
+    EXPECT_TRUE(contains(line, "[mpi]")) << line;
+  }
+}
+
+TEST_F(MpiProcesses, LargeCountsAreSplitIntoChunks) {
+  RunResult r = run_command(launch("-n 3 --timeout 60 -- " + kProg + " chunks"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " ok")) << r.output;
+}
+
+TEST_F(MpiProcesses, CountsPastIntMaxAreUnsupportedWhereMpiCannotSplitThem) {
+  RunResult r = run_command(launch("-n 2 --timeout 30 -- " + kProg + " bigcount"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string line =
+        line_with(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " unsupported: ");
+    ASSERT_FALSE(line.empty()) << r.output;
+    EXPECT_TRUE(contains(line, "alltoall #0 (count 2147483648, int8)")) << line;
+    EXPECT_TRUE(contains(line, "more than the 2147483647 elements")) << line;
+  }
+}
+
+TEST_F(MpiProcesses, PointToPointWithTagsOrderAndCountCheck) {
+  RunResult r = run_command(launch("-n 3 --timeout 30 -- " + kProg + " p2p"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " ok")) << r.output;
+  std::string line = line_with(r.output, "[1] rank 1 mismatch: ");
+  EXPECT_TRUE(contains(line, "recv #")) << r.output;
+  EXPECT_TRUE(contains(line, "rank 0 sent 3 elements where 4 were expected")) << r.output;
+}
+
+TEST_F(MpiProcesses, RankAndSizeMustBeMpiWorlds) {
+  RunResult r = run_command(launch("-n 1 --timeout 30 -- " + kProg + " wrongsize"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::string line = line_with(r.output, "[0] rank 0 invalid: ");
+  EXPECT_TRUE(contains(line, "rank 0 of 2 was asked for")) << r.output;
+  EXPECT_TRUE(contains(line, "rank 0 of 1")) << r.output;
+}
+
+// ---- hosts and output ---------------------------------------------------------------------------------
+
+TEST_F(MpiProcesses, EmulatedHostsSplitRanksInBlocks) {
+  RunResult r = run_command(launch("-n 4 --hosts 2 -- " + kProg + " topology"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string line = line_with(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " host ");
+    ASSERT_FALSE(line.empty()) << r.output;
+    EXPECT_TRUE(contains(line, rank < 2 ? "-h0 " : "-h1 ")) << line;
+    EXPECT_TRUE(contains(line, "local " + std::to_string(rank % 2) + "/2 hosts 2")) << line;
+  }
+}
+
+TEST_F(MpiProcesses, OneHostByDefault) {
+  RunResult r = run_command(launch("-n 3 -- " + kProg + " topology"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_TRUE(contains(line_with(r.output, "[" + std::to_string(rank) + "] rank "),
+                         "local " + std::to_string(rank) + "/3 hosts 1"))
+        << r.output;
+}
+
+TEST_F(MpiProcesses, LinesWrittenInPiecesStayWholeAndPrefixed) {
+  RunResult r = run_command(launch("-n 3 -- " + kProg + " partial"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] part1 part2\n")) << r.output;
+  EXPECT_FALSE(contains(r.output, "<stdout>")) << r.output;
+}
+
+// ---- failures -------------------------------------------------------------------------------------------
+
+TEST_F(MpiProcesses, KilledRankEndsTheJobFastWithItsStatus) {
+  RunResult r = run_command(launch("-n 4 --timeout 20 -- " + kProg + " kill 2 5"));
+  EXPECT_EQ(r.status, 137) << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+  EXPECT_TRUE(contains(r.output, "mpcomm launch: rank 2 exited with signal 9 (Killed) (reported by mpirun)"))
+      << r.output;
+  std::printf("killed rank: the job ended after %.1f s\n", r.seconds);
+}
+
+TEST_F(MpiProcesses, FailingRankStatusIsReturned) {
+  RunResult r = run_command(launch("-n 3 --timeout 20 -- " + kProg + " exit 5 1"));
+  EXPECT_EQ(r.status, 5) << r.output;
+  EXPECT_LT(r.seconds, 20.0) << r.output;
+  EXPECT_TRUE(contains(r.output, "mpcomm launch: rank 1 exited with status 5 (reported by mpirun)")) << r.output;
+}
+
+TEST_F(MpiProcesses, ARankThatNeverCallsGivesATimeoutNamingTheOp) {
+  RunResult r = run_command(launch("-n 3 --timeout 3 -- " + kProg + " stall 2 2"));
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_LT(r.seconds, 20.0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string tag = "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " failed after ";
+    std::string line = line_with(r.output, tag);
+    ASSERT_FALSE(line.empty()) << r.output;
+    EXPECT_TRUE(contains(line, ": timeout: mpcomm: allreduce #2 (count 262144, float32, max) on rank " +
+                                   std::to_string(rank) + " of 3 [mpi]: timed out after 3 s"))
+        << line;
+    double after = std::atof(line.c_str() + line.find(tag) + tag.size());
+    EXPECT_GE(after, 2.9) << line;
+    EXPECT_LT(after, 6.0) << line;  // the timeout plus a few seconds
+    // Later calls fail at once with the reason.
+    std::string then = line_with(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " then: ");
+    EXPECT_TRUE(contains(then, "communicator was aborted")) << r.output;
+  }
+  std::printf("never-calling rank: the job ended after %.1f s (timeout 3 s)\n", r.seconds);
+}
+
+TEST_F(MpiProcesses, AnAbortReachesRanksWaitingInACollective) {
+  // Rank 1 aborts instead of calling allreduce #2; ranks 0 and 2 learn it from the store's abort key
+  // (polled every 500 ms), long before their 30 s timeout.
+  RunResult r = run_command(launch("-n 3 --timeout 30 -- " + kProg + " abort 1 2"));
+  EXPECT_EQ(r.status, 3) << r.output;
+  for (int rank : {0, 2}) {
+    std::string tag = "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " failed after ";
+    std::string line = line_with(r.output, tag);
+    ASSERT_FALSE(line.empty()) << r.output;
+    EXPECT_TRUE(contains(line, ": peer failure: mpcomm: allreduce #2 ")) << line;
+    EXPECT_TRUE(contains(line, "aborted because another rank failed: rank 1 aborted: testing")) << line;
+    EXPECT_LT(std::atof(line.c_str() + line.find(tag) + tag.size()), 3.0) << line;
+  }
+}
+
+TEST_F(MpiProcesses, KilledMpirunLeavesNoRankBehind) {
+  // The launcher sees mpirun die and kills what it left: every process with the job's MPCOMM_JOB_ID.
+  RunResult r = run_command("sh -c '" + launch("-n 3 --timeout 60 -- " + kProg + " stall 9 0") +
+                            " & pid=$!; sleep 3; kill -KILL $(pgrep -P $pid -x mpirun); wait $pid; echo status=$?'");
+  EXPECT_TRUE(contains(r.output, "status=137")) << r.output;
+  EXPECT_TRUE(contains(r.output, "mpcomm launch: mpirun exited with signal 9 (Killed)")) << r.output;
+  EXPECT_LT(r.seconds, 15.0) << r.output;
+}
+
+TEST_F(MpiProcesses, CtrlCTerminatesTheJobAndReturns130) {
+  // No victim (rank 9 does not exist): the ranks loop allreduces until interrupted.
+  RunResult r = run_command("sh -c '" + launch("-n 3 --timeout 60 -- " + kProg + " stall 9 0") +
+                            " & pid=$!; sleep 3; kill -INT $pid; wait $pid; echo status=$?'");
+  EXPECT_TRUE(contains(r.output, "status=130")) << r.output;
+  EXPECT_TRUE(contains(r.output, "mpcomm launch: interrupted by SIGINT; terminating mpirun and its ranks")) << r.output;
+  EXPECT_LT(r.seconds, 15.0) << r.output;
+}
+
+// ---- the environment under mpirun ---------------------------------------------------------------------
+
+// Sets variables for one test and restores them afterwards.
+class ScopedEnv {
+ public:
+  void set(const char* k, const char* v) {
+    save(k);
+    ::setenv(k, v, 1);
+  }
+  void unset(const char* k) {
+    save(k);
+    ::unsetenv(k);
+  }
+  ~ScopedEnv() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second)
+        ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      else
+        ::unsetenv(it->first.c_str());
+    }
+  }
+
+ private:
+  void save(const char* k) {
+    const char* old = std::getenv(k);
+    saved_.emplace_back(k, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
+  }
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+void clear_launch_env(ScopedEnv& env) {
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "SLURM_PROCID", "MPCOMM_HOST_ID", "MPCOMM_HOSTS", "MPCOMM_STORE_SERVED",
+                        "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"})
+    env.unset(v);
+}
+
+TEST(MpiEnvironment, LaunchersStoreIsNotServedByRankZero) {
+  ScopedEnv env;
+  clear_launch_env(env);
+  env.set("OMPI_COMM_WORLD_RANK", "0");
+  env.set("OMPI_COMM_WORLD_SIZE", "4");
+  env.set("MPCOMM_STORE", "tcp://127.0.0.1:7000");
+  EXPECT_TRUE(discover_env().serve_store);  // plain mpirun: nobody else runs it
+  env.set("MPCOMM_STORE_SERVED", "1");
+  EnvInfo e = discover_env();
+  EXPECT_EQ(e.source, "openmpi");
+  EXPECT_EQ(e.store_url, "tcp://127.0.0.1:7000");
+  EXPECT_FALSE(e.serve_store);  // mpcomm launch --backend mpi serves it
+}
+
+TEST(MpiEnvironment, EmulatedHostComesFromTheWorldRank) {
+  ScopedEnv env;
+  clear_launch_env(env);
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  env.set("OMPI_COMM_WORLD_SIZE", "5");
+  env.set("MPCOMM_HOSTS", "2");
+  // 5 ranks on 2 hosts: [0, 2) and [2, 5), as the forked launcher places them.
+  for (int r = 0; r < 5; ++r) {
+    env.set("OMPI_COMM_WORLD_RANK", std::to_string(r).c_str());
+    EXPECT_EQ(host_id_from_env(), std::string(name) + (r < 2 ? "-h0" : "-h1")) << "rank " << r;
+  }
+  env.set("MPCOMM_HOSTS", "1");
+  EXPECT_EQ(host_id_from_env(), name);
+  env.set("MPCOMM_HOST_ID", "chosen");  // an explicit host id wins
+  env.set("MPCOMM_HOSTS", "2");
+  EXPECT_EQ(host_id_from_env(), "chosen");
+  env.unset("MPCOMM_HOST_ID");
+  env.set("MPCOMM_HOSTS", "9");
+  try {
+    host_id_from_env();
+    ADD_FAILURE() << "MPCOMM_HOSTS=9 with 5 ranks accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "MPCOMM_HOSTS=9 is not between 1 and OMPI_COMM_WORLD_SIZE=5")) << e.what();
+  }
+}
+
+TEST(MpiEnvironment, BlockPlacement) {
+  for (int n = 1; n <= 9; ++n)
+    for (int hosts = 1; hosts <= n; ++hosts)
+      for (int r = 0; r < n; ++r) {
+        int h = emulated_host_of_rank(r, n, hosts);
+        EXPECT_LE(static_cast<long>(h) * n / hosts, r) << n << " " << hosts << " " << r;
+        EXPECT_LT(r, static_cast<long>(h + 1) * n / hosts) << n << " " << hosts << " " << r;
+      }
+}
+
+}  // namespace
+}  // namespace mpcomm

@@ -1,0 +1,123 @@
+// mpcomm bench and compare, end to end: every row of every backend checked and well-formed, the
+// nccl-tests bus-bandwidth factors, usage errors for bad flags, and a compare report with its plots.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "../../tools/mpcomm/bench.h"
+#include "harness/process.h"
+
+namespace mpcomm {
+namespace {
+
+using testing::run_command;
+
+const std::string kCli = MPCOMM_CLI;
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/mpcomm-test-XXXXXX";
+  return ::mkdtemp(tmpl);
+}
+
+TEST(BenchUnits, SizesFactorsAndParsing) {
+  bench::Config c;
+  c.min_bytes = 8;
+  c.max_bytes = 64;
+  c.factor = 2;
+  EXPECT_EQ(bench::sizes(c), (std::vector<size_t>{8, 16, 32, 64}));
+  c.extra_sizes = {24, 64};
+  EXPECT_EQ(bench::sizes(c), (std::vector<size_t>{8, 16, 24, 32, 64}));
+  EXPECT_EQ(bench::parse_bytes("4M"), size_t{4} << 20);
+  EXPECT_EQ(bench::parse_bytes("64K"), size_t{64} << 10);
+  EXPECT_EQ(bench::parse_bytes("1G"), size_t{1} << 30);
+  EXPECT_EQ(bench::parse_bytes("100"), 100u);
+  EXPECT_THROW(bench::parse_bytes("12Q"), InvalidArgument);
+  EXPECT_DOUBLE_EQ(bench::busbw_factor("allreduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(bench::busbw_factor("allgather", 4), 0.75);
+  EXPECT_DOUBLE_EQ(bench::busbw_factor("reduce_scatter", 8), 0.875);
+  EXPECT_DOUBLE_EQ(bench::busbw_factor("broadcast", 8), 1.0);
+  EXPECT_DOUBLE_EQ(bench::busbw_factor("sendrecv", 2), 1.0);
+  bench::Row r;
+  r.backend = "native";
+  r.op = "alltoall";
+  r.bytes = 4096;
+  r.time_us = 12.5;
+  r.wrong = 3;
+  bench::Row back = bench::row_from_json(bench::to_json(r));
+  EXPECT_EQ(back.op, "alltoall");
+  EXPECT_EQ(back.bytes, 4096u);
+  EXPECT_DOUBLE_EQ(back.time_us, 12.5);
+  EXPECT_EQ(back.wrong, 3u);
+}
+
+TEST(Bench, EveryBackendEveryOpCheckedRowsInJson) {
+  const std::string dir = temp_dir(), json = dir + "/out.jsonl";
+  auto r = run_command(kCli + " bench --ranks 3 --backends all --ops all -b 8 -e 64K -f 8 -n 3 -w 1 -c 1 --json " + json);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("# Avg bus bandwidth"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# side by side: allreduce"), std::string::npos) << r.output;
+  std::ifstream f(json);
+  std::map<std::string, std::set<std::string>> ops_per_backend;
+  size_t rows = 0;
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    for (const char* k : {"backend", "op", "bytes", "count", "dtype", "redop", "root", "ranks", "hosts", "inplace",
+                          "time_us", "algbw_gbs", "busbw_gbs", "wrong", "p50_us", "p99_us"})
+      ASSERT_TRUE(j.contains(k)) << "missing " << k << " in " << line;
+    EXPECT_EQ(j["wrong"], 0) << line;
+    EXPECT_EQ(j["ranks"], 3);
+    double algbw = j["algbw_gbs"], busbw = j["busbw_gbs"], t = j["time_us"];
+    size_t bytes = j["bytes"];
+    EXPECT_GT(t, 0) << line;
+    EXPECT_NEAR(algbw, static_cast<double>(bytes) / (t * 1e3), 1e-9 * std::max(1.0, algbw)) << line;
+    EXPECT_NEAR(busbw, algbw * bench::busbw_factor(j["op"], 3), 1e-9 * std::max(1.0, busbw)) << line;
+    EXPECT_LE(static_cast<double>(j["p50_us"]), static_cast<double>(j["p99_us"])) << line;
+    ops_per_backend[j["backend"]].insert(j["op"]);
+    ++rows;
+  }
+  EXPECT_GT(rows, 0u);
+  for (const auto& b : available_backends())
+    EXPECT_EQ(ops_per_backend[b].size(), bench::all_ops().size()) << "backend " << b << " is missing ops";
+  std::remove(json.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(Bench, BadFlagsGetAUsageErrorNotACrash) {
+  for (const std::string args : {"--bogus", "-d float128", "--ops allreduce,frobnicate", "-b 1M -e 1K",
+                                 "--backends carrier-pigeon", "-f 1", "-b 12Q"}) {
+    auto r = run_command(kCli + " bench " + args);
+    EXPECT_NE(r.status, 0) << args << ": " << r.output;
+    EXPECT_LT(r.status, 128) << args << " crashed: " << r.output;
+    EXPECT_FALSE(r.output.empty()) << args;
+  }
+}
+
+TEST(Compare, WritesTablesReportAndPlots) {
+  const std::string dir = temp_dir();
+  auto r = run_command(kCli + " compare --ranks 4 --hosts 2 -n 2 -w 0 --max-latency-bytes 4K --max-bcast-bytes 256K"
+                              " --hidden 256 --seq 64 --report " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream md(dir + "/report.md");
+  std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  for (const char* part : {"## 1. all-reduce latency, 4 ranks on one host", "## 2. broadcast bandwidth",
+                           "## 3. all-reduce across 2 emulated hosts", "TP all-reduce 32 KiB", "## Recommendation",
+                           "all-reduce, one host:", "send/recv, one host:", "one PP send/recv", "## Machine"})
+    EXPECT_NE(text.find(part), std::string::npos) << "report.md lacks '" << part << "'\n" << text;
+  for (const auto& b : available_backends()) EXPECT_NE(text.find("| " + b + " |"), std::string::npos) << b;
+  for (const char* png : {"allreduce_4ranks_1hosts_time.png", "allreduce_4ranks_2hosts_busbw.png",
+                          "broadcast_4ranks_1hosts_busbw.png"}) {
+    std::ifstream p(dir + "/" + png, std::ios::binary);
+    char magic[8] = {};
+    p.read(magic, 8);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG") << png << " missing or not a PNG";
+  }
+  run_command("rm -rf " + dir);
+}
+
+}  // namespace
+}  // namespace mpcomm

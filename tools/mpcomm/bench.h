@@ -1,0 +1,75 @@
+// mpcomm bench: nccl-tests-style measurements of every backend side by side.
+//
+// The driver (`mpcomm bench`) starts the ranks of one backend at a time through launch(), each rank
+// running the worker (`mpcomm bench-worker`), which measures every op × size and writes one JSON
+// line per measured row. The driver then prints the side-by-side comparison and the JSON file.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mpcomm/communicator.h"
+
+namespace mpcomm::bench {
+
+// What to measure; the same on the driver and in every worker.
+struct Config {
+  int ranks = 4;
+  int hosts = 1;
+  std::vector<std::string> backends = {"native"};
+  std::vector<std::string> ops = {"allreduce"};
+  size_t min_bytes = 8;
+  size_t max_bytes = 64 << 20;
+  double factor = 2;
+  std::vector<size_t> extra_sizes;  // measured too (e.g. a model's all-reduce size), in order
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  std::string dtype = "float";
+  std::string redop = "sum";
+  int root = 0;
+  double timeout_s = 120;
+};
+
+// One measured row (one backend, op, size and placement).
+struct Row {
+  std::string backend, op, dtype, redop;
+  int ranks = 0, hosts = 0, root = -1;
+  size_t bytes = 0, count = 0;
+  bool inplace = false;
+  double time_us = 0;      // mean over the timed iterations, slowest rank
+  double algbw_gbs = 0;    // bytes / time
+  double busbw_gbs = 0;    // algbw × the nccl-tests factor of the op
+  uint64_t wrong = 0;      // wrong elements in the checked run (-c 1), summed over ranks
+  double p50_us = 0, p99_us = 0;  // per-iteration latency percentiles (slowest rank per iteration)
+};
+
+// All ops bench knows, in nccl-tests order.
+const std::vector<std::string>& all_ops();
+// nccl-tests' bus-bandwidth factor of op on n ranks.
+double busbw_factor(const std::string& op, int n);
+// The sizes from min to max by factor (nccl-tests -b -e -f).
+std::vector<size_t> sizes(const Config& c);
+// "64M" -> 67108864; K, M, G suffixes (powers of 1024).
+size_t parse_bytes(const std::string& s);
+// "1.5 KiB"-style human size.
+std::string human_bytes(size_t b);
+
+std::string to_json(const Row& r);
+Row row_from_json(const std::string& line);
+
+// Worker side: measure every op × size of c on comm; rank 0 prints the nccl-tests table to stdout and
+// appends JSON lines to json_path.
+int run_worker(Communicator& comm, const Config& c, const std::string& json_path);
+
+// Driver side: run every backend of c (each through launch()), print the per-backend tables as the
+// workers print them and then the side-by-side table; returns all rows. Throws on a failed backend run
+// unless keep_going.
+std::vector<Row> run_bench(const Config& c, const std::string& self_exe, bool keep_going, int* status);
+void print_side_by_side(const std::vector<Row>& rows, FILE* out);
+// This executable, to start workers with.
+std::string self_exe_path();
+
+}  // namespace mpcomm::bench

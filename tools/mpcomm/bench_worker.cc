@@ -1,0 +1,217 @@
+// The measuring side of mpcomm bench: runs inside every rank (under launch), times each op × size the
+// way nccl-tests does (warm-up, then `iters` back-to-back calls; the slowest rank's mean counts) and
+// records per-iteration latency for p50/p99. Rank 0 prints the table and writes the JSON lines.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "bench.h"
+#include "testing/collective_check.h"
+
+namespace mpcomm::bench {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+OpKind op_kind(const std::string& op) {
+  for (int k = 0; k < kNumOpKinds; ++k)
+    if (op == to_string(static_cast<OpKind>(k))) return static_cast<OpKind>(k);
+  return OpKind::send;  // "sendrecv"
+}
+
+bool has_inplace(const std::string& op) { return op != "broadcast" && op != "sendrecv"; }
+bool block_op(const std::string& op) {
+  return op == "allgather" || op == "reduce_scatter" || op == "gather" || op == "scatter" || op == "alltoall";
+}
+
+// Buffers sized for the largest message, reused for every size.
+struct Buffers {
+  std::vector<char> send, recv;
+};
+
+// One call of `op` on `bytes` (nccl-tests' size: the whole buffer for block ops).
+struct Call {
+  Communicator& comm;
+  const Config& c;
+  std::string op;
+  DataType dt;
+  ReduceOp red;
+  size_t count;  // elements per rank block (block ops) or per buffer
+  bool inplace;
+  Buffers& b;
+
+  void operator()() const {
+    const int r = comm.rank(), n = comm.size();
+    const size_t es = dtype_size(dt), blk = count * es;
+    char* s = b.send.data();
+    char* d = b.recv.data();
+    if (op == "allreduce") {
+      comm.allreduce(inplace ? d : s, d, count, dt, red);
+    } else if (op == "broadcast") {
+      comm.broadcast(d, count, dt, c.root);
+    } else if (op == "reduce") {
+      comm.reduce(inplace ? d : s, d, count, dt, red, c.root);
+    } else if (op == "allgather") {
+      comm.allgather(inplace ? d + static_cast<size_t>(r) * blk : s, d, count, dt);
+    } else if (op == "reduce_scatter") {
+      comm.reduce_scatter(s, inplace ? s + static_cast<size_t>(r) * blk : d, count, dt, red);
+    } else if (op == "gather") {
+      bool ip = inplace && r == c.root;
+      comm.gather(ip ? d + static_cast<size_t>(r) * blk : s, d, count, dt, c.root);
+    } else if (op == "scatter") {
+      bool ip = inplace && r == c.root;
+      comm.scatter(s, ip ? s + static_cast<size_t>(r) * blk : d, count, dt, c.root);
+    } else if (op == "alltoall") {
+      comm.alltoall(inplace ? d : s, d, count, dt);
+    } else if (op == "sendrecv") {
+      Request rq = comm.irecv(d, count, dt, (r + n - 1) % n, 0);
+      Request sq = comm.isend(s, count, dt, (r + 1) % n, 0);
+      rq.wait();
+      sq.wait();
+    }
+  }
+};
+
+// Wrong elements of one checked run (summed over ranks).
+uint64_t check_once(Communicator& comm, const Config& c, const std::string& op, DataType dt, ReduceOp red,
+                    size_t count, bool inplace) {
+  uint64_t wrong = 0;
+  if (op == "sendrecv") {
+    const int r = comm.rank(), n = comm.size();
+    std::vector<int32_t> out(count * dtype_size(dt) / 4 + 1, r * 7 + 1), in(out.size(), -1);
+    Request rq = comm.irecv(in.data(), count, dt, (r + n - 1) % n, 1);
+    Request sq = comm.isend(out.data(), count, dt, (r + 1) % n, 1);
+    rq.wait();
+    sq.wait();
+    const size_t words = count * dtype_size(dt) / 4;
+    for (size_t i = 0; i < words; ++i) wrong += in[i] != ((r + n - 1) % n) * 7 + 1;
+  } else {
+    check::Case k;
+    k.op = op_kind(op);
+    k.dtype = dt;
+    k.redop = red;
+    k.count = count;
+    k.root = c.root;
+    k.in_place = inplace;
+    wrong = check::run_case(comm, k).wrong;
+  }
+  uint64_t total = 0;
+  comm.allreduce(&wrong, &total, 1, DataType::int64, ReduceOp::sum);
+  return total;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
+void print_header(const Config& c, const std::string& op, const Communicator& comm) {
+  std::printf("#\n# mpcomm bench: backend %s, %d ranks on %d host(s), op %s, dtype %s, redop %s, root %d,"
+              " iters %d, warmup %d, check %d\n",
+              std::string(comm.backend()).c_str(), comm.size(), comm.topology().num_hosts(), op.c_str(),
+              c.dtype.c_str(), c.redop.c_str(), c.root, c.iters, c.warmup, c.check);
+  std::printf("#%60s%34s\n", "out-of-place", "in-place");
+  std::printf("#%11s %12s %8s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
+              "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  std::printf("#%11s %12s %8s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+              "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+}  // namespace
+
+int run_worker(Communicator& comm, const Config& c, const std::string& json_path) {
+  const int n = comm.size();
+  const bool lead = comm.rank() == 0;
+  const DataType dt = parse_dtype(c.dtype);
+  const ReduceOp red = parse_reduce_op(c.redop);
+  const size_t es = dtype_size(dt);
+  FILE* json = nullptr;
+  if (lead && !json_path.empty()) {
+    json = std::fopen(json_path.c_str(), "a");
+    if (json == nullptr) throw InvalidArgument("mpcomm bench: cannot open " + json_path + " for writing");
+  }
+  uint64_t total_wrong = 0;
+  Buffers b;
+  const std::vector<size_t> all_sizes = sizes(c);
+  const size_t largest = all_sizes.empty() ? 0 : all_sizes.back();
+  b.send.assign(largest + es * static_cast<size_t>(n), 0);
+  b.recv.assign(largest + es * static_cast<size_t>(n), 0);
+  for (const auto& op : c.ops) {
+    if (op == "sendrecv" && n == 1) {
+      if (lead) std::printf("#\n# %s skipped: it needs at least 2 ranks\n", op.c_str());
+      continue;
+    }
+    if (lead) print_header(c, op, comm);
+    double busbw_sum = 0;
+    int busbw_rows = 0;
+    for (size_t bytes : all_sizes) {
+      // nccl-tests' size is the whole buffer; block ops split it into n blocks of whole elements.
+      const size_t unit = es * (block_op(op) ? static_cast<size_t>(n) : 1);
+      const size_t size = bytes / unit * unit;
+      if (size == 0) continue;
+      const size_t count = size / unit;  // elements per block (block ops) or per buffer
+      Row rows[2];
+      for (int ip = 0; ip < (has_inplace(op) ? 2 : 1); ++ip) {
+        Row& row = rows[ip];
+        Call call{comm, c, op, dt, red, count, ip == 1, b};
+        row.wrong = c.check ? check_once(comm, c, op, dt, red, count, ip == 1) : 0;
+        for (int w = 0; w < c.warmup; ++w) call();
+        comm.barrier();
+        std::vector<double> lat(static_cast<size_t>(c.iters)), lat_max(lat.size());
+        auto t0 = clock_type::now();
+        for (int i = 0; i < c.iters; ++i) {
+          auto a = clock_type::now();
+          call();
+          lat[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(clock_type::now() - a).count();
+        }
+        double mean = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count() / c.iters, slowest = 0;
+        comm.allreduce(&mean, &slowest, 1, DataType::float64, ReduceOp::max);
+        comm.allreduce(lat.data(), lat_max.data(), lat.size(), DataType::float64, ReduceOp::max);
+        row.backend = std::string(comm.backend());
+        row.op = op;
+        row.dtype = std::string(to_string(dt));
+        row.redop = (op == "allreduce" || op == "reduce" || op == "reduce_scatter") ? c.redop : "none";
+        row.ranks = n;
+        row.hosts = comm.topology().num_hosts();
+        row.root = (op == "broadcast" || op == "reduce" || op == "gather" || op == "scatter") ? c.root : -1;
+        row.bytes = size;
+        row.count = size / es;
+        row.inplace = ip == 1;
+        row.time_us = slowest;
+        row.algbw_gbs = static_cast<double>(size) / (slowest * 1e3);
+        row.busbw_gbs = row.algbw_gbs * busbw_factor(op, n);
+        row.p50_us = percentile(lat_max, 0.5);
+        row.p99_us = percentile(lat_max, 0.99);
+        total_wrong += row.wrong;
+        if (json != nullptr) std::fprintf(json, "%s\n", to_json(row).c_str());
+      }
+      busbw_sum += rows[0].busbw_gbs;
+      ++busbw_rows;
+      if (lead) {
+        const Row& o = rows[0];
+        std::printf(" %11zu %12zu %8s %6s %5d %9.2f %7.3f %7.3f %6llu", o.bytes, o.count, c.dtype.c_str(),
+                    o.redop.c_str(), o.root, o.time_us, o.algbw_gbs, o.busbw_gbs, static_cast<unsigned long long>(o.wrong));
+        if (has_inplace(op)) {
+          const Row& i = rows[1];
+          std::printf(" %9.2f %7.3f %7.3f %6llu\n", i.time_us, i.algbw_gbs, i.busbw_gbs, static_cast<unsigned long long>(i.wrong));
+        } else {
+          std::printf(" %9s %7s %7s %6s\n", "n/a", "", "", "");
+        }
+        std::fflush(stdout);
+        if (json != nullptr) std::fflush(json);
+      }
+    }
+    if (lead) std::printf("# Avg bus bandwidth    : %.4f GB/s  (%s, %s)\n", busbw_rows ? busbw_sum / busbw_rows : 0.0,
+                          std::string(comm.backend()).c_str(), op.c_str());
+  }
+  if (json != nullptr) std::fclose(json);
+  comm.barrier();
+  return total_wrong == 0 ? 0 : 1;
+}
+
+}  // namespace mpcomm::bench
