@@ -45,6 +45,11 @@ std::vector<std::string> available_backends() {
 
 std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<Store> store, int rank, int size,
                                      const Options& opts) {
+  // Checks every backend needs, once.
+  if (size < 1 || rank < 0 || rank >= size)
+    throw InvalidArgument("mpcomm: " + std::string(backend) + ": rank " + std::to_string(rank) + " / size " +
+                          std::to_string(size) + " is not a valid rank of a group");
+  if (!store && backend != "mpi") throw InvalidArgument("mpcomm: " + std::string(backend) + ": a store is required");
   for (const auto& b : backends())
     if (backend == b.name) return b.make(std::move(store), rank, size, opts);
   std::string known;

@@ -393,10 +393,6 @@ bool P2PRequest::test() {
 }  // namespace
 
 std::unique_ptr<Communicator> create_gloo(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
-  if (size < 1 || rank < 0 || rank >= size)
-    throw InvalidArgument("mpcomm: gloo: rank " + std::to_string(rank) + " / size " + std::to_string(size) +
-                          " is not a valid rank of a group");
-  if (!store) throw InvalidArgument("mpcomm: gloo: a store is required");
   Options opts = in.resolved();
   if (opts.device.kind != Device::cpu)
     throw Unsupported("mpcomm: gloo: device " + to_string(opts.device) + " is not supported yet");

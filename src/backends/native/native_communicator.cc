@@ -95,10 +95,6 @@ std::shared_ptr<detail::RequestState> NativeCommunicator::start_p2p(const detail
 }  // namespace
 
 std::unique_ptr<Communicator> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
-  if (size < 1 || rank < 0 || rank >= size)
-    throw InvalidArgument("mpcomm: native: rank " + std::to_string(rank) + " / size " + std::to_string(size) +
-                          " is not a valid rank of a group");
-  if (!store) throw InvalidArgument("mpcomm: native: a store is required");
   Options opts = in.resolved();
   if (opts.device.kind != Device::cpu)
     throw Unsupported("mpcomm: native: device " + to_string(opts.device) + " is not supported yet");
