@@ -46,7 +46,7 @@ const ModelPreset kPresets[] = {
 
 struct CompareCli {
   std::string preset = "gpt3-175b";
-  int ranks = 8, hosts = 4, iters = 10, warmup = 2;
+  int ranks = 8, hosts = 4, iters = 20, warmup = 5;  // nccl-tests defaults; about 3 minutes on 2 cores
   std::string backends = "all", report, json;
   std::string max_latency = "2M", max_bcast = "32M";
   bool model_sizes = true;
