@@ -2,7 +2,8 @@
 //   testprog topology            print "rank R host H local L/S hosts N"
 //   testprog kill VICTIM AT      loop allreduces of 1 MiB; rank VICTIM SIGKILLs itself at iteration AT.
 //                                Survivors print "rank R failed after S s: <error>" and exit 3.
-//   testprog stall VICTIM        rank VICTIM sleeps forever instead of calling allreduce.
+//   testprog stall VICTIM AT     rank VICTIM sleeps forever instead of calling allreduce.
+//   testprog abort VICTIM AT     rank VICTIM calls Communicator::abort("testing") instead.
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mpcomm/mpcomm.h"
@@ -37,7 +39,12 @@ int main(int argc, char** argv) {
     for (int it = 0; it < 1000000; ++it) {
       if (rank == victim && it == at) {
         if (mode == "kill") ::raise(SIGKILL);
-        if (mode == "stall") ::pause();
+        if (mode == "abort") {
+          comm->abort("testing");  // publishes mpcomm/abort; the others see it while they wait
+          std::this_thread::sleep_for(std::chrono::seconds(30));
+          return 0;
+        }
+        for (;;) ::pause();  // stall
       }
       comm->allreduce(buf.data(), buf.data(), buf.size(), mpcomm::DataType::float32, mpcomm::ReduceOp::max);
       t0 = std::chrono::steady_clock::now();
@@ -45,6 +52,13 @@ int main(int argc, char** argv) {
   } catch (const mpcomm::Error& e) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("rank %d failed after %.1f s: %s: %s\n", rank, s, std::string(mpcomm::to_string(e.code())).c_str(), e.what());
+    // The communicator is aborted now: later calls fail at once, naming the reason.
+    try {
+      comm->barrier();
+    } catch (const mpcomm::Error& again) {
+      std::printf("rank %d then: %s\n", rank, again.what());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let the launcher see the failure first
     return 3;
   }
   return 0;

@@ -4,9 +4,7 @@
 //                                   broadcast in each, and that a negative color gives no communicator
 //   mpi_rank_prog mismatch          rank 0 calls allreduce, the others broadcast (run with MPCOMM_CHECK=1);
 //                                   print "rank R mismatch: <error>" and exit 3
-//   mpi_rank_prog kill VICTIM AT    loop allreduces of 1 MiB; rank VICTIM SIGKILLs itself at iteration AT
-//   mpi_rank_prog stall VICTIM AT   rank VICTIM sleeps forever at iteration AT instead of calling allreduce;
-//                                   the others print "rank R failed after S s: <code>: <error>" and exit 3
+//   (kill, stall and abort: tests/errors/testprog.cc, the rank program shared by every backend's tests)
 //   mpi_rank_prog chunks            every chunked op (allreduce, broadcast, reduce, send/recv) with the chunk
 //                                   limit forced to 1000 elements, every dtype, in and out of place
 //   mpi_rank_prog bigcount          an allgather of more than INT_MAX elements per rank: Unsupported
@@ -14,8 +12,6 @@
 //   mpi_rank_prog partial           write a line in two pieces, flushing in between
 //   mpi_rank_prog exit CODE VICTIM  rank VICTIM exits with CODE after a barrier, the others sleep
 //   mpi_rank_prog latency ITERS     print the mean time of small collectives, back to back
-//   mpi_rank_prog abort VICTIM      rank VICTIM calls abort("testing") instead of allreduce; the others,
-//                                   waiting in it, print "rank R failed after S s: <code>: <error>"
 //   mpi_rank_prog wrongsize         create("mpi", ..., rank 0, size 2) in a world of 1: print the error
 // Prints "rank R ok" when a mode passes. A rank that fails on purpose waits 0.5 s before it exits, since
 // mpirun ends the whole job when the first rank exits non-zero, and the others should have printed.
@@ -245,41 +241,6 @@ int main(int argc, char** argv) {
         comm->broadcast(buf, 4, DataType::float32, 0);
       std::printf("rank %d: no mismatch reported\n", rank);
       return 1;
-    }
-    if (mode == "kill" || mode == "stall" || mode == "abort") {
-      const int victim = argc > 2 ? std::atoi(argv[2]) : 1;
-      const int at = argc > 3 ? std::atoi(argv[3]) : 3;
-      std::vector<float> buf(1 << 18, 1.0f);
-      auto t0 = std::chrono::steady_clock::now();
-      try {
-        for (int it = 0; it < 1000000; ++it) {
-          if (rank == victim && it == at) {
-            if (mode == "kill") ::raise(SIGKILL);
-            if (mode == "abort") {
-              comm->abort("testing");  // publishes mpcomm/abort; the others see it while they wait
-              std::this_thread::sleep_for(std::chrono::seconds(30));
-              return 0;
-            }
-            for (;;) ::pause();
-          }
-          t0 = std::chrono::steady_clock::now();
-          comm->allreduce(buf.data(), buf.data(), buf.size(), DataType::float32, ReduceOp::max);
-        }
-      } catch (const Error& e) {
-        std::printf("rank %d failed after %.1f s: %s: %s\n", rank, seconds_since(t0),
-                    std::string(to_string(e.code())).c_str(), e.what());
-        std::fflush(stdout);
-        // The communicator is aborted now: later calls fail at once, naming the reason.
-        try {
-          comm->barrier();
-        } catch (const Error& again) {
-          std::printf("rank %d then: %s\n", rank, again.what());
-        }
-        std::fflush(stdout);
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        return 3;
-      }
-      return 0;
     }
     if (rc == 0) std::printf("rank %d ok\n", rank);
     return rc;

@@ -35,8 +35,10 @@ bool have_mpi() {
 
 #ifdef MPCOMM_MPI_RANK_PROG
 const std::string kProg = MPCOMM_MPI_RANK_PROG;
+const std::string kTestProg = MPCOMM_TESTPROG;  // kill, stall and abort: the rank program every backend uses
 #else
 const std::string kProg;
+const std::string kTestProg = MPCOMM_TESTPROG;
 #endif
 
 // Open MPI's per-mpirun session directories (<TMPDIR>/ompi.<host>.<uid>/pid.<mpirun pid>).
@@ -71,7 +73,8 @@ class MpiProcesses : public ::testing::Test {
     EXPECT_EQ(mpcomm_shm_entries(), shm_before_) << "shared memory left behind";
     for (const char* mode : {"topology", "grid", "mismatch", "kill", "stall", "abort", "chunks", "bigcount", "p2p",
                              "partial", "exit", "wrongsize"})
-      EXPECT_EQ(count_processes_running(kProg, mode), 0) << "ranks of '" << mode << "' left behind";
+      EXPECT_EQ(count_processes_running(kProg, mode) + count_processes_running(kTestProg, mode), 0)
+          << "ranks of '" << mode << "' left behind";
     EXPECT_EQ(count_processes_running("mpirun", "-n"), 0) << "mpirun left behind";
     EXPECT_EQ(ompi_session_dirs(), sessions_before_) << "Open MPI session directory left behind";
   }
@@ -193,7 +196,7 @@ TEST_F(MpiProcesses, LinesWrittenInPiecesStayWholeAndPrefixed) {
 // ---- failures -------------------------------------------------------------------------------------------
 
 TEST_F(MpiProcesses, KilledRankEndsTheJobFastWithItsStatus) {
-  RunResult r = run_command(launch("-n 4 --timeout 20 -- " + kProg + " kill 2 5"));
+  RunResult r = run_command(launch("-n 4 --timeout 20 -- " + kTestProg + " kill 2 5"));
   EXPECT_EQ(r.status, 137) << r.output;
   EXPECT_LT(r.seconds, 30.0) << r.output;
   EXPECT_TRUE(contains(r.output, "mpcomm launch: rank 2 exited with signal 9 (Killed) (reported by mpirun)"))
@@ -209,7 +212,7 @@ TEST_F(MpiProcesses, FailingRankStatusIsReturned) {
 }
 
 TEST_F(MpiProcesses, ARankThatNeverCallsGivesATimeoutNamingTheOp) {
-  RunResult r = run_command(launch("-n 3 --timeout 3 -- " + kProg + " stall 2 2"));
+  RunResult r = run_command(launch("-n 3 --timeout 3 -- " + kTestProg + " stall 2 2"));
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_LT(r.seconds, 20.0) << r.output;
   for (int rank = 0; rank < 2; ++rank) {
@@ -232,7 +235,7 @@ TEST_F(MpiProcesses, ARankThatNeverCallsGivesATimeoutNamingTheOp) {
 TEST_F(MpiProcesses, AnAbortReachesRanksWaitingInACollective) {
   // Rank 1 aborts instead of calling allreduce #2; ranks 0 and 2 learn it from the store's abort key
   // (polled every 500 ms), long before their 30 s timeout.
-  RunResult r = run_command(launch("-n 3 --timeout 30 -- " + kProg + " abort 1 2"));
+  RunResult r = run_command(launch("-n 3 --timeout 30 -- " + kTestProg + " abort 1 2"));
   EXPECT_EQ(r.status, 3) << r.output;
   for (int rank : {0, 2}) {
     std::string tag = "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " failed after ";
@@ -246,7 +249,7 @@ TEST_F(MpiProcesses, AnAbortReachesRanksWaitingInACollective) {
 
 TEST_F(MpiProcesses, KilledMpirunLeavesNoRankBehind) {
   // The launcher sees mpirun die and kills what it left: every process with the job's MPCOMM_JOB_ID.
-  RunResult r = run_command("sh -c '" + launch("-n 3 --timeout 60 -- " + kProg + " stall 9 0") +
+  RunResult r = run_command("sh -c '" + launch("-n 3 --timeout 60 -- " + kTestProg + " stall 9 0") +
                             " & pid=$!; sleep 3; kill -KILL $(pgrep -P $pid -x mpirun); wait $pid; echo status=$?'");
   EXPECT_TRUE(contains(r.output, "status=137")) << r.output;
   EXPECT_TRUE(contains(r.output, "mpcomm launch: mpirun exited with signal 9 (Killed)")) << r.output;
@@ -255,7 +258,7 @@ TEST_F(MpiProcesses, KilledMpirunLeavesNoRankBehind) {
 
 TEST_F(MpiProcesses, CtrlCTerminatesTheJobAndReturns130) {
   // No victim (rank 9 does not exist): the ranks loop allreduces until interrupted.
-  RunResult r = run_command("sh -c '" + launch("-n 3 --timeout 60 -- " + kProg + " stall 9 0") +
+  RunResult r = run_command("sh -c '" + launch("-n 3 --timeout 60 -- " + kTestProg + " stall 9 0") +
                             " & pid=$!; sleep 3; kill -INT $pid; wait $pid; echo status=$?'");
   EXPECT_TRUE(contains(r.output, "status=130")) << r.output;
   EXPECT_TRUE(contains(r.output, "mpcomm launch: interrupted by SIGINT; terminating mpirun and its ranks")) << r.output;

@@ -54,6 +54,8 @@ double busbw_factor(const std::string& op, int n);
 std::vector<size_t> sizes(const Config& c);
 // "64M" -> 67108864; K, M, G suffixes (powers of 1024).
 size_t parse_bytes(const std::string& s);
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> split_list(const std::string& s);
 // "1.5 KiB"-style human size.
 std::string human_bytes(size_t b);
 

@@ -210,19 +210,6 @@ struct BenchCli {
   bool keep_going = false;
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t comma = s.find(',', pos);
-    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (!item.empty()) out.push_back(item);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
@@ -245,8 +232,8 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--keep-going", o->keep_going, "go on with the next backend when one fails");
   return [o] {
     auto& c = o->c;
-    c.backends = o->backends == "all" ? available_backends() : split_list(o->backends);
-    c.ops = o->ops == "all" ? bench::all_ops() : split_list(o->ops);
+    c.backends = o->backends == "all" ? available_backends() : bench::split_list(o->backends);
+    c.ops = o->ops == "all" ? bench::all_ops() : bench::split_list(o->ops);
     c.min_bytes = bench::parse_bytes(o->b);
     c.max_bytes = bench::parse_bytes(o->e);
     int status = 0;

@@ -52,6 +52,19 @@ size_t parse_bytes(const std::string& s) {
   return static_cast<size_t>(v * mult);
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t comma = s.find(',', pos);
+    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
 std::string human_bytes(size_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
   double v = static_cast<double>(b);

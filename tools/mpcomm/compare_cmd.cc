@@ -205,21 +205,13 @@ Runner add_compare(CLI::App& app) {
     if (!known) throw InvalidArgument("mpcomm compare: unknown --model '" + o->preset + "' (gpt3-175b, gpt2-xl, llama2-7b, llama2-70b)");
     if (hidden->count() + seq->count() > 0) o->model.name += " (custom shape)";
     const size_t max_latency_bytes = bench::parse_bytes(o->max_latency), max_bcast_bytes = bench::parse_bytes(o->max_bcast);
-    const std::vector<std::string> backends =
-        o->backends == "all" ? available_backends() : std::vector<std::string>{};
     bench::Config base;
     base.ranks = o->ranks;
     base.iters = o->iters;
     base.warmup = o->warmup;
     base.check = 1;
     base.timeout_s = 300;
-    if (o->backends == "all") {
-      base.backends = backends;
-    } else {
-      std::stringstream ss(o->backends);
-      for (std::string b; std::getline(ss, b, ',');)
-        if (!b.empty()) base.backends.push_back(b);
-    }
+    base.backends = o->backends == "all" ? available_backends() : bench::split_list(o->backends);
     const size_t act = o->model.activation_bytes();
     std::vector<size_t> model_sizes;
     if (o->model_sizes) model_sizes = {act};
