@@ -100,9 +100,10 @@ TEST(Bench, BadFlagsGetAUsageErrorNotACrash) {
 TEST(Compare, WritesTablesReportAndPlots) {
   const std::string dir = temp_dir();
   auto r = run_command(kCli + " compare --ranks 4 --hosts 2 -n 2 -w 0 --max-latency-bytes 4K --max-bcast-bytes 256K"
-                              " --hidden 256 --seq 64 --report " + dir);
+                              " --hidden 256 --seq 64 --report " + dir + "/nested/report --json " + dir + "/more/rows.jsonl");
   ASSERT_EQ(r.status, 0) << r.output;
-  std::ifstream md(dir + "/report.md");
+  std::ifstream md(dir + "/nested/report/report.md");
+  EXPECT_TRUE(std::ifstream(dir + "/more/rows.jsonl").good()) << "--json into a folder that did not exist";
   std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   for (const char* part : {"## 1. all-reduce latency, 4 ranks on one host", "## 2. broadcast bandwidth",
                            "## 3. all-reduce across 2 emulated hosts", "TP all-reduce 32 KiB", "## Recommendation",
@@ -111,7 +112,7 @@ TEST(Compare, WritesTablesReportAndPlots) {
   for (const auto& b : available_backends()) EXPECT_NE(text.find("| " + b + " |"), std::string::npos) << b;
   for (const char* png : {"allreduce_4ranks_1hosts_time.png", "allreduce_4ranks_2hosts_busbw.png",
                           "broadcast_4ranks_1hosts_busbw.png"}) {
-    std::ifstream p(dir + "/" + png, std::ios::binary);
+    std::ifstream p(dir + "/nested/report/" + png, std::ios::binary);
     char magic[8] = {};
     p.read(magic, 8);
     EXPECT_EQ(std::string(magic + 1, 3), "PNG") << png << " missing or not a PNG";

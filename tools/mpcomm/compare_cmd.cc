@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -308,13 +309,18 @@ Runner add_compare(CLI::App& app) {
     std::vector<bench::Row> all;
     for (const auto& e : ex) all.insert(all.end(), e.rows.begin(), e.rows.end());
     auto write_rows = [&](const std::string& path) {
+      auto parent = std::filesystem::path(path).parent_path();
+      std::error_code ec;
+      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
       std::ofstream f(path);
       if (!f) throw InvalidArgument("mpcomm compare: cannot write " + path);
       for (const auto& r : all) f << bench::to_json(r) << "\n";
     };
     if (!o->json.empty()) write_rows(o->json);
     if (!o->report.empty()) {
-      ::mkdir(o->report.c_str(), 0755);
+      std::error_code ec;
+      std::filesystem::create_directories(o->report, ec);
+      if (ec) throw InvalidArgument("mpcomm compare: cannot create " + o->report + ": " + ec.message());
       write_rows(o->report + "/results.jsonl");
       std::ofstream(o->report + "/report.md") << md.str();
       {
