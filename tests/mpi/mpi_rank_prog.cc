@@ -1,10 +1,9 @@
 // A rank program for the mpi backend's process tests, run under `mpcomm launch --backend mpi`.
-//   mpi_rank_prog topology          print "rank R host H local L/S hosts N"
 //   mpi_rank_prog grid              split 4 ranks into a 2x2 grid (rows and columns), check allreduce and
 //                                   broadcast in each, and that a negative color gives no communicator
 //   mpi_rank_prog mismatch          rank 0 calls allreduce, the others broadcast (run with MPCOMM_CHECK=1);
 //                                   print "rank R mismatch: <error>" and exit 3
-//   (kill, stall and abort: tests/errors/testprog.cc, the rank program shared by every backend's tests)
+//   (topology, kill, stall and abort: tests/errors/testprog.cc, the rank program shared by every backend's tests)
 //   mpi_rank_prog chunks            every chunked op (allreduce, broadcast, reduce, send/recv) with the chunk
 //                                   limit forced to 1000 elements, every dtype, in and out of place
 //   mpi_rank_prog bigcount          an allgather of more than INT_MAX elements per rank: Unsupported
@@ -213,13 +212,6 @@ int main(int argc, char** argv) {
   }
   auto comm = init_from_env();
   const int rank = comm->rank();
-  if (mode == "topology") {
-    const auto& t = comm->topology();
-    std::printf("rank %d host %s local %d/%d hosts %d\n", rank, t.host_names[t.host].c_str(), t.local_rank,
-                t.local_size, t.num_hosts());
-    comm->barrier();
-    return 0;
-  }
   try {
     int rc = 2;
     if (mode == "grid") rc = grid(*comm);

@@ -35,7 +35,7 @@ bool have_mpi() {
 
 #ifdef MPCOMM_MPI_RANK_PROG
 const std::string kProg = MPCOMM_MPI_RANK_PROG;
-const std::string kTestProg = MPCOMM_TESTPROG;  // kill, stall and abort: the rank program every backend uses
+const std::string kTestProg = MPCOMM_TESTPROG;  // topology, kill, stall, abort: the rank program every backend uses
 #else
 const std::string kProg;
 const std::string kTestProg = MPCOMM_TESTPROG;
@@ -60,6 +60,12 @@ std::vector<std::string> ompi_session_dirs() {
 
 // `mpcomm launch --backend mpi <args>`.
 std::string launch(const std::string& args) { return std::string(MPCOMM_CLI) + " launch --backend mpi " + args; }
+
+// Every rank of the job printed "rank R ok".
+void expect_every_rank_ok(const RunResult& r, int ranks) {
+  for (int rank = 0; rank < ranks; ++rank)
+    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " ok")) << r.output;
+}
 
 class MpiProcesses : public ::testing::Test {
  protected:
@@ -108,8 +114,7 @@ INSTANTIATE_TEST_SUITE_P(DISABLED_Large, MpiConformance, ::testing::Values(8),
 TEST_F(MpiProcesses, SplitIntoATwoByTwoGrid) {
   RunResult r = run_command(launch("-n 4 --timeout 60 -- " + kProg + " grid"));
   ASSERT_EQ(r.status, 0) << r.output;
-  for (int rank = 0; rank < 4; ++rank)
-    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " ok")) << r.output;
+  expect_every_rank_ok(r, 4);
 }
 
 TEST_F(MpiProcesses, CheckFindsMismatchedCollectivesOnEveryRank) {
@@ -129,8 +134,7 @@ TEST_F(MpiProcesses, CheckFindsMismatchedCollectivesOnEveryRank) {
 TEST_F(MpiProcesses, LargeCountsAreSplitIntoChunks) {
   RunResult r = run_command(launch("-n 3 --timeout 60 -- " + kProg + " chunks"));
   ASSERT_EQ(r.status, 0) << r.output;
-  for (int rank = 0; rank < 3; ++rank)
-    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " ok")) << r.output;
+  expect_every_rank_ok(r, 3);
 }
 
 TEST_F(MpiProcesses, CountsPastIntMaxAreUnsupportedWhereMpiCannotSplitThem) {
@@ -148,8 +152,7 @@ TEST_F(MpiProcesses, CountsPastIntMaxAreUnsupportedWhereMpiCannotSplitThem) {
 TEST_F(MpiProcesses, PointToPointWithTagsOrderAndCountCheck) {
   RunResult r = run_command(launch("-n 3 --timeout 30 -- " + kProg + " p2p"));
   ASSERT_EQ(r.status, 0) << r.output;
-  for (int rank = 0; rank < 3; ++rank)
-    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " ok")) << r.output;
+  expect_every_rank_ok(r, 3);
   std::string line = line_with(r.output, "[1] rank 1 mismatch: ");
   EXPECT_TRUE(contains(line, "recv #")) << r.output;
   EXPECT_TRUE(contains(line, "rank 0 sent 3 elements where 4 were expected")) << r.output;
@@ -166,7 +169,7 @@ TEST_F(MpiProcesses, RankAndSizeMustBeMpiWorlds) {
 // ---- hosts and output ---------------------------------------------------------------------------------
 
 TEST_F(MpiProcesses, EmulatedHostsSplitRanksInBlocks) {
-  RunResult r = run_command(launch("-n 4 --hosts 2 -- " + kProg + " topology"));
+  RunResult r = run_command(launch("-n 4 --hosts 2 -- " + kTestProg + " topology"));
   ASSERT_EQ(r.status, 0) << r.output;
   for (int rank = 0; rank < 4; ++rank) {
     std::string line = line_with(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " host ");
@@ -177,7 +180,7 @@ TEST_F(MpiProcesses, EmulatedHostsSplitRanksInBlocks) {
 }
 
 TEST_F(MpiProcesses, OneHostByDefault) {
-  RunResult r = run_command(launch("-n 3 -- " + kProg + " topology"));
+  RunResult r = run_command(launch("-n 3 -- " + kTestProg + " topology"));
   ASSERT_EQ(r.status, 0) << r.output;
   for (int rank = 0; rank < 3; ++rank)
     EXPECT_TRUE(contains(line_with(r.output, "[" + std::to_string(rank) + "] rank "),
