@@ -16,5 +16,7 @@ std::string info_text();
 Runner add_bench(CLI::App& app);
 Runner add_compare(CLI::App& app);
 Runner add_bench_worker(CLI::App& app);
+Runner add_train(CLI::App& app);
+Runner add_train_worker(CLI::App& app);
 
 }  // namespace mpcomm::cli

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   add("bench", "nccl-tests-style measurements of every backend side by side", mpcomm::cli::add_bench);
   add("compare", "the article's experiments on this machine, every backend, tables and a report", mpcomm::cli::add_compare);
   add("bench-worker", "(internal) the measuring side of bench, run by each rank", mpcomm::cli::add_bench_worker);
+  add("train", "train GPT-2 with tensor, pipeline and data parallelism on any backend", mpcomm::cli::add_train);
+  add("train-worker", "(internal) one rank of train", mpcomm::cli::add_train_worker);
   add("info", "backends, versions, this host's cores and memory, and the MPCOMM_* variables", mpcomm::cli::add_info);
   CLI11_PARSE(app, argc, argv);
   try {

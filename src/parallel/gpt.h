@@ -1,0 +1,62 @@
+// One pipeline stage of GPT-2 on one rank: its layers' forward and backward for a micro-batch, with the
+// activations of every micro-batch between its forward and its backward kept here.
+//
+//   first stage:  x = VocabParallelEmbedding(tokens)
+//   every stage:  for each of its blocks:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
+//                   attn = RowParallel(c_proj, attention(ColumnParallel(c_attn, ·)))
+//                   mlp  = RowParallel(c_proj, gelu(ColumnParallel(c_fc, ·)))
+//   last stage:   loss = VocabParallelCrossEntropy(ParallelLMHead(ln_f(x)), targets)
+// B is the micro-batch (sequences), T the sequence length, N = B*T rows.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "parallel/layout.h"
+#include "parallel/tp_layers.h"
+
+namespace mpcomm::parallel {
+
+class GPTStage {
+ public:
+  // params and grads are this rank's flat buffers (layout.total() floats each); the stage reads and
+  // accumulates into them but does not own them.
+  GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* params, float* grads, size_t B, size_t T);
+  ~GPTStage();
+
+  // Forward of micro-batch `micro`. `input` is the previous stage's output [N,C] (ignored on the first
+  // stage, which embeds `tokens`); `targets` are read on the last stage. Returns this stage's output
+  // [N,C] (valid until backward of the micro-batch), or nullptr on the last stage, which instead adds
+  // the sum of the micro-batch's per-token losses to *loss_sum.
+  const float* forward(int micro, const float* input, const int32_t* tokens, const int32_t* targets,
+                       double* loss_sum);
+  // Backward of micro-batch `micro`. `dout` is the gradient of this stage's output (ignored on the last
+  // stage, which starts from the loss scaled by `loss_scale`: 1 / tokens of the global batch).
+  // Accumulates parameter gradients; returns the gradient of the stage's input [N,C] (valid until the
+  // next backward), or nullptr on the first stage. Frees the micro-batch's activations.
+  const float* backward(int micro, const float* dout, float loss_scale);
+
+  // Micro-batches whose forward has run and backward not yet.
+  size_t in_flight() const { return acts_.size(); }
+
+ private:
+  struct Activations;
+  struct Block;
+  void block_forward(const Block& blk, Activations& a, size_t l, const float* x);
+  void block_backward(const Block& blk, Activations& a, size_t l, const float* x, float* dx);
+
+  const ShardLayout& layout_;
+  TensorParallel& tp_;
+  size_t B_, T_, N_, C_, Cl_, Hl_, hd_;
+  VocabShard vocab_;
+  std::vector<Block> blocks_;
+  const float *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
+  float *dwte_ = nullptr, *dwpe_ = nullptr, *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
+  std::map<int, std::unique_ptr<Activations>> acts_;
+  // backward scratch, reused across micro-batches
+  std::vector<float> dx_, dbuf_n4c_, dbuf_n4c2_, dbuf_qkv_, dbuf_ncl_, dbuf_att_, dbuf_nc_, dlogits_;
+};
+
+}  // namespace mpcomm::parallel

@@ -1,0 +1,138 @@
+#include "parallel/tp_layers.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "parallel/kernels.h"
+
+namespace mpcomm::parallel {
+
+// ---------------------------------------------------------------------------------------------------
+// the tensor-parallel group
+
+void TensorParallel::allreduce(float* x, size_t n, ReduceOp op) {
+  if (size() == 1) return;
+  auto t0 = std::chrono::steady_clock::now();
+  comm_->allreduce(x, x, n, DataType::float32, op);
+  meter.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  meter.bytes += n * sizeof(float);
+  meter.calls += 1;
+}
+
+void TensorParallel::allreduce_sum(float* x, size_t n) { allreduce(x, n, ReduceOp::sum); }
+void TensorParallel::allreduce_max(float* x, size_t n) { allreduce(x, n, ReduceOp::max); }
+
+// ---------------------------------------------------------------------------------------------------
+// linear layers
+
+void ColumnParallelLinear::forward(float* out, const float* in, const float* w, const float* b, size_t N, size_t I,
+                                   size_t Ol) {
+  matmul_forward(out, in, w, b, N, I, Ol);
+}
+
+void ColumnParallelLinear::backward(TensorParallel& tp, float* din, float* dw, float* db, const float* dout,
+                                    const float* in, const float* w, size_t N, size_t I, size_t Ol) {
+  matmul_backward(din, dw, db, dout, in, w, N, I, Ol);
+  tp.allreduce_sum(din, N * I);  // each rank saw only its columns' share of dx
+}
+
+void RowParallelLinear::forward(TensorParallel& tp, float* out, const float* in, const float* w, const float* b,
+                                size_t N, size_t Il, size_t O) {
+  matmul_forward(out, in, w, nullptr, N, Il, O);
+  tp.allreduce_sum(out, N * O);  // partial sums over this rank's rows of w
+  add_bias(out, b, N, O);
+}
+
+void RowParallelLinear::backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                                 size_t N, size_t Il, size_t O) {
+  matmul_backward(din, dw, db, dout, in, w, N, Il, O);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// embedding and output layer
+
+void VocabParallelEmbedding::forward(TensorParallel& tp, float* out, const int32_t* tokens, const float* wte_l,
+                                     const float* wpe, const VocabShard& v, size_t B, size_t T, size_t C) {
+  for (size_t n = 0; n < B * T; ++n) {
+    int id = tokens[n] - v.begin;
+    float* o = out + n * C;
+    if (id >= 0 && id < v.rows)
+      std::copy_n(wte_l + static_cast<size_t>(id) * C, C, o);
+    else
+      std::fill_n(o, C, 0.0f);
+  }
+  tp.allreduce_sum(out, B * T * C);  // exactly one rank contributed each row
+  for (size_t n = 0; n < B * T; ++n) accumulate(out + n * C, wpe + (n % T) * C, C);
+}
+
+void VocabParallelEmbedding::backward(float* dwte_l, float* dwpe, const float* dout, const int32_t* tokens,
+                                      const VocabShard& v, size_t B, size_t T, size_t C) {
+  for (size_t n = 0; n < B * T; ++n) {
+    int id = tokens[n] - v.begin;
+    if (id >= 0 && id < v.rows) accumulate(dwte_l + static_cast<size_t>(id) * C, dout + n * C, C);
+    accumulate(dwpe + (n % T) * C, dout + n * C, C);
+  }
+}
+
+void ParallelLMHead::forward(float* logits, const float* x, const float* wte_l, size_t N, size_t C, size_t Vl) {
+  const int n = static_cast<int>(N), c = static_cast<int>(C), vl = static_cast<int>(Vl);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, vl, c, 1.0f, x, c, wte_l, c, 0.0f, logits, vl);
+}
+
+void ParallelLMHead::backward(TensorParallel& tp, float* dx, float* dwte_l, const float* dlogits, const float* x,
+                              const float* wte_l, size_t N, size_t C, size_t Vl) {
+  const int n = static_cast<int>(N), c = static_cast<int>(C), vl = static_cast<int>(Vl);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, c, vl, 1.0f, dlogits, vl, wte_l, c, 0.0f, dx, c);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, vl, c, n, 1.0f, dlogits, vl, x, c, 1.0f, dwte_l, c);
+  tp.allreduce_sum(dx, N * C);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// cross-entropy over a vocabulary split across ranks
+
+void VocabParallelCrossEntropy::forward(TensorParallel& tp, float* losses, float* maxv, float* sumexp,
+                                        const float* logits, const int32_t* targets, const VocabShard& v, size_t N) {
+  const size_t Vl = static_cast<size_t>(v.rows);
+  const size_t real = static_cast<size_t>(std::clamp(v.vocab - v.begin, 0, v.rows));  // columns that are not padding
+  // 1. the row max over every rank's columns
+  for (size_t n = 0; n < N; ++n) {
+    float m = -INFINITY;
+    for (size_t j = 0; j < real; ++j) m = std::max(m, logits[n * Vl + j]);
+    maxv[n] = m;
+  }
+  tp.allreduce_max(maxv, N);
+  // 2. the target's logit, from the rank that holds it
+  std::vector<float> target_logit(N, 0.0f);
+  for (size_t n = 0; n < N; ++n) {
+    int id = targets[n] - v.begin;
+    if (id >= 0 && id < v.rows) target_logit[n] = logits[n * Vl + static_cast<size_t>(id)];
+  }
+  tp.allreduce_sum(target_logit.data(), N);
+  // 3. Σ exp(logit - max)
+  for (size_t n = 0; n < N; ++n) {
+    float s = 0;
+    for (size_t j = 0; j < real; ++j) s += std::exp(logits[n * Vl + j] - maxv[n]);
+    sumexp[n] = s;
+  }
+  tp.allreduce_sum(sumexp, N);
+  for (size_t n = 0; n < N; ++n) losses[n] = std::log(sumexp[n]) + maxv[n] - target_logit[n];
+}
+
+void VocabParallelCrossEntropy::backward(float* dlogits, const float* logits, const float* maxv, const float* sumexp,
+                                         const int32_t* targets, const VocabShard& v, size_t N, float scale) {
+  const size_t Vl = static_cast<size_t>(v.rows);
+  const size_t real = static_cast<size_t>(std::clamp(v.vocab - v.begin, 0, v.rows));
+  for (size_t n = 0; n < N; ++n) {
+    float* d = dlogits + n * Vl;
+    for (size_t j = 0; j < real; ++j) d[j] = scale * std::exp(logits[n * Vl + j] - maxv[n]) / sumexp[n];
+    for (size_t j = real; j < Vl; ++j) d[j] = 0.0f;
+    int id = targets[n] - v.begin;
+    if (id >= 0 && id < v.rows) d[id] -= scale;
+  }
+}
+
+}  // namespace mpcomm::parallel

@@ -1,0 +1,283 @@
+#include "parallel/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "mpcomm/error.h"
+#include "parallel/checkpoint.h"
+#include "parallel/kernels.h"
+
+namespace mpcomm::parallel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Tags of the trainer's point-to-point traffic (checkpoint.cc uses 4).
+constexpr int kTagActivation = 1, kTagGradient = 2, kTagEmbedding = 3;
+
+[[noreturn]] void bad(const std::string& what) { throw InvalidArgument("mpcomm train: " + what); }
+
+}  // namespace
+
+std::string default_corpus() { return "/usr/share/common-licenses/GPL-3"; }
+
+// ---------------------------------------------------------------------------------------------------
+// configuration
+
+ResolvedRun resolve(const TrainConfig& in, int world_size) {
+  ResolvedRun r;
+  r.cfg = in;
+  TrainConfig& c = r.cfg;
+  const auto& d = c.dims;
+  if (d.tp < 1 || d.pp < 1 || d.dp < 1) bad("--tp, --pp and --dp must be at least 1");
+  if (d.world() != world_size)
+    bad("--tp " + std::to_string(d.tp) + " × --pp " + std::to_string(d.pp) + " × --dp " + std::to_string(d.dp) +
+        " = " + std::to_string(d.world()) + " ranks, but the job has " + std::to_string(world_size));
+  parse_schedule(c.schedule);
+  if (c.micro_batches < 1) bad("--micro-batches must be at least 1");
+  if (c.steps < 0) bad("--steps must not be negative");
+  if (c.seq < 1) bad("--seq must be at least 1");
+  if (c.batch < 1) bad("--batch must be at least 1");
+  if (c.batch % (c.micro_batches * d.dp) != 0)
+    bad("--batch " + std::to_string(c.batch) + " is not divisible by --micro-batches " +
+        std::to_string(c.micro_batches) + " × --dp " + std::to_string(d.dp));
+  if (!(c.adamw.lr >= 0) || !(c.adamw.eps >= 0) || !(c.adamw.weight_decay >= 0) || !(c.adamw.beta1 >= 0) ||
+      !(c.adamw.beta1 < 1) || !(c.adamw.beta2 >= 0) || !(c.adamw.beta2 < 1))
+    bad("AdamW wants --lr, --eps, --weight-decay >= 0 and --beta1, --beta2 in [0, 1)");
+  if (!(c.bucket_mb > 0)) bad("--bucket-mb must be positive");
+
+  // data
+  if (!c.data.empty() && !c.tokens.empty()) bad("give --data or --tokens, not both");
+  if (c.tokens.empty()) {
+    if (c.data.empty()) c.data = default_corpus();
+    r.data = std::make_shared<TokenData>(TokenData::from_bytes(c.data));
+  } else {
+    r.data = std::make_shared<TokenData>(TokenData::from_uint16(c.tokens));
+  }
+
+  // model
+  GPTConfig& m = r.model;
+  if (!c.init_from.empty()) {
+    r.checkpoint = std::make_shared<SafetensorsFile>(c.init_from);
+    m = checkpoint_config(*r.checkpoint);
+    auto agree = [&](int flag, int have, const char* name) {
+      if (flag != 0 && flag != have)
+        bad(std::string("--") + name + " " + std::to_string(flag) + " contradicts the checkpoint " + c.init_from +
+            " (" + std::to_string(have) + ")");
+    };
+    agree(c.layers, m.layers, "layers");
+    agree(c.hidden, m.hidden, "hidden");
+    if (m.heads != 0) agree(c.heads, m.heads, "heads");
+    if (m.heads == 0) m.heads = c.heads;
+    if (m.heads == 0) bad("the checkpoint " + c.init_from + " does not say its heads (metadata n_head): give --heads");
+    if (c.vocab != 0) agree(c.vocab, m.vocab, "vocab");
+  } else {
+    m.layers = c.layers ? c.layers : 4;
+    m.hidden = c.hidden ? c.hidden : 128;
+    m.heads = c.heads ? c.heads : 4;
+    m.vocab = c.vocab ? c.vocab : r.data->vocab_needed();
+    m.positions = c.seq;
+  }
+  if (m.layers < 1 || m.hidden < 1 || m.heads < 1) bad("--layers, --hidden and --heads must be at least 1");
+  if (m.hidden % m.heads != 0)
+    bad("--hidden " + std::to_string(m.hidden) + " is not divisible by --heads " + std::to_string(m.heads));
+  if (m.heads % d.tp != 0)
+    bad("--heads " + std::to_string(m.heads) + " is not divisible by --tp " + std::to_string(d.tp));
+  if (m.layers < d.pp)
+    bad(std::to_string(m.layers) + " layers cannot fill --pp " + std::to_string(d.pp) + " pipeline stages");
+  if (c.seq > m.positions)
+    bad("--seq " + std::to_string(c.seq) + " is longer than the model's " + std::to_string(m.positions) + " positions");
+  if (r.data->vocab_needed() > m.vocab)
+    bad("training data " + r.data->path() + " has token id " + std::to_string(r.data->vocab_needed() - 1) +
+        ", outside the model's vocabulary of " + std::to_string(m.vocab));
+  if (r.data->size() < static_cast<size_t>(c.seq) + 2)
+    bad("training data " + r.data->path() + " has " + std::to_string(r.data->size()) + " tokens; --seq " +
+        std::to_string(c.seq) + " needs at least " + std::to_string(c.seq + 2));
+  if (r.checkpoint) check_checkpoint(*r.checkpoint, m);
+  c.layers = m.layers, c.hidden = m.hidden, c.heads = m.heads;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// stats
+
+std::vector<double> RankStats::to_vector() const {
+  return {tp.seconds, double(tp.bytes), double(tp.calls), pp.seconds, double(pp.bytes), double(pp.calls),
+          dp.seconds, double(dp.bytes), double(dp.calls), embedding.seconds, double(embedding.bytes),
+          double(embedding.calls), pp_wait_s, step_s};
+}
+
+RankStats RankStats::from_vector(const double* v) {
+  RankStats s;
+  auto meter = [](const double* p) { return CommMeter{p[0], uint64_t(p[1]), uint64_t(p[2])}; };
+  s.tp = meter(v), s.pp = meter(v + 3), s.dp = meter(v + 6), s.embedding = meter(v + 9);
+  s.pp_wait_s = v[12], s.step_s = v[13];
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// the trainer
+
+Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
+    : run_(run),
+      g_(groups),
+      layout_(run.model, groups.dims.tp, groups.me.tp, groups.dims.pp, groups.me.pp),
+      params_(layout_.total()),
+      grads_(layout_.total()),
+      adamw_(layout_.total(), run.cfg.adamw),
+      tp_(groups.tp.get()) {
+  const auto& c = run_.cfg;
+  micro_seqs_ = static_cast<size_t>(c.batch / (c.dims.dp * c.micro_batches));
+  if (run_.checkpoint)
+    load_shard(*run_.checkpoint, layout_, params_.data());
+  else
+    init_params(layout_, c.seed, params_.data());
+  stage_ = std::make_unique<GPTStage>(layout_, tp_, params_.data(), grads_.data(), micro_seqs_,
+                                      static_cast<size_t>(c.seq));
+  schedule_ = pipeline_schedule(parse_schedule(c.schedule), g_.me.pp, g_.dims.pp, c.micro_batches);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::run_schedule(int k, double* loss_sum) {
+  const auto& c = run_.cfg;
+  const size_t T = static_cast<size_t>(c.seq), N = micro_seqs_ * T, C = static_cast<size_t>(run_.model.hidden);
+  const size_t B = static_cast<size_t>(c.batch);
+  const float loss_scale = 1.0f / static_cast<float>(B * T);
+  const int prev = g_.me.pp - 1, next = g_.me.pp + 1;
+  Communicator* pp = g_.pp.get();
+  std::vector<int32_t> inputs(N), targets(N);
+  std::map<int, std::vector<float>> received, sending;  // per micro-batch: [N,C]
+  std::map<int, std::vector<float>> received_grad, sending_grad;
+  std::vector<Request> sends;
+
+  auto recv = [&](std::vector<float>& buf, int peer, int tag) {
+    buf.resize(N * C);
+    auto t0 = Clock::now();
+    pp->recv(buf.data(), N * C, DataType::float32, peer, tag);
+    double s = since(t0);
+    stats_.pp.seconds += s, stats_.pp_wait_s += s, stats_.pp.bytes += N * C * sizeof(float), stats_.pp.calls++;
+  };
+  auto send = [&](const std::vector<float>& buf, int peer, int tag) {
+    auto t0 = Clock::now();
+    sends.push_back(pp->isend(buf.data(), N * C, DataType::float32, peer, tag));
+    stats_.pp.seconds += since(t0), stats_.pp.bytes += N * C * sizeof(float), stats_.pp.calls++;
+  };
+
+  for (const Action& a : schedule_) {
+    const int m = a.micro;
+    switch (a.kind) {
+      case ActionKind::recv_forward: recv(received[m], prev, kTagActivation); break;
+      case ActionKind::forward: {
+        size_t first = static_cast<size_t>(g_.me.dp) * (B / static_cast<size_t>(c.dims.dp)) +
+                       static_cast<size_t>(m) * micro_seqs_;
+        run_.data->batch(static_cast<uint64_t>(k), first, micro_seqs_, B, T, inputs.data(), targets.data());
+        const float* in = received.count(m) ? received[m].data() : nullptr;
+        const float* out = stage_->forward(m, in, inputs.data(), targets.data(), loss_sum);
+        received.erase(m);
+        if (out != nullptr) sending[m].assign(out, out + N * C);
+        break;
+      }
+      case ActionKind::send_forward: send(sending[m], next, kTagActivation); break;
+      case ActionKind::recv_backward: recv(received_grad[m], next, kTagGradient); break;
+      case ActionKind::backward: {
+        const float* dout = received_grad.count(m) ? received_grad[m].data() : nullptr;
+        const float* din = stage_->backward(m, dout, loss_scale);
+        received_grad.erase(m);
+        if (din != nullptr) sending_grad[m].assign(din, din + N * C);
+        break;
+      }
+      case ActionKind::send_backward: send(sending_grad[m], prev, kTagGradient); break;
+    }
+  }
+  auto t0 = Clock::now();
+  for (auto& r : sends) r.wait();
+  stats_.pp.seconds += since(t0);
+}
+
+void Trainer::allreduce_gradients() {
+  if (g_.dims.dp == 1) return;
+  // Buckets from the end of the buffer (the last layers' gradients, which a backward finishes first).
+  const size_t bucket = std::max<size_t>(1, static_cast<size_t>(run_.cfg.bucket_mb * 1048576.0 / sizeof(float)));
+  auto t0 = Clock::now();
+  for (size_t end = grads_.size(); end > 0;) {
+    size_t begin = end > bucket ? end - bucket : 0;
+    g_.dp->allreduce(grads_.data() + begin, grads_.data() + begin, end - begin, DataType::float32, ReduceOp::sum);
+    stats_.dp.bytes += (end - begin) * sizeof(float), stats_.dp.calls++;
+    end = begin;
+  }
+  stats_.dp.seconds += since(t0);
+}
+
+void Trainer::sync_tied_embedding() {
+  const auto& st = layout_.stage();
+  if (g_.dims.pp == 1 || !(st.first || st.last)) return;
+  // wte is used by the first stage (embedding) and the last (output layer); both hold a copy and must
+  // apply the sum of both gradients. a + b == b + a in floating point, so the copies stay identical.
+  const ParamSpec& p = layout_.at("wte.weight");
+  float* grad = grads_.data() + p.offset;
+  std::vector<float> mine(grad, grad + p.numel), theirs(p.numel);
+  int peer = st.first ? g_.dims.pp - 1 : 0;
+  auto t0 = Clock::now();
+  Request s = g_.pp->isend(mine.data(), p.numel, DataType::float32, peer, kTagEmbedding);
+  g_.pp->recv(theirs.data(), p.numel, DataType::float32, peer, kTagEmbedding);
+  s.wait();
+  stats_.embedding.seconds += since(t0), stats_.embedding.bytes += p.numel * sizeof(float), stats_.embedding.calls++;
+  accumulate(grad, theirs.data(), p.numel);
+}
+
+double Trainer::step(int k) {
+  auto t0 = Clock::now();
+  const auto& c = run_.cfg;
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  double loss_sum = 0;
+  run_schedule(k, &loss_sum);
+  allreduce_gradients();
+  sync_tied_embedding();
+  // The loss lives on the last stage; its data-parallel ranks each hold their sequences' share.
+  if (layout_.stage().last && g_.dims.dp > 1) {
+    auto t1 = Clock::now();
+    g_.dp->allreduce(&loss_sum, &loss_sum, 1, DataType::float64, ReduceOp::sum);
+    stats_.dp.seconds += since(t1), stats_.dp.bytes += sizeof(double), stats_.dp.calls++;
+  }
+  g_.world->broadcast(&loss_sum, 1, DataType::float64, rank_of({0, g_.dims.pp - 1, 0}, g_.dims));
+  adamw_.step(params_.data(), grads_.data());
+  stats_.tp = tp_.meter;
+  stats_.step_s += since(t0);
+  return loss_sum / (static_cast<double>(c.batch) * c.seq);
+}
+
+void Trainer::save(const std::string& path) { save_model(g_, layout_, params_.data(), path); }
+
+// ---------------------------------------------------------------------------------------------------
+// a whole run
+
+TrainResult train(const TrainConfig& cfg, Communicator& world, const std::function<void(int, double, double)>& on_step) {
+  blas_single_thread();
+  ResolvedRun run = resolve(cfg, world.size());
+  ParallelGroups groups = ParallelGroups::create(world, run.cfg.dims);
+  Trainer trainer(run, groups);
+  TrainResult result;
+  auto t0 = Clock::now();
+  for (int k = 0; k < run.cfg.steps; ++k) {
+    auto t1 = Clock::now();
+    double loss = trainer.step(k);
+    result.losses.push_back(loss);
+    if (on_step) on_step(k, loss, since(t1));
+  }
+  result.seconds = since(t0);
+  if (!run.cfg.save.empty()) trainer.save(run.cfg.save);
+  std::vector<double> mine = trainer.stats().to_vector();
+  std::vector<double> all(world.rank() == 0 ? mine.size() * static_cast<size_t>(world.size()) : 0);
+  world.gather(mine.data(), world.rank() == 0 ? all.data() : nullptr, mine.size(), DataType::float64, 0);
+  if (world.rank() == 0)
+    for (int r = 0; r < world.size(); ++r) result.ranks.push_back(RankStats::from_vector(all.data() + r * mine.size()));
+  const int P = run.cfg.dims.pp, M = run.cfg.micro_batches;
+  result.bubble_theory = static_cast<double>(P - 1) / (M + P - 1);
+  return result;
+}
+
+}  // namespace mpcomm::parallel

@@ -1,0 +1,115 @@
+// Training GPT-2 with tensor, pipeline and data parallelism over any Communicator.
+//
+// One step, on every rank:
+//   1. the rank's pipeline schedule (schedule.h) runs over its micro-batches: forwards and backwards of
+//      its stage (gpt.h), activations and gradients to the neighbour stages by isend/irecv;
+//   2. data-parallel all-reduce of the gradients, in buckets of bucket_mb over the flat gradient buffer;
+//   3. with several stages, the first and last stage add their gradients of the tied wte;
+//   4. the loss (sum of per-token losses, all-reduced over data parallel on the last stage) is broadcast to
+//      every rank; AdamW updates the rank's parameters.
+// Splitting the model changes only the order of some float additions: the losses equal a single-process
+// run's to ~1e-6 relative.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/adamw.h"
+#include "parallel/data.h"
+#include "parallel/gpt.h"
+#include "parallel/groups.h"
+#include "parallel/layout.h"
+#include "parallel/safetensors.h"
+#include "parallel/schedule.h"
+
+namespace mpcomm::parallel {
+
+struct TrainConfig {
+  ParallelDims dims;
+  int micro_batches = 1;
+  std::string schedule = "1f1b";  // or "gpipe"
+  // Model size; 0 = from the checkpoint (--init-from), else the defaults below.
+  int layers = 0, hidden = 0, heads = 0;
+  int seq = 64;     // T
+  int batch = 8;    // B: sequences per step, over all data-parallel ranks
+  int steps = 10;
+  uint64_t seed = 1234;
+  AdamWOptions adamw;
+  std::string data;    // bytes as tokens (the default corpus when both are empty)
+  std::string tokens;  // uint16 little-endian ids
+  int vocab = 0;       // --tokens: the vocabulary (0: largest id + 1, or the checkpoint's)
+  std::string init_from, save;
+  double bucket_mb = 25;
+};
+
+// The corpus used when neither data nor tokens is given: the GNU GPL text every Debian system has.
+std::string default_corpus();
+
+// Everything a rank needs before training, checked: the model, the data. Throws InvalidArgument naming
+// the flag or file at fault (tp·pp·dp ≠ world, heads not divisible by tp, fewer layers than stages, batch
+// not divisible by micro-batches × dp, sequence longer than the model's positions, a missing or malformed
+// checkpoint, a token outside the vocabulary, ...). Pure: no communication, so every rank fails alike.
+struct ResolvedRun {
+  TrainConfig cfg;
+  GPTConfig model;
+  std::shared_ptr<const TokenData> data;
+  std::shared_ptr<const SafetensorsFile> checkpoint;  // null: initialize from the seed
+};
+ResolvedRun resolve(const TrainConfig& cfg, int world_size);
+
+// Time and bytes of one rank, by kind of traffic.
+struct RankStats {
+  CommMeter tp, pp, dp, embedding;  // tensor-parallel all-reduce, pipeline p2p, data-parallel all-reduce, tied wte
+  double pp_wait_s = 0;             // of pp.seconds: blocked in pipeline receives
+  double step_s = 0;                // all steps
+  std::vector<double> to_vector() const;
+  static RankStats from_vector(const double* v);
+  static constexpr int kFields = 14;
+};
+
+class Trainer {
+ public:
+  // Collective over the groups' world. Loads or initializes the parameters.
+  Trainer(const ResolvedRun& run, ParallelGroups& groups);
+  ~Trainer();
+  // Runs training step k and returns the global batch's mean loss (its forward loss before the update),
+  // the same on every rank.
+  double step(int k);
+  // Collective: writes the whole model (see save_model).
+  void save(const std::string& path);
+  const RankStats& stats() const { return stats_; }
+  const ShardLayout& layout() const { return layout_; }
+  const std::vector<float>& params() const { return params_; }
+
+ private:
+  void run_schedule(int k, double* loss_sum);
+  void allreduce_gradients();
+  void sync_tied_embedding();
+
+  ResolvedRun run_;
+  ParallelGroups& g_;
+  ShardLayout layout_;
+  std::vector<float> params_, grads_;
+  AdamW adamw_;
+  TensorParallel tp_;
+  std::unique_ptr<GPTStage> stage_;
+  std::vector<Action> schedule_;
+  size_t micro_seqs_;  // sequences per micro-batch
+  RankStats stats_;
+};
+
+struct TrainResult {
+  std::vector<double> losses;     // per step, on every rank
+  std::vector<RankStats> ranks;   // per world rank, on world rank 0 only
+  double seconds = 0;
+  double bubble_theory = 0;       // (pp-1)/(M+pp-1)
+};
+
+// The whole run on one rank: groups, trainer, `steps` steps, the optional save, the stats gathered to
+// rank 0. on_step(k, loss, seconds) is called on every rank after each step.
+TrainResult train(const TrainConfig& cfg, Communicator& world,
+                  const std::function<void(int, double, double)>& on_step = {});
+
+}  // namespace mpcomm::parallel

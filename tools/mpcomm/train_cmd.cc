@@ -1,0 +1,311 @@
+// mpcomm train (the driver) and mpcomm train-worker (what each rank runs).
+//
+// The driver checks the configuration, launches the ranks once per backend, draws a progress bar from
+// the per-step rows rank 0 appends to a temporary file, writes --loss-log, and prints where each
+// backend's time went: tensor-parallel all-reduce, pipeline send/recv, data-parallel all-reduce, the
+// tied-embedding exchange, and the pipeline bubble.
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "commands.h"
+#include "mpcomm/mpcomm.h"
+#include "parallel/trainer.h"
+#include "bench.h"
+#include "bootstrap/launcher.h"
+
+namespace mpcomm::cli {
+
+
+namespace {
+
+using parallel::TrainConfig;
+using nlohmann::json;
+
+json to_json(const TrainConfig& c) {
+  return {{"tp", c.dims.tp}, {"pp", c.dims.pp}, {"dp", c.dims.dp}, {"micro_batches", c.micro_batches},
+          {"schedule", c.schedule}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+          {"seq", c.seq}, {"batch", c.batch}, {"steps", c.steps}, {"seed", c.seed}, {"lr", c.adamw.lr},
+          {"beta1", c.adamw.beta1}, {"beta2", c.adamw.beta2}, {"eps", c.adamw.eps},
+          {"weight_decay", c.adamw.weight_decay}, {"data", c.data}, {"tokens", c.tokens}, {"vocab", c.vocab},
+          {"init_from", c.init_from}, {"save", c.save}, {"bucket_mb", c.bucket_mb}};
+}
+
+TrainConfig from_json(const json& j) {
+  TrainConfig c;
+  c.dims = {j.at("tp"), j.at("pp"), j.at("dp")};
+  c.micro_batches = j.at("micro_batches"), c.schedule = j.at("schedule");
+  c.layers = j.at("layers"), c.hidden = j.at("hidden"), c.heads = j.at("heads");
+  c.seq = j.at("seq"), c.batch = j.at("batch"), c.steps = j.at("steps"), c.seed = j.at("seed");
+  c.adamw = {j.at("lr"), j.at("beta1"), j.at("beta2"), j.at("eps"), j.at("weight_decay")};
+  c.data = j.at("data"), c.tokens = j.at("tokens"), c.vocab = j.at("vocab");
+  c.init_from = j.at("init_from"), c.save = j.at("save"), c.bucket_mb = j.at("bucket_mb");
+  return c;
+}
+
+// Progress on stderr (a terminal only), from the rows rank 0 has written so far.
+class Progress {
+ public:
+  Progress(const std::string& label, const std::string& path, int steps, double tokens_per_step) {
+    if (!::isatty(STDERR_FILENO) || steps == 0) return;
+    thread_ = std::thread([=, this] {
+      while (!stop_) {
+        std::ifstream f(path);
+        std::string line, last;
+        int done = 0;
+        while (std::getline(f, line))
+          if (line.find("\"step\"") != std::string::npos) ++done, last = line;
+        std::string tail;
+        if (!last.empty()) {
+          auto j = json::parse(last, nullptr, false);
+          if (!j.is_discarded()) {
+            char b[96];
+            std::snprintf(b, sizeof b, "  loss %.4f  %.0f tok/s", j.value("loss", 0.0),
+                          tokens_per_step / std::max(1e-9, j.value("seconds", 1.0)));
+            tail = b;
+          }
+        }
+        int width = 30, filled = width * done / steps;
+        std::fprintf(stderr, "\r  %-8s [%s%s] %d/%d%s   ", label.c_str(), std::string(filled, '#').c_str(),
+                     std::string(width - filled, '.').c_str(), done, steps, tail.c_str());
+        std::fflush(stderr);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      std::fprintf(stderr, "\r%90s\r", "");
+    });
+  }
+  ~Progress() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct BackendRun {
+  std::string backend;
+  int status = 0;
+  std::vector<double> losses;
+  std::vector<parallel::RankStats> ranks;
+  double seconds = 0, bubble_theory = 0;
+};
+
+std::string human_bytes(double b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  char s[32];
+  std::snprintf(s, sizeof s, u == 0 ? "%.0f %s" : "%.1f %s", b, unit[u]);
+  return s;
+}
+
+void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, double tokens_per_step) {
+  std::printf("\n# where the time went (per rank, mean over ranks; bytes = the rank's buffers per call, summed)\n");
+  std::printf("# %-8s %10s %9s | %22s | %22s | %22s | %22s | %s\n", "backend", "time/step", "tok/s",
+              "tensor-par. allreduce", "pipeline send/recv", "data-par. allreduce", "tied-embedding sync",
+              "pipeline bubble (measured / 1F1B theory)");
+  for (const auto& r : runs) {
+    if (r.ranks.empty() || c.steps == 0) continue;
+    const double n = static_cast<double>(r.ranks.size());
+    auto mean = [&](auto f) {
+      double s = 0;
+      for (const auto& x : r.ranks) s += f(x);
+      return s / n;
+    };
+    auto cell = [&](auto meter) {
+      double ms = mean([&](const auto& x) { return meter(x).seconds; }) * 1e3 / c.steps;
+      double bytes = mean([&](const auto& x) { return double(meter(x).bytes); }) / c.steps;
+      char s[64];
+      std::snprintf(s, sizeof s, "%8.2f ms %11s", ms, human_bytes(bytes).c_str());
+      return std::string(s);
+    };
+    double step_s = mean([](const auto& x) { return x.step_s; }) / c.steps;
+    // Measured bubble: the share of a step a stage spends blocked on pipeline receives, mean over ranks.
+    double bubble = c.dims.pp == 1 ? 0 : mean([](const auto& x) { return x.pp_wait_s / std::max(1e-12, x.step_s); });
+    std::printf("  %-8s %7.2f ms %9.0f | %s | %s | %s | %s | %5.1f%% / %4.1f%%\n", r.backend.c_str(), step_s * 1e3,
+                tokens_per_step / step_s, cell([](const auto& x) { return x.tp; }).c_str(),
+                cell([](const auto& x) { return x.pp; }).c_str(), cell([](const auto& x) { return x.dp; }).c_str(),
+                cell([](const auto& x) { return x.embedding; }).c_str(), 100 * bubble, 100 * r.bubble_theory);
+  }
+  std::printf("# per step: time and bytes per rank; the bubble's theory is (pp-1)/(micro-batches+pp-1)\n");
+}
+
+std::string per_backend_path(const std::string& path, const std::string& backend, size_t nbackends) {
+  if (nbackends == 1) return path;
+  auto dot = path.rfind('.');
+  auto slash = path.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + "." + backend;
+  return path.substr(0, dot) + "." + backend + path.substr(dot);
+}
+
+}  // namespace
+
+Runner add_train(CLI::App& app) {
+  struct Opts {
+    TrainConfig c;
+    int ranks = 0, hosts = 1;
+    std::string backends = "native", loss_log;
+    double timeout_s = 300;
+  };
+  auto o = std::make_shared<Opts>();
+  auto& c = o->c;
+  app.add_option("--ranks,-n", o->ranks, "ranks to start (default tp*pp*dp)");
+  app.add_option("--tp", c.dims.tp, "tensor-parallel ranks per group")->capture_default_str();
+  app.add_option("--pp", c.dims.pp, "pipeline stages")->capture_default_str();
+  auto* dp_opt = app.add_option("--dp", c.dims.dp, "data-parallel replicas (default ranks/(tp*pp))");
+  app.add_option("--backend", o->backends, "backend, or a comma list to train once on each")->capture_default_str();
+  app.add_option("--hosts", o->hosts, "emulated hosts the ranks are spread over")->capture_default_str();
+  app.add_option("--micro-batches", c.micro_batches, "micro-batches per step on each data-parallel rank")->capture_default_str();
+  app.add_option("--schedule", c.schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
+  app.add_option("--layers", c.layers, "transformer blocks (default 4, or the checkpoint's)");
+  app.add_option("--hidden", c.hidden, "hidden size C (default 128, or the checkpoint's)");
+  app.add_option("--heads", c.heads, "attention heads (default 4, or the checkpoint's n_head)");
+  app.add_option("--seq", c.seq, "sequence length T")->capture_default_str();
+  app.add_option("--batch", c.batch, "global batch: sequences per step over all data-parallel ranks")->capture_default_str();
+  app.add_option("--steps", c.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--seed", c.seed, "initialization seed (without --init-from)")->capture_default_str();
+  app.add_option("--lr", c.adamw.lr, "AdamW learning rate (constant)")->capture_default_str();
+  app.add_option("--beta1", c.adamw.beta1, "AdamW beta1")->capture_default_str();
+  app.add_option("--beta2", c.adamw.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--eps", c.adamw.eps, "AdamW eps")->capture_default_str();
+  app.add_option("--weight-decay", c.adamw.weight_decay, "AdamW weight decay (on every parameter, as torch)")->capture_default_str();
+  app.add_option("--data", c.data, "training text: its bytes are the tokens (default " + parallel::default_corpus() + ")");
+  app.add_option("--tokens", c.tokens, "training tokens: uint16 little-endian ids");
+  app.add_option("--vocab", c.vocab, "vocabulary for --tokens (default: largest id + 1)");
+  app.add_option("--init-from", c.init_from, "start from this safetensors checkpoint (Hugging Face GPT-2 names)");
+  app.add_option("--save", c.save, "write the trained model to this safetensors file");
+  app.add_option("--loss-log", o->loss_log, "JSON lines {\"step\": k, \"loss\": x} (with several backends: FILE.<backend>)");
+  app.add_option("--bucket-mb", c.bucket_mb, "data-parallel all-reduce bucket size in MiB")->capture_default_str();
+  app.add_option("--timeout", o->timeout_s, "seconds any rank may wait for another")->capture_default_str();
+  return [o, dp_opt] {
+    TrainConfig& c = o->c;
+    if (o->ranks == 0) o->ranks = c.dims.world();
+    if (dp_opt->count() == 0 && c.dims.tp * c.dims.pp > 0 && o->ranks % (c.dims.tp * c.dims.pp) == 0)
+      c.dims.dp = o->ranks / (c.dims.tp * c.dims.pp);
+    std::vector<std::string> backends = bench::split_list(o->backends);
+    auto have = available_backends();
+    for (const auto& b : backends)
+      if (std::find(have.begin(), have.end(), b) == have.end())
+        throw InvalidArgument("mpcomm train: backend '" + b + "' is not in this build (mpcomm info lists them)");
+    // Every rank checks this again; checking here first gives one clear message instead of one per rank.
+    parallel::ResolvedRun resolved = parallel::resolve(c, o->ranks);
+    const auto& m = resolved.model;
+    const double tokens_per_step = double(c.batch) * c.seq;
+    std::printf("# mpcomm train: GPT-2 %d layers, hidden %d, %d heads, vocab %d, %zu parameters\n", m.layers,
+                m.hidden, m.heads, m.vocab, [&] {
+                  size_t n = 0;
+                  for (auto& [name, shape] : parallel::full_model_tensors(m)) {
+                    size_t e = 1;
+                    for (auto d : shape) e *= static_cast<size_t>(d);
+                    n += e;
+                  }
+                  return n;
+                }());
+    std::printf("# %d ranks = tp %d × pp %d × dp %d on %d host(s), %s schedule, %d micro-batch(es); batch %d × seq "
+                "%d = %.0f tokens/step; data %s; %s\n",
+                o->ranks, c.dims.tp, c.dims.pp, c.dims.dp, o->hosts, c.schedule.c_str(), c.micro_batches, c.batch,
+                c.seq, tokens_per_step, resolved.data->path().c_str(),
+                c.init_from.empty() ? ("seed " + std::to_string(c.seed)).c_str() : ("from " + c.init_from).c_str());
+    std::fflush(stdout);
+    const std::string exe = bench::self_exe_path();
+    std::vector<BackendRun> runs;
+    int status = 0;
+    for (const auto& backend : backends) {
+      char tmpl[] = "/tmp/mpcomm-train-XXXXXX";
+      int fd = ::mkstemp(tmpl);
+      if (fd < 0) throw Internal("mpcomm train: cannot create a temporary file");
+      ::close(fd);
+      std::string tmp = tmpl;
+      TrainConfig one = c;
+      if (!c.save.empty()) one.save = per_backend_path(c.save, backend, backends.size());
+      LaunchOptions lo;
+      lo.nranks = o->ranks;
+      lo.hosts = o->hosts;
+      lo.timeout_s = o->timeout_s;
+      lo.backend = backend;
+      lo.grace_s = 5;
+      lo.argv = {exe, "train-worker", "--config", to_json(one).dump(), "--out", tmp};
+      BackendRun run;
+      run.backend = backend;
+      {
+        Progress progress(backend, tmp, c.steps, tokens_per_step);
+        run.status = launch(lo);
+      }
+      std::ifstream f(tmp);
+      std::string line;
+      while (std::getline(f, line)) {
+        auto j = json::parse(line, nullptr, false);
+        if (j.is_discarded()) continue;
+        if (j.contains("step")) run.losses.push_back(j.at("loss"));
+        if (j.contains("ranks")) {
+          for (const auto& v : j.at("ranks")) {
+            std::vector<double> d = v;
+            run.ranks.push_back(parallel::RankStats::from_vector(d.data()));
+          }
+          run.seconds = j.at("seconds"), run.bubble_theory = j.at("bubble_theory");
+        }
+      }
+      ::unlink(tmp.c_str());
+      if (run.status != 0) {
+        std::fprintf(stderr, "mpcomm train: backend %s failed (status %d)\n", backend.c_str(), run.status);
+        if (status == 0) status = run.status;
+      }
+      if (!o->loss_log.empty() && run.status == 0) {
+        std::string path = per_backend_path(o->loss_log, backend, backends.size());
+        std::ofstream out(path);
+        for (size_t k = 0; k < run.losses.size(); ++k) out << nlohmann::ordered_json{{"step", k}, {"loss", run.losses[k]}}.dump() << "\n";
+        if (!out) throw InvalidArgument("mpcomm train: cannot write --loss-log " + path);
+      }
+      if (run.status == 0) {
+        std::printf("# %s: %d steps in %.2f s, loss %.4f -> %.4f\n", backend.c_str(), c.steps, run.seconds,
+                    run.losses.empty() ? NAN : run.losses.front(), run.losses.empty() ? NAN : run.losses.back());
+        std::fflush(stdout);
+      }
+      runs.push_back(std::move(run));
+    }
+    print_summary(runs, c, tokens_per_step);
+    // The backends must agree: the same model, data and order of operations on every one.
+    for (size_t i = 1; i < runs.size(); ++i) {
+      if (runs[i].status != 0 || runs[0].status != 0) continue;
+      double worst = 0;
+      for (size_t k = 0; k < std::min(runs[0].losses.size(), runs[i].losses.size()); ++k)
+        worst = std::max(worst, std::fabs(runs[i].losses[k] - runs[0].losses[k]) / std::fabs(runs[0].losses[k]));
+      std::printf("# losses of %s vs %s: max relative difference %.2e\n", runs[i].backend.c_str(),
+                  runs[0].backend.c_str(), worst);
+    }
+    return status;
+  };
+}
+
+Runner add_train_worker(CLI::App& app) {
+  auto config = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  app.add_option("--config", *config, "the training configuration, as JSON")->required();
+  app.add_option("--out", *out, "where rank 0 appends its per-step rows and the summary")->required();
+  app.group("");  // internal: started by mpcomm train
+  return [config, out] {
+    TrainConfig c = from_json(json::parse(*config));
+    auto world = init_from_env();
+    std::ofstream rows;
+    if (world->rank() == 0) rows.open(*out, std::ios::app);
+    auto result = parallel::train(c, *world, [&](int k, double loss, double seconds) {
+      if (world->rank() == 0) rows << json{{"step", k}, {"loss", loss}, {"seconds", seconds}}.dump() << std::endl;
+    });
+    if (world->rank() == 0) {
+      json ranks = json::array();
+      for (const auto& r : result.ranks) ranks.push_back(r.to_vector());
+      rows << json{{"ranks", ranks}, {"seconds", result.seconds}, {"bubble_theory", result.bubble_theory}}.dump()
+           << std::endl;
+    }
+    return 0;
+  };
+}
+
+}  // namespace mpcomm::cli
