@@ -187,6 +187,7 @@ Runner add_train(CLI::App& app) {
   return [o, dp_opt] {
     TrainConfig& c = o->c;
     if (o->ranks == 0) o->ranks = c.dims.world();
+    if (o->ranks < 1) throw InvalidArgument("mpcomm train: --ranks must be at least 1");
     if (dp_opt->count() == 0 && c.dims.tp * c.dims.pp > 0 && o->ranks % (c.dims.tp * c.dims.pp) == 0)
       c.dims.dp = o->ranks / (c.dims.tp * c.dims.pp);
     std::vector<std::string> backends = bench::split_list(o->backends);

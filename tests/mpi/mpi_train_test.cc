@@ -1,0 +1,45 @@
+// The GPT trainer over the mpi backend (ranks under mpirun, through `mpcomm train --backend mpi`): every
+// split of the model gives the losses of the single-process run.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "harness/process.h"
+#include "mpcomm/communicator.h"
+
+namespace mpcomm {
+namespace {
+
+using testing::run_command;
+
+std::vector<double> losses_of(const std::string& args, const std::string& log) {
+  auto r = run_command(std::string(MPCOMM_CLI) + " train --layers 2 --hidden 32 --heads 4 --seq 16 --batch 8 "
+                       "--micro-batches 2 --steps 4 --lr 0.003 --seed 7 --loss-log " + log + " " + args + " 2>&1");
+  EXPECT_EQ(r.status, 0) << args << "\n" << r.output;
+  std::vector<double> out;
+  std::ifstream f(log);
+  std::string line;
+  while (std::getline(f, line)) out.push_back(std::stod(line.substr(line.find("\"loss\":") + 7)));
+  ::unlink(log.c_str());
+  return out;
+}
+
+TEST(MpiTraining, EverySplitEqualsTheSingleProcessRun) {
+  bool have = false;
+  for (const auto& b : available_backends()) have = have || b == "mpi";
+  if (!have) GTEST_SKIP() << "this build has no mpi backend";
+  const std::string log = "/tmp/mpcomm-mpi-train-" + std::to_string(::getpid()) + ".jsonl";
+  auto ref = losses_of("-n 1", log);
+  ASSERT_EQ(ref.size(), 4u);
+  for (const char* split : {"--tp 2 --pp 1 --dp 1", "--tp 1 --pp 2 --dp 1", "--tp 1 --pp 1 --dp 2",
+                            "--tp 2 --pp 2 --dp 1", "--tp 2 --pp 1 --dp 2", "--tp 1 --pp 2 --dp 2"}) {
+    auto got = losses_of(std::string("--backend mpi ") + split, log);  // ranks: tp*pp*dp
+    ASSERT_EQ(got.size(), ref.size()) << split;
+    for (size_t k = 0; k < ref.size(); ++k) EXPECT_LT(std::fabs(got[k] - ref[k]) / ref[k], 1e-5) << split << " step " << k;
+  }
+}
+
+}  // namespace
+}  // namespace mpcomm

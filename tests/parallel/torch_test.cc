@@ -1,0 +1,124 @@
+// mpcomm train against PyTorch (Debian's python3-torch): the same GPT-2, from the same safetensors
+// weights, on the same data, trained with torch.optim.AdamW by scripts/gpt_reference.py. The weights are
+// made by the Python side, so nothing of the C++ model is trusted to build the reference.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "harness/process.h"
+#include "parallel/safetensors.h"
+
+namespace mpcomm::parallel {
+namespace {
+
+using testing::run_command;
+
+const std::string kCli = MPCOMM_CLI;
+const std::string kReference = std::string("/usr/bin/python3 ") + MPCOMM_GPT_REFERENCE;
+
+struct TempDir {
+  std::string path = "/tmp/mpcomm-torch-test-" + std::to_string(::getpid()) + "-" + testing::unique_tag();
+  TempDir() { run_command("mkdir -p " + path); }
+  ~TempDir() { run_command("rm -rf " + path); }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+std::vector<double> read_losses(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<double> out;
+  std::string line;
+  int k = 0;
+  while (std::getline(f, line)) {
+    // {"step": k, "loss": x} — the step first, as the format says
+    std::string want = "{\"step\":" + std::to_string(k);
+    std::string compact;
+    for (char ch : line)
+      if (ch != ' ') compact += ch;
+    EXPECT_EQ(compact.rfind(want, 0), 0u) << path << ": " << line;
+    out.push_back(std::stod(compact.substr(compact.find("\"loss\":") + 7)));
+    ++k;
+  }
+  return out;
+}
+
+void expect_same_losses(const std::vector<double>& torch, const std::vector<double>& ours, size_t steps) {
+  ASSERT_EQ(torch.size(), steps);
+  ASSERT_EQ(ours.size(), steps);
+  double worst = 0;
+  for (size_t k = 0; k < steps; ++k) worst = std::max(worst, std::fabs(ours[k] - torch[k]) / std::fabs(torch[k]));
+  std::printf("max relative loss difference to PyTorch over %zu steps: %.3g\n", steps, worst);
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_LT(torch.back(), torch.front());
+}
+
+// Largest |a - b| over every tensor of two checkpoints with the same names.
+double max_weight_difference(const std::string& a_path, const std::string& b_path) {
+  SafetensorsFile a(a_path), b(b_path);
+  EXPECT_EQ(a.tensors().size(), b.tensors().size());
+  double worst = 0;
+  for (const auto& [name, info] : a.tensors()) {
+    auto x = a.read_f32(name), y = b.read_f32(name);
+    EXPECT_EQ(x.size(), y.size()) << name;
+    for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) worst = std::max(worst, double(std::fabs(x[i] - y[i])));
+  }
+  return worst;
+}
+
+TEST(PyTorch, TwoByTwoPipelineAndTensorParallelEqualsTorchOverTenSteps) {
+  TempDir dir;
+  auto r = run_command(kReference + " --make-init " + (dir / "init.safetensors") +
+                       " --layers 2 --hidden 48 --heads 4 --vocab 256 --positions 32 --seed 5");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string common = " --seq 32 --batch 8 --steps 10 --init-from " + (dir / "init.safetensors");
+  r = run_command(kReference + common + " --data /usr/share/common-licenses/GPL-3 --loss-log " + (dir / "torch.jsonl") +
+                  " --save " + (dir / "torch.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_command(kCli + " train -n 4 --tp 2 --pp 2 --micro-batches 2" + common + " --loss-log " +
+                  (dir / "ours.jsonl") + " --save " + (dir / "ours.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_same_losses(read_losses(dir / "torch.jsonl"), read_losses(dir / "ours.jsonl"), 10);
+  double dw = max_weight_difference(dir / "torch.safetensors", dir / "ours.safetensors");
+  std::printf("largest weight difference after 10 AdamW steps: %.3g\n", dw);
+  EXPECT_LT(dw, 1e-4);
+}
+
+TEST(PyTorch, TokenFileWithAPaddedVocabularyEqualsTorch) {
+  // 301 token ids over 2 tensor-parallel ranks: the table is padded to 302 rows.
+  TempDir dir;
+  std::vector<uint16_t> ids(5000);
+  std::mt19937 rng(11);
+  for (auto& id : ids) id = static_cast<uint16_t>(rng() % 301 % (1 + rng() % 301));  // skewed, so there is something to learn
+  ids[17] = 300;
+  std::ofstream(dir / "tokens.bin", std::ios::binary).write(reinterpret_cast<const char*>(ids.data()), ids.size() * 2);
+  auto r = run_command(kReference + " --make-init " + (dir / "init.safetensors") +
+                       " --layers 2 --hidden 32 --heads 2 --vocab 301 --positions 16 --seed 9");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string common = " --seq 16 --batch 8 --steps 6 --lr 0.003 --weight-decay 0.1 --beta2 0.99 --init-from " +
+                             (dir / "init.safetensors") + " --tokens " + (dir / "tokens.bin");
+  r = run_command(kReference + common + " --loss-log " + (dir / "torch.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_command(kCli + " train -n 4 --tp 2 --dp 2 --micro-batches 2" + common + " --loss-log " + (dir / "ours.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_same_losses(read_losses(dir / "torch.jsonl"), read_losses(dir / "ours.jsonl"), 6);
+}
+
+TEST(TrainCli, BadInputFailsBeforeTrainingWithANonZeroExit) {
+  TempDir dir;
+  auto r = run_command(kCli + " train -n 4 --tp 3 --steps 1 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--tp 3 × --pp 1 × --dp 1 = 3 ranks, but the job has 4"), std::string::npos) << r.output;
+  std::ofstream(dir / "garbage.safetensors") << "this is not a checkpoint";
+  r = run_command(kCli + " train -n 2 --tp 2 --init-from " + (dir / "garbage.safetensors") + " 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find(dir / "garbage.safetensors"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step"), std::string::npos) << "no training started: " << r.output;
+  r = run_command(kCli + " train -n 2 --pp 2 --layers 1 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("1 layers cannot fill --pp 2"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace mpcomm::parallel
