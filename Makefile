@@ -1,5 +1,5 @@
 # mpcomm — the two commands that matter on a fresh machine:
-#   make demo   installs what is missing, builds, and runs the main job
+#   make demo   installs what is missing, builds, and runs the main job (compare, then a short train)
 #   make test   installs what is missing, builds, and runs every test
 # Options: BUILD_TYPE=Debug, SANITIZE=1 (AddressSanitizer + UBSan, in build-asan/), JOBS=N.
 
@@ -33,6 +33,8 @@ demo: build
 	$(CLI) info
 	@echo
 	$(CLI) compare --report out/report --json out/results.jsonl
+	@echo
+	$(CLI) train -n 4 --tp 2 --pp 2 --micro-batches 4 --backend all --steps 20 --loss-log out/train-loss.jsonl
 	@echo
 	@echo "report: out/report/report.md and out/report/*.png"
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "harness/thread_world.h"
 #include "parallel/checkpoint.h"
@@ -347,6 +348,50 @@ TEST(Training, CheckpointWithAWrongShapeOrMissingTensorIsRejected) {
   EXPECT_CONTAINS(resolve_error(c, 1), "tensor 'h.0.ln_1.bias' is missing");
   ::unlink(path.c_str());
 }
+
+}  // namespace
+}  // namespace mpcomm::parallel
+
+namespace mpcomm::parallel {
+namespace {
+
+// Replicated parameters (LayerNorms, row-parallel biases, wpe) are updated by every tensor-parallel rank
+// from its own copy of the gradient; the copies must stay bit-identical, which holds only if every rank
+// gets bit-identical all-reduce results. Likewise the two copies of the tied wte (first and last stage).
+class ReplicasStayIdentical : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReplicasStayIdentical, AfterTraining) {
+  TrainConfig c = small_config();
+  c.dims = {4, 2, 1};
+  c.heads = 8;
+  ThreadWorld world(GetParam(), 8);
+  std::vector<std::map<std::string, std::vector<float>>> params(8);
+  world.run([&](int rank, Communicator& comm) {
+    blas_single_thread();
+    ResolvedRun run = resolve(c, 8);
+    ParallelGroups g = ParallelGroups::create(comm, c.dims);
+    Trainer t(run, g);
+    for (int k = 0; k < 3; ++k) t.step(k);
+    for (const auto& p : t.layout().params())
+      if (p.split == Split::replicated || p.name == "wte.weight")
+        params[static_cast<size_t>(rank)][p.name].assign(t.params().begin() + p.offset, t.params().begin() + p.offset + p.numel);
+  });
+  int compared = 0;
+  for (int r = 0; r < 8; ++r) {
+    Coords me = coords_of(r, c.dims);
+    for (const auto& [name, values] : params[static_cast<size_t>(r)]) {
+      // the same tensor on tp rank 0 of this stage, and for wte on the other end of the pipeline
+      int peer = name == "wte.weight" ? rank_of({me.tp, 1 - me.pp, 0}, c.dims) : rank_of({0, me.pp, 0}, c.dims);
+      if (peer == r) continue;
+      EXPECT_TRUE(values == params[static_cast<size_t>(peer)].at(name)) << name << " on rank " << r << " vs " << peer;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ReplicasStayIdentical, ::testing::ValuesIn(thread_backends()),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace mpcomm::parallel

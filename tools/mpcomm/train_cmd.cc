@@ -160,7 +160,7 @@ Runner add_train(CLI::App& app) {
   app.add_option("--tp", c.dims.tp, "tensor-parallel ranks per group")->capture_default_str();
   app.add_option("--pp", c.dims.pp, "pipeline stages")->capture_default_str();
   auto* dp_opt = app.add_option("--dp", c.dims.dp, "data-parallel replicas (default ranks/(tp*pp))");
-  app.add_option("--backend", o->backends, "backend, or a comma list to train once on each")->capture_default_str();
+  app.add_option("--backend", o->backends, "backend, a comma list to train once on each, or all")->capture_default_str();
   app.add_option("--hosts", o->hosts, "emulated hosts the ranks are spread over")->capture_default_str();
   app.add_option("--micro-batches", c.micro_batches, "micro-batches per step on each data-parallel rank")->capture_default_str();
   app.add_option("--schedule", c.schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
@@ -190,7 +190,7 @@ Runner add_train(CLI::App& app) {
     if (o->ranks < 1) throw InvalidArgument("mpcomm train: --ranks must be at least 1");
     if (dp_opt->count() == 0 && c.dims.tp * c.dims.pp > 0 && o->ranks % (c.dims.tp * c.dims.pp) == 0)
       c.dims.dp = o->ranks / (c.dims.tp * c.dims.pp);
-    std::vector<std::string> backends = bench::split_list(o->backends);
+    std::vector<std::string> backends = o->backends == "all" ? available_backends() : bench::split_list(o->backends);
     auto have = available_backends();
     for (const auto& b : backends)
       if (std::find(have.begin(), have.end(), b) == have.end())
