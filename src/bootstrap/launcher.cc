@@ -508,6 +508,7 @@ struct ExecPlan {
   std::vector<char*> envp;
   std::string exec_failed;  // message prefix written when exec fails
   int death_signal = SIGKILL;  // sent to the child when the launcher dies (mpirun: SIGTERM, to end its ranks)
+  int cpu = -1;                // >= 0: the child runs on this CPU only (LaunchOptions::bind)
 };
 
 struct Rank {
@@ -562,6 +563,12 @@ struct Job {
 [[noreturn]] void exec_child(const ExecPlan& plan, pid_t launcher, int out_fd, int err_fd, int stdin_fd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, plan.death_signal);
+  if (plan.cpu >= 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(plan.cpu, &one);
+    ::sched_setaffinity(0, sizeof one, &one);  // best effort: a rank runs unbound rather than not at all
+  }
   if (::getppid() != launcher) ::_exit(126);  // the launcher died before PDEATHSIG was armed
   if (stdin_fd >= 0) ::dup2(stdin_fd, STDIN_FILENO);
   ::dup2(out_fd, STDOUT_FILENO);
@@ -663,6 +670,17 @@ void remove_shm_segments(const std::string& job_id) {
 }
 
 // ---- mpirun --------------------------------------------------------------------------------------
+
+// The CPUs this process may run on, in order.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
 
 // Cores this process may run on (distinct (package, core) pairs of the CPUs in its affinity mask): what
 // mpirun counts as slots by default, so more ranks than this need --oversubscribe.
@@ -768,11 +786,12 @@ struct JobEnv {
 // environment, so the ranks learn their rank from OMPI_COMM_WORLD_* (env.cc), that the launcher serves the
 // store from MPCOMM_STORE_SERVED=1, and their emulated host from MPCOMM_HOSTS (host_id_from_env()).
 //
-// --mca pml ob1 --mca btl tcp,self: MPI uses TCP between every pair of ranks, also inside this machine
-// (no shared memory: vader excluded, and ob1 so that UCX cannot bring its own). That is pessimistic for
-// MPI within one host, and deliberate: mpcomm launch emulates hosts on one machine, and TCP is what MPI
-// uses between real hosts. btl_tcp_if_include lo: every rank runs on this machine, and loopback also
-// exists in containers without a network. --bind-to none: ranks may outnumber cores (then
+// --mca pml ob1 --mca btl vader,self (one host) or tcp,self (emulated hosts): on one host MPI uses its
+// shared-memory transport, as any MPI user gets; across emulated hosts TCP between every pair of ranks,
+// what MPI uses between real hosts (it cannot tell emulated hosts apart, so shared memory is excluded
+// there). ob1 so that UCX cannot bring its own transports. btl_tcp_if_include lo: every rank runs on this
+// machine, and loopback also exists in containers without a network. --bind-to core when the ranks fit
+// the cores (mpirun's own default for small jobs), else none: ranks may outnumber cores (then
 // --oversubscribe too), and pinning them would stack them on the first cores.
 ExecPlan mpirun_plan(const LaunchOptions& o, const std::string& mpirun, const std::string& program, const JobEnv& je,
                      std::vector<std::string>& args) {
@@ -799,7 +818,9 @@ ExecPlan mpirun_plan(const LaunchOptions& o, const std::string& mpirun, const st
   args = {"mpirun", "-n", std::to_string(o.nranks)};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   if (o.nranks > usable_cores()) args.push_back("--oversubscribe");
-  for (const char* a : {"--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca",
+  const bool bind = o.bind && o.nranks <= usable_cores();
+  const char* btl = o.hosts > 1 ? "tcp,self" : "vader,self";
+  for (const char* a : {"--bind-to", bind ? "core" : "none", "--mca", "pml", "ob1", "--mca", "btl", btl, "--mca",
                         "btl_tcp_if_include", "lo", "--tag-output"})
     args.emplace_back(a);
   // -x NAME (not NAME=value): values, the token among them, stay out of mpirun's command line. Locally the
@@ -888,6 +909,8 @@ int launch(const LaunchOptions& o) {
     if (hosts > 1) overridden.push_back("MPCOMM_HOST_ID");  // with one host the inherited value (or hostname) holds
     const std::vector<std::string> inherited = environment_without(overridden);
     plans.resize(static_cast<size_t>(n));
+    const std::vector<int> cpus = allowed_cpus();
+    const bool bind = o.bind && !cpus.empty() && n <= static_cast<int>(cpus.size());
     for (int r = 0; r < n; ++r) {
       const int h = emulated_host_of_rank(r, n, hosts);  // host h runs [h*n/hosts, (h+1)*n/hosts)
       const int first = static_cast<int>(static_cast<long>(h) * n / hosts);
@@ -908,6 +931,7 @@ int launch(const LaunchOptions& o) {
       put("MPCOMM_TIMEOUT", timeout_text(o.timeout_s));
       put("MPCOMM_BACKEND", o.backend);
       if (hosts > 1) put("MPCOMM_HOST_ID", host_base + "-h" + std::to_string(h));
+      if (bind) p.cpu = cpus[static_cast<size_t>(r)];
       finish_plan(p, o.argv);
       p.exec_failed = "mpcomm launch: rank " + std::to_string(r) + ": cannot execute '" + program + "': ";
     }

@@ -13,8 +13,8 @@
 //   - no rank, nor anything left in a rank's process group, outlives launch(); ranks die with the
 //     launcher (PR_SET_PDEATHSIG) even when it is killed; /dev/shm/mpcomm.<job id>* is removed.
 //
-// With backend "mpi" the ranks are started by one `mpirun -n N` child instead (TCP between every pair of
-// ranks; see mpirun_plan() in launcher.cc), around the same store, and the same guarantees hold: ranks
+// With backend "mpi" the ranks are started by one `mpirun -n N` child instead (shared memory on one host,
+// TCP between emulated hosts; see mpirun_plan() in launcher.cc), around the same store, and the same guarantees hold: ranks
 // learn their rank from OMPI_COMM_WORLD_*, the store from MPCOMM_STORE (MPCOMM_STORE_SERVED=1: the
 // launcher serves it) and their emulated host from MPCOMM_HOSTS=H instead of MPCOMM_HOST_ID; output
 // comes back through mpirun's --tag-output as the same "[r] line"s; a failed rank (reported by mpirun,
@@ -35,6 +35,10 @@ struct LaunchOptions {
   std::string backend = "native";       // MPCOMM_BACKEND for the ranks; "mpi" starts them through mpirun
   double grace_s = 10;                  // after the first failure, how long the others may take to end
   bool prefix_output = true;            // "[r] " before each line
+  // Pin rank r to the r-th CPU this process may use, when there are at least as many CPUs as ranks
+  // (what mpirun does by default for small jobs; under mpirun: --bind-to core). Two spinning ranks left
+  // to the scheduler can share one CPU for a whole run and be ten times slower.
+  bool bind = true;
   std::vector<std::string> argv;        // PROGRAM ARGS...; PROGRAM is looked up on PATH unless it has a '/'
   std::string bind_addr = "127.0.0.1";  // where the store listens (and MASTER_ADDR)
 };

@@ -11,10 +11,10 @@
 #include <fstream>
 
 #include "core/log.h"
+#include "core/params.h"
+#include "core/reduce.h"
 
 namespace mpcomm::native {
-
-using Clock = std::chrono::steady_clock;
 
 static constexpr int kSpinPasses = 200;    // progress passes before yielding
 static constexpr int kYieldPasses = 50;    // sched_yield passes before sleeping
@@ -38,6 +38,13 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
     peers_[r].link = std::move(links[r]);
     if (peers_[r].link && peers_[r].link->poll_fd() >= 0) has_tcp_ = true;
   }
+  int64_t spin_us = param_int("MPCOMM_SPIN_US");
+  if (spin_us < 0) {
+    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+    const int local = seg_ != nullptr ? seg_->nlocal() : 1;
+    spin_us = local <= cpus ? 1000 : 0;
+  }
+  spin_for_ = std::chrono::microseconds(spin_us);
 }
 
 Engine::~Engine() {
@@ -150,6 +157,36 @@ Handle Engine::recv(int peer, void* data, size_t bytes) {
   return x;
 }
 
+Handle Engine::recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op) {
+  auto x = std::make_shared<Xfer>();
+  x->peer = peer;
+  x->kind = kFrameCollective;
+  x->fp = fp_;
+  x->rdata = static_cast<char*>(dst);
+  x->bytes = bytes;
+  x->reduce = true;
+  x->own = static_cast<const char*>(own);
+  x->dtype = dt;
+  x->redop = op;
+  post_recv(x);
+  return x;
+}
+
+// Combines `len` bytes (whole elements) of payload at offset `off` into a reducing receive.
+static void combine(Xfer& x, size_t off, const char* src, size_t len) {
+  const void* srcs[2] = {x.own + off, src};
+  reduce_into(x.rdata + off, srcs, 2, len / dtype_size(x.dtype), x.dtype, x.redop);
+}
+
+// A whole payload that waited in an unexpected buffer.
+void Engine::deliver(Xfer& x, const char* data) {
+  if (x.bytes == 0) return;
+  if (x.reduce)
+    combine(x, 0, data, x.bytes);
+  else
+    std::memcpy(x.rdata, data, x.bytes);
+}
+
 Handle Engine::recv_p2p(int peer, int tag, void* data, size_t bytes, std::string what) {
   auto x = std::make_shared<Xfer>();
   x->peer = peer;
@@ -161,6 +198,9 @@ Handle Engine::recv_p2p(int peer, int tag, void* data, size_t bytes, std::string
   post_recv(x);
   return x;
 }
+
+// Collective payloads above this size wait in the link for their receive instead of being buffered.
+static constexpr uint64_t kEagerBytes = 64u << 10;
 
 static std::string frame_name(const FrameHeader& h) {
   if (h.kind == kFrameP2P) return "send (tag " + std::to_string(h.tag) + ", " + std::to_string(h.bytes) + " bytes)";
@@ -181,7 +221,7 @@ void Engine::post_recv(const Handle& x) {
       fail(ErrorCode::mismatch, "expected " + std::to_string(x->bytes) + " bytes from rank " +
                                     std::to_string(x->peer) + " but it sent " + frame_name(u.hdr));
     if (u.complete) {
-      if (x->bytes > 0) std::memcpy(x->rdata, u.data.data(), x->bytes);
+      deliver(*x, u.data.get());
       x->done = true;
       p.unexpected.erase(it);
     } else {
@@ -249,10 +289,14 @@ void Engine::on_header(int peer, Peer& p) {
       break;
     }
   }
+  if (!p.rx_target && h.kind == kFrameCollective && h.bytes > kEagerBytes) {
+    p.rx_stalled = true;
+    return;
+  }
   if (!p.rx_target) {
     p.rx_unexp = std::make_shared<Unexpected>();
     p.rx_unexp->hdr = h;
-    p.rx_unexp->data.resize(h.bytes);
+    p.rx_unexp->data.reset(new char[h.bytes]);
     p.unexpected.push_back(p.rx_unexp);
   }
   p.rx_in_payload = true;
@@ -269,7 +313,7 @@ void Engine::finish_payload(Peer& p) {
   Unexpected& u = *p.rx_unexp;
   u.complete = true;
   if (u.claimant) {
-    if (u.hdr.bytes > 0) std::memcpy(u.claimant->rdata, u.data.data(), u.hdr.bytes);
+    deliver(*u.claimant, u.data.get());
     u.claimant->done = true;
     p.unexpected.remove(p.rx_unexp);
   }
@@ -279,6 +323,11 @@ void Engine::finish_payload(Peer& p) {
 bool Engine::progress_recv(int peer, Peer& p) {
   bool moved = false;
   while (true) {
+    if (p.rx_stalled) {
+      if (p.coll_recvs.empty()) return moved;
+      p.rx_stalled = false;
+      on_header(peer, p);  // its receive is posted now
+    }
     if (!p.rx_in_payload) {
       size_t n = p.link->read_some(reinterpret_cast<char*>(&p.rx_hdr) + p.rx_hdr_got, sizeof(FrameHeader) - p.rx_hdr_got);
       if (n == 0) return moved;
@@ -287,9 +336,18 @@ bool Engine::progress_recv(int peer, Peer& p) {
       if (p.rx_hdr_got < sizeof(FrameHeader)) return moved;
       p.rx_hdr_got = 0;
       on_header(peer, p);
+      if (p.rx_stalled) return moved;
+    }
+    if (p.rx_target && p.rx_target->reduce) {
+      size_t before = p.rx_got;
+      bool complete = progress_reduce_payload(p);
+      moved = moved || p.rx_got != before;
+      if (!complete) return moved;
+      finish_payload(p);
+      continue;
     }
     const size_t total = p.rx_hdr.bytes;
-    char* dst = p.rx_target ? p.rx_target->rdata : p.rx_unexp->data.data();
+    char* dst = p.rx_target ? p.rx_target->rdata : p.rx_unexp->data.get();
     while (p.rx_got < total) {
       size_t n = p.link->read_some(dst + p.rx_got, total - p.rx_got);
       if (n == 0) return moved;
@@ -299,6 +357,37 @@ bool Engine::progress_recv(int peer, Peer& p) {
     }
     finish_payload(p);
   }
+}
+
+// The payload of a reducing receive: straight from the link's memory in whole elements where it can
+// (shared memory), else through a bounce buffer. Returns true when every byte has been combined.
+bool Engine::progress_reduce_payload(Peer& p) {
+  Xfer& x = *p.rx_target;
+  const size_t total = p.rx_hdr.bytes, es = dtype_size(x.dtype);
+  while (p.rx_got < total) {
+    const char* src = nullptr;
+    size_t n = x.carry_len == 0 ? p.link->peek(&src) : 0;
+    n = std::min(n, total - p.rx_got) / es * es;
+    if (n > 0) {
+      combine(x, x.combined, src, n);
+      p.link->consume(n);
+      p.rx_got += n, x.combined += n;
+      continue;
+    }
+    // No zero-copy view (TCP), or an element split by the end of the ring.
+    if (bounce_.size() < (64u << 10)) bounce_.resize(64u << 10);
+    std::memcpy(bounce_.data(), x.carry, x.carry_len);
+    size_t got = p.link->read_some(bounce_.data() + x.carry_len, std::min(bounce_.size() - 16, total - p.rx_got));
+    if (got == 0) return false;
+    p.rx_got += got;
+    size_t have = x.carry_len + got, whole = have / es * es;
+    if (whole > 0) combine(x, x.combined, bounce_.data(), whole);
+    x.combined += whole;
+    x.carry_len = have - whole;
+    std::memcpy(x.carry, bounce_.data() + whole, x.carry_len);
+  }
+  x.done_bytes = p.rx_got;
+  return true;
 }
 
 // A link threw: the peer is gone. Only an error if something still needed that peer.
@@ -418,6 +507,7 @@ void Engine::sleep_a_little(int max_ms) {
   if (me != nullptr) {
     seen = me->seq.load(std::memory_order_seq_cst);
     me->sleeping.store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with ShmSegment::ring()
   }
   if (!progress()) {  // re-check after announcing the sleep, so no wake-up is lost
     if (has_tcp_) {
@@ -442,6 +532,7 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
   if (done()) return;
   if (!abort_msg_.empty()) throw_error(abort_code_, "mpcomm: " + context() + ": communicator was aborted: " + abort_msg_);
   const auto deadline = Clock::now() + timeout_;
+  Clock::time_point spin_until{};
   int idle = 0;
   while (true) {
     if (progress()) {
@@ -452,6 +543,11 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
     if (done()) return;
     ++idle;
     if (idle < kSpinPasses) continue;
+    if (idle == kSpinPasses) spin_until = Clock::now() + spin_for_;
+    if (idle > kSpinPasses && idle < kSpinPasses + kYieldPasses && Clock::now() < spin_until) {
+      --idle;  // keep polling: a CPU of our own, and the peer is likely just busy
+      continue;
+    }
     if (idle < kSpinPasses + kYieldPasses) {
       sched_yield();
       continue;

@@ -29,6 +29,8 @@
 
 namespace mpcomm::native {
 
+using Clock = std::chrono::steady_clock;
+
 struct FrameHeader {
   uint32_t magic;
   uint8_t kind;  // kFrameCollective or kFrameP2P
@@ -58,6 +60,15 @@ struct Xfer {
   FrameHeader hdr{};      // send only
   bool done = false;
   std::string what;       // p2p only: the op, for error messages
+  // A reducing receive (recv_reduce): rdata = own op payload, combined as the bytes arrive instead of
+  // copied. `carry` holds the bytes of an element not yet complete (split by the ring's end, or by TCP).
+  bool reduce = false;
+  const char* own = nullptr;
+  DataType dtype = DataType::uint8;
+  ReduceOp redop = ReduceOp::sum;
+  size_t combined = 0;
+  char carry[16];
+  size_t carry_len = 0;
 };
 using Handle = std::shared_ptr<Xfer>;
 
@@ -80,6 +91,9 @@ class Engine {
 
   Handle send(int peer, const void* data, size_t bytes);  // collective frame
   Handle recv(int peer, void* data, size_t bytes);        // collective frame
+  // Collective frame whose payload is reduced into dst as it arrives: dst = own op payload (own may be
+  // dst). Over shared memory the payload is read straight from the ring, never copied.
+  Handle recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op);
   Handle send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what);
   Handle recv_p2p(int peer, int tag, void* data, size_t bytes, std::string what);
 
@@ -100,7 +114,7 @@ class Engine {
  private:
   struct Unexpected {
     FrameHeader hdr{};
-    std::vector<char> data;
+    std::unique_ptr<char[]> data;  // not value-initialized: the payload overwrites it
     size_t got = 0;
     bool complete = false;
     Handle claimant;  // a receive posted while the payload was still arriving
@@ -114,6 +128,10 @@ class Engine {
     FrameHeader rx_hdr{};
     size_t rx_hdr_got = 0;
     bool rx_in_payload = false;
+    // A large collective frame arrived before its receive was posted: its payload stays in the link
+    // (no buffering, no extra copy) until the receive is posted. Collective frames from one peer are
+    // matched in order, and every rank calls collectives in the same order, so the receive will come.
+    bool rx_stalled = false;
     Handle rx_target;
     std::shared_ptr<Unexpected> rx_unexp;
     size_t rx_got = 0;
@@ -121,7 +139,9 @@ class Engine {
     // error for any operation that still needs this peer.
     bool closed = false;
     std::string closed_why;
-    bool busy() const { return !sendq.empty() || !coll_recvs.empty() || !p2p_recvs.empty() || rx_in_payload || rx_hdr_got > 0; }
+    bool busy() const {
+      return !sendq.empty() || !coll_recvs.empty() || !p2p_recvs.empty() || rx_in_payload || rx_hdr_got > 0;
+    }
   };
 
   Handle post_send(int peer, uint8_t kind, int tag, const detail::Fingerprint& fp, const void* data, size_t bytes);
@@ -132,6 +152,8 @@ class Engine {
   bool progress_recv(int peer, Peer& p);
   void on_header(int peer, Peer& p);
   void finish_payload(Peer& p);
+  bool progress_reduce_payload(Peer& p);
+  static void deliver(Xfer& x, const char* data);
   void wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs);
   void sleep_a_little(int max_ms);
   void check_health(const std::vector<Handle>& hs);
@@ -150,12 +172,18 @@ class Engine {
   std::shared_ptr<Store> abort_store_;
   Millis timeout_;
   bool has_tcp_ = false;
+  // How long a waiter keeps polling before it yields and sleeps: long when every rank of the host has a
+  // CPU of its own (a sleeping peer costs a futex wake-up, tens of microseconds in a VM, at every turn
+  // of a ring that streams a large message), zero when ranks outnumber CPUs (the spinner would hold
+  // the CPU its peer needs).
+  Clock::duration spin_for_{};
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;
   detail::Fingerprint fp_{};
   std::string abort_msg_;
   ErrorCode abort_code_ = ErrorCode::internal;
   std::chrono::steady_clock::time_point next_liveness_{}, next_store_check_{};
+  std::vector<char> bounce_;  // reducing receives over links without peek()
 };
 
 }  // namespace mpcomm::native

@@ -15,6 +15,11 @@ class Link {
   // Copy up to n bytes out of the stream; returns how many (0 when empty). Never blocks. Throws
   // PeerFailure when the peer closed the stream.
   virtual size_t read_some(void* buf, size_t n) = 0;
+  // Zero-copy reading, for transports whose bytes sit in memory the reader can see (shared memory):
+  // peek() points *data at the contiguous readable bytes at the head of the stream and returns how
+  // many (0 when none, or when the transport cannot); consume(n) then drops n <= that many.
+  virtual size_t peek(const char** data) { return 0; }
+  virtual void consume(size_t n) {}
   // Called after a progress pass moved bytes on this link, so a sleeping peer wakes up.
   virtual void notify() {}
   // A file descriptor to poll() for readiness, or -1 (shared memory uses a futex doorbell instead).

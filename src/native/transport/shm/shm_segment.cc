@@ -123,9 +123,15 @@ static long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const times
 }
 
 void ShmSegment::ring(int local) const {
+  // Only a sleeper needs the counter bumped and a wake-up. Dekker with sleep_a_little(): the caller
+  // published its bytes before this fence, the sleeper announces `sleeping` before re-checking for
+  // bytes, so either we see it asleep or it sees our bytes. Skipping the shared write while the peer
+  // spins keeps the doorbell's cache line from bouncing on every chunk of a large transfer.
   Doorbell* d = doorbell(local);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (d->sleeping.load(std::memory_order_seq_cst) == 0) return;
   d->seq.fetch_add(1, std::memory_order_seq_cst);
-  if (d->sleeping.load(std::memory_order_seq_cst) != 0) futex(&d->seq, FUTEX_WAKE, 1, nullptr);
+  futex(&d->seq, FUTEX_WAKE, 1, nullptr);
 }
 
 void ShmSegment::sleep(int local, uint32_t seen, int ms) const {
@@ -185,6 +191,22 @@ size_t ShmLink::write_some(const void* buf, size_t n) {
   tx_head_ += n;
   tx_->head.store(tx_head_, std::memory_order_release);
   return n;
+}
+
+size_t ShmLink::peek(const char** data) {
+  uint64_t avail = rx_head_cache_ - rx_tail_;
+  if (avail == 0) {
+    rx_head_cache_ = rx_->head.load(std::memory_order_acquire);
+    avail = rx_head_cache_ - rx_tail_;
+  }
+  uint64_t off = rx_tail_ & (cap_ - 1);
+  *data = rx_data_ + off;
+  return std::min<uint64_t>(avail, cap_ - off);
+}
+
+void ShmLink::consume(size_t n) {
+  rx_tail_ += n;
+  rx_->tail.store(rx_tail_, std::memory_order_release);
 }
 
 size_t ShmLink::read_some(void* buf, size_t n) {

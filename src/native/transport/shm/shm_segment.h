@@ -83,6 +83,8 @@ class ShmLink : public Link {
   ShmLink(const ShmSegment* seg, int me, int peer);
   size_t write_some(const void* buf, size_t n) override;
   size_t read_some(void* buf, size_t n) override;
+  size_t peek(const char** data) override;
+  void consume(size_t n) override;
   void notify() override { seg_->ring(peer_); }
 
  private:
