@@ -199,6 +199,10 @@ Handle Engine::recv_p2p(int peer, int tag, void* data, size_t bytes, std::string
   return x;
 }
 
+// Payloads from this size on are placed at their source's offset within a cache line (Link::write_offset).
+static constexpr size_t kAlignFrom = 4096;
+static const char kZeros[64] = {};
+
 // Collective payloads above this size wait in the link for their receive instead of being buffered.
 static constexpr uint64_t kEagerBytes = 64u << 10;
 
@@ -242,11 +246,20 @@ bool Engine::progress_send(int peer, Peer& p) {
   bool moved = false;
   while (!p.sendq.empty()) {
     Xfer& x = *p.sendq.front();
-    const size_t hsz = sizeof(FrameHeader), total = hsz + x.bytes;
+    if (x.done_bytes == 0 && x.bytes >= kAlignFrom) {
+      int at = p.link->write_offset();
+      if (at >= 0) {
+        const size_t want = reinterpret_cast<uintptr_t>(x.sdata) & 63, after_hdr = (at + sizeof(FrameHeader)) & 63;
+        x.hdr.skip = static_cast<uint32_t>((want - after_hdr) & 63);
+      }
+    }
+    const size_t hsz = sizeof(FrameHeader) + x.hdr.skip, total = hsz + x.bytes;
     while (x.done_bytes < total) {
       size_t n;
-      if (x.done_bytes < hsz)
-        n = p.link->write_some(reinterpret_cast<const char*>(&x.hdr) + x.done_bytes, hsz - x.done_bytes);
+      if (x.done_bytes < sizeof(FrameHeader))
+        n = p.link->write_some(reinterpret_cast<const char*>(&x.hdr) + x.done_bytes, sizeof(FrameHeader) - x.done_bytes);
+      else if (x.done_bytes < hsz)
+        n = p.link->write_some(kZeros, hsz - x.done_bytes);
       else
         n = p.link->write_some(x.sdata + (x.done_bytes - hsz), total - x.done_bytes);
       if (n == 0) return moved;
@@ -261,7 +274,8 @@ bool Engine::progress_send(int peer, Peer& p) {
 
 void Engine::on_header(int peer, Peer& p) {
   const FrameHeader& h = p.rx_hdr;
-  if (h.magic != kFrameMagic || (h.kind != kFrameCollective && h.kind != kFrameP2P) || h.bytes > kMaxFrameBytes)
+  if (h.magic != kFrameMagic || (h.kind != kFrameCollective && h.kind != kFrameP2P) || h.bytes > kMaxFrameBytes ||
+      h.skip >= 64)
     fail(ErrorCode::internal, "corrupt frame from rank " + std::to_string(peer) + " (magic " +
                                   std::to_string(h.magic) + ", kind " + std::to_string(h.kind) + ", " +
                                   std::to_string(h.bytes) + " bytes)");
@@ -301,6 +315,7 @@ void Engine::on_header(int peer, Peer& p) {
   }
   p.rx_in_payload = true;
   p.rx_got = 0;
+  p.rx_skip = h.skip;
 }
 
 void Engine::finish_payload(Peer& p) {
@@ -338,6 +353,13 @@ bool Engine::progress_recv(int peer, Peer& p) {
       on_header(peer, p);
       if (p.rx_stalled) return moved;
     }
+    while (p.rx_skip > 0) {
+      char sink[64];
+      size_t n = p.link->read_some(sink, p.rx_skip);
+      if (n == 0) return moved;
+      moved = true;
+      p.rx_skip -= n;
+    }
     if (p.rx_target && p.rx_target->reduce) {
       size_t before = p.rx_got;
       bool complete = progress_reduce_payload(p);
@@ -366,7 +388,7 @@ bool Engine::progress_reduce_payload(Peer& p) {
   const size_t total = p.rx_hdr.bytes, es = dtype_size(x.dtype);
   while (p.rx_got < total) {
     const char* src = nullptr;
-    size_t n = x.carry_len == 0 ? p.link->peek(&src) : 0;
+    size_t n = x.carry_len == 0 ? p.link->peek(&src, total - p.rx_got) : 0;
     n = std::min(n, total - p.rx_got) / es * es;
     if (n > 0) {
       combine(x, x.combined, src, n);

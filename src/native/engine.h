@@ -36,7 +36,7 @@ struct FrameHeader {
   uint8_t kind;  // kFrameCollective or kFrameP2P
   uint8_t pad[3];
   int32_t tag;
-  uint32_t pad2;
+  uint32_t skip;  // filler bytes between this header and the payload (see Link::write_offset)
   detail::Fingerprint fp;
   uint64_t bytes;
 };
@@ -128,6 +128,7 @@ class Engine {
     FrameHeader rx_hdr{};
     size_t rx_hdr_got = 0;
     bool rx_in_payload = false;
+    size_t rx_skip = 0;  // filler bytes still to drop before the payload
     // A large collective frame arrived before its receive was posted: its payload stays in the link
     // (no buffering, no extra copy) until the receive is posted. Collective frames from one peer are
     // matched in order, and every rank calls collectives in the same order, so the receive will come.

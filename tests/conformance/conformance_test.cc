@@ -6,6 +6,8 @@
 // stays near `count` elements and the suite stays fast.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <array>
 #include <atomic>
 #include <thread>
@@ -55,6 +57,22 @@ INSTANTIATE_TEST_SUITE_P(All, Conformance, ::testing::ValuesIn(all_params()), []
   return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks_" +
          std::string(to_string(std::get<2>(info.param)));
 });
+
+// A 4 KiB shared-memory ring: every large message wraps around it thousands of times, frames of
+// different dtypes leave payloads at every offset (elements split by the ring's end are combined through
+// the bounce buffer), and large collective frames wait in the ring for their receive.
+TEST(NativeSmallRing, EveryOpWrapsAroundTheRing) {
+  ::setenv("MPCOMM_SHM_RING_BYTES", "4096", 1);
+  testing::ThreadWorld world("native", 3);
+  ::unsetenv("MPCOMM_SHM_RING_BYTES");
+  for (OpKind op : check::checked_ops())
+    for (const auto& c : check::conformance_cases(op, 3)) {
+      std::vector<check::Result> results(3);
+      world.run([&](int r, Communicator& comm) { results[static_cast<size_t>(r)] = check::run_case(comm, c); });
+      for (int r = 0; r < 3; ++r)
+        ASSERT_EQ(results[r].wrong, 0u) << check::describe(c) << ": rank " << r << ", first wrong " << results[r].first_wrong;
+    }
+}
 
 // ---- barrier, point to point, split ----------------------------------------------------------------
 

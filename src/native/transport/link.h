@@ -17,9 +17,15 @@ class Link {
   virtual size_t read_some(void* buf, size_t n) = 0;
   // Zero-copy reading, for transports whose bytes sit in memory the reader can see (shared memory):
   // peek() points *data at the contiguous readable bytes at the head of the stream and returns how
-  // many (0 when none, or when the transport cannot); consume(n) then drops n <= that many.
-  virtual size_t peek(const char** data) { return 0; }
+  // many (0 when none, when fewer than the transport's chunk of the `want` bytes the reader still
+  // expects have arrived, or when the transport cannot); consume(n) then drops n <= that many.
+  virtual size_t peek(const char** data, size_t want) { return 0; }
   virtual void consume(size_t n) {}
+  // Where the next written byte lands, modulo 64, for transports that copy through memory (else -1).
+  // The engine pads large payloads so that they sit in the ring at the same offset within a cache line
+  // as in the sender's buffer: copies between buffers that are misaligned against each other run at
+  // half speed or worse.
+  virtual int write_offset() const { return -1; }
   // Called after a progress pass moved bytes on this link, so a sleeping peer wakes up.
   virtual void notify() {}
   // A file descriptor to poll() for readiness, or -1 (shared memory uses a futex doorbell instead).

@@ -169,7 +169,8 @@ ShmLink::ShmLink(const ShmSegment* seg, int me, int peer)
       tx_data_(seg->ring_data(me, peer)),
       rx_(seg->ring_ctl(peer, me)),
       rx_data_(seg->ring_data(peer, me)),
-      cap_(seg->ring_bytes()) {
+      cap_(seg->ring_bytes()),
+      min_chunk_(std::min<uint64_t>(seg->ring_bytes() / 8, 64u << 10)) {
   tx_head_ = tx_->head.load(std::memory_order_relaxed);
   tx_tail_cache_ = tx_->tail.load(std::memory_order_acquire);
   rx_tail_ = rx_->tail.load(std::memory_order_relaxed);
@@ -182,6 +183,9 @@ size_t ShmLink::write_some(const void* buf, size_t n) {
     tx_tail_cache_ = tx_->tail.load(std::memory_order_acquire);
     free = cap_ - (tx_head_ - tx_tail_cache_);
   }
+  // Move whole chunks: a writer that refills every freed cache line works on the lines its reader is
+  // reading, and both slow down to the speed of lines bouncing between cores.
+  if (free < std::min<uint64_t>(n, min_chunk_)) return 0;
   n = std::min<uint64_t>(n, free);
   if (n == 0) return 0;
   uint64_t off = tx_head_ & (cap_ - 1);
@@ -193,12 +197,13 @@ size_t ShmLink::write_some(const void* buf, size_t n) {
   return n;
 }
 
-size_t ShmLink::peek(const char** data) {
+size_t ShmLink::peek(const char** data, size_t want) {
   uint64_t avail = rx_head_cache_ - rx_tail_;
-  if (avail == 0) {
+  if (avail < want) {
     rx_head_cache_ = rx_->head.load(std::memory_order_acquire);
     avail = rx_head_cache_ - rx_tail_;
   }
+  if (avail < std::min<uint64_t>(want, min_chunk_)) return 0;  // whole chunks, as write_some
   uint64_t off = rx_tail_ & (cap_ - 1);
   *data = rx_data_ + off;
   return std::min<uint64_t>(avail, cap_ - off);
@@ -215,6 +220,7 @@ size_t ShmLink::read_some(void* buf, size_t n) {
     rx_head_cache_ = rx_->head.load(std::memory_order_acquire);
     avail = rx_head_cache_ - rx_tail_;
   }
+  if (avail < std::min<uint64_t>(n, min_chunk_)) return 0;  // whole chunks, as write_some
   n = std::min<uint64_t>(n, avail);
   if (n == 0) return 0;
   uint64_t off = rx_tail_ & (cap_ - 1);

@@ -83,9 +83,10 @@ class ShmLink : public Link {
   ShmLink(const ShmSegment* seg, int me, int peer);
   size_t write_some(const void* buf, size_t n) override;
   size_t read_some(void* buf, size_t n) override;
-  size_t peek(const char** data) override;
+  size_t peek(const char** data, size_t want) override;
   void consume(size_t n) override;
   void notify() override { seg_->ring(peer_); }
+  int write_offset() const override { return static_cast<int>(tx_head_ & 63); }
 
  private:
   const ShmSegment* seg_;
@@ -95,6 +96,7 @@ class ShmLink : public Link {
   RingCtl* rx_;
   char* rx_data_;
   uint64_t cap_;
+  uint64_t min_chunk_;  // bytes moved at a time unless the frame has fewer left
   uint64_t tx_head_, tx_tail_cache_;  // our view of the ring we write
   uint64_t rx_tail_, rx_head_cache_;  // our view of the ring we read
 };

@@ -1,0 +1,58 @@
+// Reduction kernels against this machine's copy bandwidth (Google Benchmark).
+//
+//   build/benchmarks/reduce_bench [--benchmark_filter=...]
+//
+// Every case reduces two 16 MiB-per-source inputs into an output the way the native backend's ring does
+// (dst = a op b, out of cache), so bytes/s counts the two reads and one write, as memcpy's counts one read
+// and one write. "memcpy" is the ceiling a bandwidth-bound kernel can approach.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/reduce.h"
+#include "mpcomm/types.h"
+
+namespace {
+
+using mpcomm::DataType;
+using mpcomm::ReduceOp;
+
+constexpr size_t kBytes = 16u << 20;
+
+void BM_memcpy(benchmark::State& st) {
+  std::vector<char> a(kBytes, 1), b(kBytes, 2);
+  for (auto _ : st) {
+    std::memcpy(b.data(), a.data(), kBytes);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * 2 * kBytes));
+}
+BENCHMARK(BM_memcpy)->Unit(benchmark::kMicrosecond);
+
+void BM_reduce(benchmark::State& st, DataType dt, ReduceOp op) {
+  const size_t es = mpcomm::dtype_size(dt), count = kBytes / es;
+  std::vector<char> a(kBytes), b(kBytes), out(kBytes);
+  // small integers (in every dtype's encoding: zero bytes are 0 everywhere, and 0 op 0 is 0)
+  std::memset(a.data(), 0, kBytes);
+  std::memset(b.data(), 0, kBytes);
+  const void* srcs[2] = {a.data(), b.data()};
+  for (auto _ : st) {
+    mpcomm::reduce_into(out.data(), srcs, 2, count, dt, op);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * 3 * kBytes));
+  st.SetLabel(mpcomm::reduce_kernel_isa());
+}
+BENCHMARK_CAPTURE(BM_reduce, float32_sum, DataType::float32, ReduceOp::sum)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_reduce, bfloat16_sum, DataType::bfloat16, ReduceOp::sum)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_reduce, float16_sum, DataType::float16, ReduceOp::sum)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_reduce, float64_sum, DataType::float64, ReduceOp::sum)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_reduce, int32_sum, DataType::int32, ReduceOp::sum)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_reduce, int8_sum, DataType::int8, ReduceOp::sum)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_reduce, float32_max, DataType::float32, ReduceOp::max)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_reduce, bfloat16_max, DataType::bfloat16, ReduceOp::max)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
