@@ -204,7 +204,7 @@ static constexpr size_t kAlignFrom = 4096;
 static const char kZeros[64] = {};
 
 // Collective payloads above this size wait in the link for their receive instead of being buffered.
-static constexpr uint64_t kEagerBytes = 64u << 10;
+static constexpr uint64_t kEagerBytes = 4096;
 
 static std::string frame_name(const FrameHeader& h) {
   if (h.kind == kFrameP2P) return "send (tag " + std::to_string(h.tag) + ", " + std::to_string(h.bytes) + " bytes)";

@@ -170,7 +170,7 @@ ShmLink::ShmLink(const ShmSegment* seg, int me, int peer)
       rx_(seg->ring_ctl(peer, me)),
       rx_data_(seg->ring_data(peer, me)),
       cap_(seg->ring_bytes()),
-      min_chunk_(std::min<uint64_t>(seg->ring_bytes() / 8, 64u << 10)) {
+      min_chunk_(std::min<uint64_t>(seg->ring_bytes() / 8, 16u << 10)) {
   tx_head_ = tx_->head.load(std::memory_order_relaxed);
   tx_tail_cache_ = tx_->tail.load(std::memory_order_acquire);
   rx_tail_ = rx_->tail.load(std::memory_order_relaxed);
