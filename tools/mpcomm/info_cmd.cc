@@ -31,7 +31,7 @@ std::string backend_line(const std::string& b) {
     MPI_Get_library_version(v, &len);
     std::string s(v, static_cast<size_t>(len));
     if (auto nl = s.find_first_of(",\n"); nl != std::string::npos) s = s.substr(0, nl);
-    return s + ": launched through mpirun, TCP BTL for every pair (see README)";
+    return s + ": launched through mpirun, shared memory (vader) on one host, TCP between emulated hosts";
   }
 #endif
   return "";

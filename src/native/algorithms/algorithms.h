@@ -35,6 +35,7 @@ struct Algorithm {
 
 void allreduce_flat(AlgoCtx& c);
 void allreduce_ring(AlgoCtx& c);
+void allreduce_recursive_doubling(AlgoCtx& c);
 void broadcast_binomial(AlgoCtx& c);
 void reduce_binomial(AlgoCtx& c);
 void allgather_ring(AlgoCtx& c);

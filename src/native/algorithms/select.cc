@@ -1,6 +1,8 @@
 // Which algorithm runs: flat exchange for small allreduces (one round of latency), the ring for
 // large ones (bandwidth-optimal), one algorithm for everything else for now. MPCOMM_ALGO forces a
 // choice per op, e.g. MPCOMM_ALGO=allreduce=ring.
+#include <unistd.h>
+
 #include <string>
 
 #include "core/params.h"
@@ -13,6 +15,7 @@ const std::vector<Algorithm>& all_algorithms() {
   static const std::vector<Algorithm> algos = {
       {OpKind::allreduce, "flat", allreduce_flat},
       {OpKind::allreduce, "ring", allreduce_ring},
+      {OpKind::allreduce, "recursive_doubling", allreduce_recursive_doubling},
       {OpKind::broadcast, "binomial", broadcast_binomial},
       {OpKind::reduce, "binomial", reduce_binomial},
       {OpKind::allgather, "ring", allgather_ring},
@@ -23,6 +26,11 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::barrier, "dissemination", barrier_dissemination},
   };
   return algos;
+}
+
+static long online_cpus() {
+  static const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n;
 }
 
 static const Algorithm* find(OpKind kind, const std::string& name) {
@@ -65,6 +73,9 @@ const Algorithm& select_algorithm(const detail::Op& op, int size) {
   if (op.kind == OpKind::allreduce) {
     const bool small = op.bytes() * static_cast<size_t>(size > 1 ? size - 1 : 1) <= (256u << 10) ||
                        op.count < static_cast<size_t>(size);
+    // Small: one round of n-1 messages when every rank has a CPU; log2(n) rounds of one message when
+    // ranks outnumber CPUs (each message may cost the receiver a wake-up).
+    if (small && size > 2 && size > online_cpus()) return *find(OpKind::allreduce, "recursive_doubling");
     return *find(OpKind::allreduce, small ? "flat" : "ring");
   }
   for (const auto& a : all_algorithms())

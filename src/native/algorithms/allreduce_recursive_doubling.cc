@@ -1,0 +1,51 @@
+// allreduce, recursive doubling — for small messages when ranks share cores, where the number of
+// messages (and of wake-ups) matters more than their size.
+//
+// p = the largest power of two <= n; the n - p "extra" ranks r >= p first fold their buffer into rank
+// r - p and wait. Then for k = 1, 2, 4, ... < p: rank r exchanges its partial result with r ^ k and
+// combines the two, the lower rank's partial first, so that both compute the same bits. At the end the
+// folded ranks get the result from r - p.
+// Messages per rank: log2(p) (+1 or 2 for folding); bytes per rank: log2(p)·B out and in. Scratch: B.
+#include <cstring>
+
+#include "core/reduce.h"
+#include "native/algorithms/algorithms.h"
+
+namespace mpcomm::native {
+
+void allreduce_recursive_doubling(AlgoCtx& c) {
+  const auto& op = c.op;
+  const size_t bytes = op.bytes();
+  const int n = c.size, r = c.rank;
+  char* buf = static_cast<char*>(op.recv);
+  if (bytes > 0 && op.send != op.recv) std::memcpy(buf, op.send, bytes);
+  if (n > 1 && bytes > 0) {
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    char* tmp = c.scratch(bytes);
+    auto combine = [&](int peer) {  // buf = lower rank's partial op higher rank's partial
+      const void* srcs[2] = {peer < r ? tmp : buf, peer < r ? buf : tmp};
+      reduce_into(buf, srcs, 2, op.count, op.dtype, op.redop);
+    };
+    if (r >= p) {  // fold into r - p, then wait for the result
+      c.e.wait(c.e.send(r - p, buf, bytes));
+      c.e.wait(c.e.recv(r - p, buf, bytes));
+    } else {
+      if (r + p < n) {
+        c.e.wait(c.e.recv(r + p, tmp, bytes));
+        combine(r + p);
+      }
+      for (int k = 1; k < p; k <<= 1) {
+        const int peer = r ^ k;
+        Handle rh = c.e.recv(peer, tmp, bytes);
+        Handle sh = c.e.send(peer, buf, bytes);
+        c.e.wait_all({rh, sh});
+        combine(peer);
+      }
+      if (r + p < n) c.e.wait(c.e.send(r + p, buf, bytes));
+    }
+  }
+  if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, n);
+}
+
+}  // namespace mpcomm::native
