@@ -20,7 +20,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_ADDR", "127.0.0.1", "address that TCP listeners bind to and advertise"},
       {"MPCOMM_JOB_ID", "", "job id used to name shared-memory segments (set by mpcomm launch)"},
       {"MPCOMM_SHM_RING_BYTES", "0", "bytes per shared-memory channel (0: sized from the number of local ranks)"},
-      {"MPCOMM_SPIN_US", "-1", "microseconds a native rank keeps polling before it sleeps (-1: 1000 when its host's ranks fit the CPUs, else 0)"},
+      {"MPCOMM_SPIN_US", "1000", "microseconds a waiting native rank keeps polling (yielding the CPU between passes) before it sleeps"},
       {"MPCOMM_ALGO", "", "force native algorithms, e.g. allreduce=ring,broadcast=binomial"},
       {"MPCOMM_DEBUG", "WARN", "log level: ERROR, WARN, INFO or TRACE"},
   };

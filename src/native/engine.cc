@@ -38,13 +38,7 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
     peers_[r].link = std::move(links[r]);
     if (peers_[r].link && peers_[r].link->poll_fd() >= 0) has_tcp_ = true;
   }
-  int64_t spin_us = param_int("MPCOMM_SPIN_US");
-  if (spin_us < 0) {
-    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-    const int local = seg_ != nullptr ? seg_->nlocal() : 1;
-    spin_us = local <= cpus ? 1000 : 0;
-  }
-  spin_for_ = std::chrono::microseconds(spin_us);
+  spin_for_ = std::chrono::microseconds(std::max<int64_t>(0, param_int("MPCOMM_SPIN_US")));
 }
 
 Engine::~Engine() {
@@ -523,7 +517,19 @@ void Engine::check_health(const std::vector<Handle>& hs) {
   }
 }
 
-void Engine::sleep_a_little(int max_ms) {
+bool Engine::me_sleeps_on_futex() const { return seg_ != nullptr && my_local_ >= 0; }
+
+void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs) {
+  // What we wait for decides how we sleep: only on this host → the futex doorbell (a poll() cannot see
+  // shared-memory bytes, and a 1 ms poll slice costs 1 ms per message); anything remote → poll() on the
+  // sockets, in 1 ms slices when local peers exist too.
+  bool only_local = me_sleeps_on_futex();
+  for (const auto& h : hs)
+    if (!h->done && peers_[h->peer].link && peers_[h->peer].link->poll_fd() >= 0) only_local = false;
+  bool tcp_busy = false;
+  if (only_local && has_tcp_)
+    for (const auto& p : peers_)
+      if (p.link && p.link->poll_fd() >= 0 && p.busy()) tcp_busy = true;
   uint32_t seen = 0;
   Doorbell* me = (seg_ != nullptr && my_local_ >= 0) ? seg_->doorbell(my_local_) : nullptr;
   if (me != nullptr) {
@@ -532,7 +538,10 @@ void Engine::sleep_a_little(int max_ms) {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with ShmSegment::ring()
   }
   if (!progress()) {  // re-check after announcing the sleep, so no wake-up is lost
-    if (has_tcp_) {
+    if (only_local) {
+      // A remote transfer in flight still gets drained every millisecond.
+      seg_->sleep(my_local_, seen, tcp_busy ? 1 : max_ms);
+    } else if (has_tcp_) {
       std::vector<pollfd> fds;
       for (int r = 0; r < size_; ++r) {
         if (!peers_[r].link || peers_[r].link->poll_fd() < 0) continue;
@@ -567,7 +576,11 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
     if (idle < kSpinPasses) continue;
     if (idle == kSpinPasses) spin_until = Clock::now() + spin_for_;
     if (idle > kSpinPasses && idle < kSpinPasses + kYieldPasses && Clock::now() < spin_until) {
-      --idle;  // keep polling: a CPU of our own, and the peer is likely just busy
+      // Keep polling, yielding between passes: a rank that shares our CPU runs at once, and with nobody
+      // else runnable we are back in a microsecond. Sleeping instead lets the CPU halt, and waking a
+      // halted virtual CPU costs 100 µs and more.
+      sched_yield();
+      --idle;
       continue;
     }
     if (idle < kSpinPasses + kYieldPasses) {
@@ -586,7 +599,7 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
       fail(ErrorCode::timeout, "timed out after " + std::to_string(timeout_.count() / 1000.0).substr(0, 6) +
                                    " s waiting for " + who + who_is_behind());
     }
-    sleep_a_little(kSleepMs);
+    sleep_a_little(kSleepMs, hs);
   }
 }
 

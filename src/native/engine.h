@@ -156,7 +156,8 @@ class Engine {
   bool progress_reduce_payload(Peer& p);
   static void deliver(Xfer& x, const char* data);
   void wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs);
-  void sleep_a_little(int max_ms);
+  void sleep_a_little(int max_ms, const std::vector<Handle>& hs);
+  bool me_sleeps_on_futex() const;
   void check_health(const std::vector<Handle>& hs);
   bool peer_alive(int peer) const;
   [[noreturn]] void fail(ErrorCode code, const std::string& msg);
@@ -173,10 +174,7 @@ class Engine {
   std::shared_ptr<Store> abort_store_;
   Millis timeout_;
   bool has_tcp_ = false;
-  // How long a waiter keeps polling before it yields and sleeps: long when every rank of the host has a
-  // CPU of its own (a sleeping peer costs a futex wake-up, tens of microseconds in a VM, at every turn
-  // of a ring that streams a large message), zero when ranks outnumber CPUs (the spinner would hold
-  // the CPU its peer needs).
+  // How long a waiter keeps polling (yielding between passes) before it sleeps: MPCOMM_SPIN_US.
   Clock::duration spin_for_{};
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;

@@ -1,12 +1,12 @@
 // mpcomm bench (the driver) and mpcomm bench-worker (what each rank runs).
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <thread>
+
+#include "progress.h"
 
 #include "bench.h"
 #include "bootstrap/launcher.h"
@@ -59,33 +59,6 @@ size_t expected_rows(const Config& c) {
   return rows;
 }
 
-// A progress bar on stderr, fed by the rows the workers have written so far (only on a terminal).
-class Progress {
- public:
-  Progress(const std::string& label, const std::string& path, size_t total) {
-    if (!::isatty(STDERR_FILENO) || total == 0) return;
-    thread_ = std::thread([=, this] {
-      while (!stop_) {
-        size_t done = std::min(count_lines(path), total);
-        int width = 30, filled = static_cast<int>(width * done / total);
-        std::fprintf(stderr, "\r  %-10s [%s%s] %zu/%zu rows", label.c_str(), std::string(filled, '#').c_str(),
-                     std::string(width - filled, '.').c_str(), done, total);
-        std::fflush(stderr);
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-      std::fprintf(stderr, "\r%60s\r", "");
-    });
-  }
-  ~Progress() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 void validate(const Config& c) {
   if (c.ranks < 1) throw InvalidArgument("mpcomm bench: --ranks must be at least 1");
   if (c.hosts < 1 || c.hosts > c.ranks) throw InvalidArgument("mpcomm bench: --hosts must be between 1 and --ranks");
@@ -136,7 +109,7 @@ std::vector<Row> run_bench(const Config& c, const std::string& exe, bool keep_go
     lo.argv = {exe, "bench-worker", "--config", config_to_json(one).dump(), "--json-out", tmp};
     int st;
     {
-      Progress progress(backend, tmp, expected_rows(c));
+      cli::ProgressBar progress(backend, expected_rows(c), [&] { return std::make_pair(count_lines(tmp), std::string(" rows")); });
       st = launch(lo);
     }
     std::ifstream f(tmp);

@@ -6,17 +6,16 @@
 // tied-embedding exchange, and the pipeline bubble.
 #include <unistd.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
 #include "parallel/trainer.h"
 #include "bench.h"
+#include "progress.h"
 #include "bootstrap/launcher.h"
 
 namespace mpcomm::cli {
@@ -48,46 +47,20 @@ TrainConfig from_json(const json& j) {
   return c;
 }
 
-// Progress on stderr (a terminal only), from the rows rank 0 has written so far.
-class Progress {
- public:
-  Progress(const std::string& label, const std::string& path, int steps, double tokens_per_step) {
-    if (!::isatty(STDERR_FILENO) || steps == 0) return;
-    thread_ = std::thread([=, this] {
-      while (!stop_) {
-        std::ifstream f(path);
-        std::string line, last;
-        int done = 0;
-        while (std::getline(f, line))
-          if (line.find("\"step\"") != std::string::npos) ++done, last = line;
-        std::string tail;
-        if (!last.empty()) {
-          auto j = json::parse(last, nullptr, false);
-          if (!j.is_discarded()) {
-            char b[96];
-            std::snprintf(b, sizeof b, "  loss %.4f  %.0f tok/s", j.value("loss", 0.0),
-                          tokens_per_step / std::max(1e-9, j.value("seconds", 1.0)));
-            tail = b;
-          }
-        }
-        int width = 30, filled = width * done / steps;
-        std::fprintf(stderr, "\r  %-8s [%s%s] %d/%d%s   ", label.c_str(), std::string(filled, '#').c_str(),
-                     std::string(width - filled, '.').c_str(), done, steps, tail.c_str());
-        std::fflush(stderr);
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-      std::fprintf(stderr, "\r%90s\r", "");
-    });
-  }
-  ~Progress() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
+// What the progress bar shows: steps done, the last loss and tokens/s, from the rows rank 0 has written.
+std::pair<size_t, std::string> train_progress(const std::string& path, double tokens_per_step) {
+  std::ifstream f(path);
+  std::string line, last;
+  size_t done = 0;
+  while (std::getline(f, line))
+    if (line.find("\"step\"") != std::string::npos) ++done, last = line;
+  auto j = json::parse(last, nullptr, false);
+  if (last.empty() || j.is_discarded()) return {done, ""};
+  char tail[96];
+  std::snprintf(tail, sizeof tail, "  loss %.4f  %.0f tok/s", j.value("loss", 0.0),
+                tokens_per_step / std::max(1e-9, j.value("seconds", 1.0)));
+  return {done, tail};
+}
 
 struct BackendRun {
   std::string backend;
@@ -236,7 +209,7 @@ Runner add_train(CLI::App& app) {
       BackendRun run;
       run.backend = backend;
       {
-        Progress progress(backend, tmp, c.steps, tokens_per_step);
+        ProgressBar progress(backend, static_cast<size_t>(c.steps), [&] { return train_progress(tmp, tokens_per_step); });
         run.status = launch(lo);
       }
       std::ifstream f(tmp);

@@ -47,8 +47,8 @@ class NativeCommunicator final : public Communicator {
     current_ = &op;
     engine_->begin(&op, [this] { return current_ ? detail::describe(*current_, *this) : std::string("native"); });
     engine_->entered(op.seq);
-    const Algorithm& a = select_algorithm(op, size());
-    AlgoCtx ctx{*engine_, op, rank(), size(), scratch_};
+    const Algorithm& a = select_algorithm(op, size(), topology());
+    AlgoCtx ctx{*engine_, op, rank(), size(), scratch_, topology()};
     a.fn(ctx);
   }
 

@@ -18,6 +18,7 @@ struct AlgoCtx {
   int rank;
   int size;
   std::vector<char>& scratch_buf;
+  const Topology& topo;  // which host each rank is on
   // At least n bytes of scratch, reused across calls.
   char* scratch(size_t n) {
     if (scratch_buf.size() < n) scratch_buf.resize(n);
@@ -36,6 +37,10 @@ struct Algorithm {
 void allreduce_flat(AlgoCtx& c);
 void allreduce_ring(AlgoCtx& c);
 void allreduce_recursive_doubling(AlgoCtx& c);
+void allreduce_hierarchical(AlgoCtx& c);
+// Recursive doubling over `group` (ranks of the communicator, this rank among them), in place on buf,
+// reduce op only (no avg division). Every member ends with the same bits. Uses c.scratch.
+void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* buf);
 void broadcast_binomial(AlgoCtx& c);
 void reduce_binomial(AlgoCtx& c);
 void allgather_ring(AlgoCtx& c);
@@ -48,7 +53,7 @@ void barrier_dissemination(AlgoCtx& c);
 // Every algorithm, for listing and for MPCOMM_ALGO.
 const std::vector<Algorithm>& all_algorithms();
 // The algorithm to run for op on `size` ranks.
-const Algorithm& select_algorithm(const detail::Op& op, int size);
+const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology& topo);
 
 // Split `count` elements into `parts` nearly equal chunks; chunk i is [offset(i), offset(i+1)).
 inline size_t chunk_offset(size_t count, int parts, int i) {

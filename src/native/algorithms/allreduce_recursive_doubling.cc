@@ -13,39 +13,47 @@
 
 namespace mpcomm::native {
 
-void allreduce_recursive_doubling(AlgoCtx& c) {
+void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* buf) {
   const auto& op = c.op;
   const size_t bytes = op.bytes();
-  const int n = c.size, r = c.rank;
-  char* buf = static_cast<char*>(op.recv);
-  if (bytes > 0 && op.send != op.recv) std::memcpy(buf, op.send, bytes);
-  if (n > 1 && bytes > 0) {
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
-    char* tmp = c.scratch(bytes);
-    auto combine = [&](int peer) {  // buf = lower rank's partial op higher rank's partial
-      const void* srcs[2] = {peer < r ? tmp : buf, peer < r ? buf : tmp};
-      reduce_into(buf, srcs, 2, op.count, op.dtype, op.redop);
-    };
-    if (r >= p) {  // fold into r - p, then wait for the result
-      c.e.wait(c.e.send(r - p, buf, bytes));
-      c.e.wait(c.e.recv(r - p, buf, bytes));
-    } else {
-      if (r + p < n) {
-        c.e.wait(c.e.recv(r + p, tmp, bytes));
-        combine(r + p);
-      }
-      for (int k = 1; k < p; k <<= 1) {
-        const int peer = r ^ k;
-        Handle rh = c.e.recv(peer, tmp, bytes);
-        Handle sh = c.e.send(peer, buf, bytes);
-        c.e.wait_all({rh, sh});
-        combine(peer);
-      }
-      if (r + p < n) c.e.wait(c.e.send(r + p, buf, bytes));
-    }
+  const int n = static_cast<int>(group.size());
+  if (n <= 1 || bytes == 0) return;
+  const int r = static_cast<int>(std::find(group.begin(), group.end(), c.rank) - group.begin());
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  char* tmp = c.scratch(bytes);
+  auto combine = [&](int peer) {  // buf = lower member's partial op higher member's partial
+    const void* srcs[2] = {peer < r ? tmp : buf, peer < r ? buf : tmp};
+    reduce_into(buf, srcs, 2, op.count, op.dtype, op.redop);
+  };
+  auto rank_of = [&](int member) { return group[static_cast<size_t>(member)]; };
+  if (r >= p) {  // fold into r - p, then wait for the result
+    c.e.wait(c.e.send(rank_of(r - p), buf, bytes));
+    c.e.wait(c.e.recv(rank_of(r - p), buf, bytes));
+    return;
   }
-  if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, n);
+  if (r + p < n) {
+    c.e.wait(c.e.recv(rank_of(r + p), tmp, bytes));
+    combine(r + p);
+  }
+  for (int k = 1; k < p; k <<= 1) {
+    const int peer = r ^ k;
+    Handle rh = c.e.recv(rank_of(peer), tmp, bytes);
+    Handle sh = c.e.send(rank_of(peer), buf, bytes);
+    c.e.wait_all({rh, sh});
+    combine(peer);
+  }
+  if (r + p < n) c.e.wait(c.e.send(rank_of(r + p), buf, bytes));
+}
+
+void allreduce_recursive_doubling(AlgoCtx& c) {
+  const auto& op = c.op;
+  char* buf = static_cast<char*>(op.recv);
+  if (op.bytes() > 0 && op.send != op.recv) std::memcpy(buf, op.send, op.bytes());
+  std::vector<int> all(static_cast<size_t>(c.size));
+  for (int i = 0; i < c.size; ++i) all[static_cast<size_t>(i)] = i;
+  recursive_doubling_over(c, all, buf);
+  if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, c.size);
 }
 
 }  // namespace mpcomm::native

@@ -16,6 +16,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allreduce, "flat", allreduce_flat},
       {OpKind::allreduce, "ring", allreduce_ring},
       {OpKind::allreduce, "recursive_doubling", allreduce_recursive_doubling},
+      {OpKind::allreduce, "hierarchical", allreduce_hierarchical},
       {OpKind::broadcast, "binomial", broadcast_binomial},
       {OpKind::reduce, "binomial", reduce_binomial},
       {OpKind::allgather, "ring", allgather_ring},
@@ -68,11 +69,13 @@ static const Algorithm* forced(OpKind kind) {
   return table[static_cast<size_t>(kind)];
 }
 
-const Algorithm& select_algorithm(const detail::Op& op, int size) {
+const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology& topo) {
   if (const Algorithm* a = forced(op.kind)) return *a;
   if (op.kind == OpKind::allreduce) {
     const bool small = op.bytes() * static_cast<size_t>(size > 1 ? size - 1 : 1) <= (256u << 10) ||
                        op.count < static_cast<size_t>(size);
+    // Several hosts, some with more than one rank: one message per host over the slow links.
+    if (topo.num_hosts() > 1 && topo.num_hosts() < size) return *find(OpKind::allreduce, "hierarchical");
     // Small: one round of n-1 messages when every rank has a CPU; log2(n) rounds of one message when
     // ranks outnumber CPUs (each message may cost the receiver a wake-up).
     if (small && size > 2 && size > online_cpus()) return *find(OpKind::allreduce, "recursive_doubling");
