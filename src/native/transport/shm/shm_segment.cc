@@ -58,7 +58,15 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int nloc
     ::shm_unlink(name.c_str());
     throw Internal("mpcomm: cannot size shared memory " + name + " to " + std::to_string(len) + " bytes: " + e);
   }
-  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Reserve the pages now: a full /dev/shm is a clear error here instead of a SIGBUS mid-collective.
+  if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(len)); err != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    throw Internal("mpcomm: cannot allocate " + std::to_string(len) + " bytes of shared memory for " + name +
+                   " (is /dev/shm full?): " + std::strerror(err));
+  }
+  // MAP_POPULATE: map every page up front, so that no page fault lands inside a timed collective.
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) {
     std::string e = errno_text();
@@ -88,7 +96,7 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int nlocal
     throw Internal("mpcomm: shared memory " + name + " is too small");
   }
   size_t len = static_cast<size_t>(st.st_size);
-  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) throw Internal("mpcomm: cannot map shared memory " + name + ": " + errno_text());
   auto* h = static_cast<SegmentHeader*>(p);
