@@ -1,6 +1,7 @@
 #include "native/engine.h"
 
 #include <poll.h>
+#include <sys/uio.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -22,6 +23,9 @@ static constexpr int kSleepMs = 50;        // longest single sleep; health is ch
 static constexpr auto kLivenessEvery = std::chrono::milliseconds(100);
 static constexpr auto kStoreEvery = std::chrono::milliseconds(500);
 static const char* const kAbortKey = "mpcomm/abort";
+// Collective payloads from this size on go by single copy between local processes when allowed.
+static constexpr size_t kSingleCopyFrom = 256u << 10;
+static constexpr uint64_t kProbeMagic = 0x6d70636f6d6d5052ull;
 
 Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std::vector<PeerInfo> peers,
                std::shared_ptr<const ShmSegment> seg, int my_local, std::shared_ptr<Store> abort_store, Millis timeout)
@@ -39,6 +43,12 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
     if (peers_[r].link && peers_[r].link->poll_fd() >= 0) has_tcp_ = true;
   }
   spin_for_ = std::chrono::microseconds(std::max<int64_t>(0, param_int("MPCOMM_SPIN_US")));
+  single_copy_ = param_int("MPCOMM_SINGLE_COPY") != 0;
+  if (seg_ != nullptr && my_local_ >= 0) {
+    Doorbell* me = seg_->doorbell(my_local_);
+    me->probe_value = kProbeMagic ^ static_cast<uint64_t>(::getpid());
+    me->probe_addr.store(reinterpret_cast<uint64_t>(&me->probe_value), std::memory_order_release);
+  }
 }
 
 Engine::~Engine() {
@@ -240,6 +250,27 @@ bool Engine::progress_send(int peer, Peer& p) {
   bool moved = false;
   while (!p.sendq.empty()) {
     Xfer& x = *p.sendq.front();
+    if (x.done_bytes == 0 && x.kind == kFrameCollective && x.bytes >= kSingleCopyFrom && can_single_copy(peer, p)) {
+      x.single_copy = true;
+      x.hdr.pad[0] = kFlagSingleCopy;
+      x.hdr.skip = 0;
+    }
+    if (x.single_copy) {
+      const uint64_t desc[2] = {reinterpret_cast<uint64_t>(x.sdata), static_cast<uint64_t>(::getpid())};
+      const size_t total = sizeof(FrameHeader) + sizeof desc;
+      while (x.done_bytes < total) {
+        size_t n = x.done_bytes < sizeof(FrameHeader)
+                       ? p.link->write_some(reinterpret_cast<const char*>(&x.hdr) + x.done_bytes, sizeof(FrameHeader) - x.done_bytes)
+                       : p.link->write_some(reinterpret_cast<const char*>(desc) + (x.done_bytes - sizeof(FrameHeader)),
+                                            total - x.done_bytes);
+        if (n == 0) return moved;
+        moved = true;
+        x.done_bytes += n;
+      }
+      p.awaiting_ack.push_back(p.sendq.front());  // done when the receiver has read it
+      p.sendq.pop_front();
+      continue;
+    }
     if (x.done_bytes == 0 && x.bytes >= kAlignFrom) {
       int at = p.link->write_offset();
       if (at >= 0) {
@@ -268,13 +299,19 @@ bool Engine::progress_send(int peer, Peer& p) {
 
 void Engine::on_header(int peer, Peer& p) {
   const FrameHeader& h = p.rx_hdr;
-  if (h.magic != kFrameMagic || (h.kind != kFrameCollective && h.kind != kFrameP2P) || h.bytes > kMaxFrameBytes ||
-      h.skip >= 64)
+  if (h.magic != kFrameMagic || (h.kind != kFrameCollective && h.kind != kFrameP2P && h.kind != kFrameAck) ||
+      h.bytes > kMaxFrameBytes || h.skip >= 64 || (h.pad[0] & kFlagSingleCopy && (h.kind != kFrameCollective || !same_host(peer))))
     fail(ErrorCode::internal, "corrupt frame from rank " + std::to_string(peer) + " (magic " +
                                   std::to_string(h.magic) + ", kind " + std::to_string(h.kind) + ", " +
                                   std::to_string(h.bytes) + " bytes)");
   p.rx_target.reset();
   p.rx_unexp.reset();
+  if (h.kind == kFrameAck) {
+    if (p.awaiting_ack.empty()) fail(ErrorCode::internal, "rank " + std::to_string(peer) + " acknowledged a read this rank never offered");
+    p.awaiting_ack.front()->done = true;
+    p.awaiting_ack.pop_front();
+    return;
+  }
   if (h.kind == kFrameCollective && !p.coll_recvs.empty()) {
     Handle x = p.coll_recvs.front();
     if (!(h.fp == x->fp))
@@ -310,6 +347,8 @@ void Engine::on_header(int peer, Peer& p) {
   p.rx_in_payload = true;
   p.rx_got = 0;
   p.rx_skip = h.skip;
+  p.rx_single = (h.pad[0] & kFlagSingleCopy) != 0;
+  p.rx_desc_got = 0;
 }
 
 void Engine::finish_payload(Peer& p) {
@@ -346,6 +385,18 @@ bool Engine::progress_recv(int peer, Peer& p) {
       p.rx_hdr_got = 0;
       on_header(peer, p);
       if (p.rx_stalled) return moved;
+      if (p.rx_hdr.kind == kFrameAck) continue;
+    }
+    if (p.rx_single) {
+      while (p.rx_desc_got < sizeof p.rx_desc) {
+        size_t n = p.link->read_some(reinterpret_cast<char*>(p.rx_desc) + p.rx_desc_got, sizeof p.rx_desc - p.rx_desc_got);
+        if (n == 0) return moved;
+        moved = true;
+        p.rx_desc_got += n;
+      }
+      receive_single_copy(peer, p);
+      moved = true;
+      continue;
     }
     while (p.rx_skip > 0) {
       char sink[64];
@@ -404,6 +455,65 @@ bool Engine::progress_reduce_payload(Peer& p) {
   }
   x.done_bytes = p.rx_got;
   return true;
+}
+
+bool Engine::same_host(int peer) const { return info_[peer].same_host && info_[peer].local >= 0 && seg_ != nullptr; }
+
+// Whether this rank may read the peer's memory (and, the same rules holding both ways, the peer ours):
+// process_vm_readv() of the peer's published probe word. Asked once the peer has published it.
+bool Engine::can_single_copy(int peer, Peer& p) {
+  if (p.single_copy_ok != 0) return p.single_copy_ok > 0;
+  if (!single_copy_ || !same_host(peer)) {
+    p.single_copy_ok = -1;
+    return false;
+  }
+  const Doorbell* d = seg_->doorbell(info_[peer].local);
+  const uint64_t addr = d->probe_addr.load(std::memory_order_acquire);
+  if (addr == 0) return false;  // not published yet: ask again next time
+  uint64_t got = 0;
+  iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(addr), sizeof got};
+  const bool ok = ::process_vm_readv(info_[peer].pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof got) &&
+                  got == d->probe_value;
+  if (!ok) MPCOMM_LOG(info, "rank %d: no single-copy transfers with rank %d (%s)", rank_, peer, std::strerror(errno));
+  p.single_copy_ok = ok ? 1 : -1;
+  return ok;
+}
+
+// Copies (or reduces) a single-copy frame's payload straight out of the sender's buffer, then
+// acknowledges it so that the sender's send completes.
+void Engine::receive_single_copy(int peer, Peer& p) {
+  Xfer& x = *p.rx_target;  // single-copy frames are large collective frames: never unexpected (they stall)
+  const size_t total = p.rx_hdr.bytes;
+  const pid_t pid = static_cast<pid_t>(p.rx_desc[1]);
+  auto read = [&](char* dst, uint64_t from, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+      iovec local{dst + done, n - done}, remote{reinterpret_cast<void*>(from + done), n - done};
+      ssize_t r = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+      if (r <= 0)
+        fail(errno == ESRCH ? ErrorCode::peer_failure : ErrorCode::internal,
+             "reading " + std::to_string(n) + " bytes straight from rank " + std::to_string(peer) +
+                 "'s buffer failed: " + std::strerror(r < 0 ? errno : EIO) + " (MPCOMM_SINGLE_COPY=0 turns this off)");
+      done += static_cast<size_t>(r);
+    }
+  };
+  if (x.reduce) {
+    // In pieces that stay in the cache between the copy and the reduction.
+    const size_t es = dtype_size(x.dtype), piece = (256u << 10) / es * es;
+    if (bounce_.size() < piece) bounce_.resize(piece);
+    for (size_t off = 0; off < total; off += piece) {
+      const size_t n = std::min(piece, total - off);
+      read(bounce_.data(), p.rx_desc[0] + off, n);
+      combine(x, off, bounce_.data(), n);
+    }
+  } else if (total > 0) {
+    read(x.rdata, p.rx_desc[0], total);
+  }
+  p.rx_got = total;
+  x.done_bytes = total;
+  p.rx_single = false;
+  finish_payload(p);
+  post_send(peer, kFrameAck, 0, detail::Fingerprint{}, nullptr, 0);
 }
 
 // A link threw: the peer is gone. Only an error if something still needed that peer.

@@ -44,6 +44,8 @@ static_assert(sizeof(FrameHeader) == 48);
 inline constexpr uint32_t kFrameMagic = 0x4d504652;  // "MPFR"
 inline constexpr uint8_t kFrameCollective = 1;
 inline constexpr uint8_t kFrameP2P = 2;
+inline constexpr uint8_t kFrameAck = 3;  // single-copy frame read: the sender may reuse its buffer
+inline constexpr uint8_t kFlagSingleCopy = 1;  // FrameHeader::pad[0]: the payload is a SingleCopy descriptor
 inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
 
 // One pending send or receive.
@@ -60,6 +62,7 @@ struct Xfer {
   FrameHeader hdr{};      // send only
   bool done = false;
   std::string what;       // p2p only: the op, for error messages
+  bool single_copy = false;  // send: offered as a descriptor; done when the receiver's ack arrives
   // A reducing receive (recv_reduce): rdata = own op payload, combined as the bytes arrive instead of
   // copied. `carry` holds the bytes of an element not yet complete (split by the ring's end, or by TCP).
   bool reduce = false;
@@ -133,6 +136,13 @@ class Engine {
     // (no buffering, no extra copy) until the receive is posted. Collective frames from one peer are
     // matched in order, and every rank calls collectives in the same order, so the receive will come.
     bool rx_stalled = false;
+    // Single copy (large collective frames between local processes): the receiver copies straight out
+    // of the sender's buffer with process_vm_readv() and acknowledges; the sender's send completes then.
+    std::deque<Handle> awaiting_ack;  // our single-copy sends, in order
+    bool rx_single = false;           // the frame being received is a descriptor
+    uint64_t rx_desc[2] = {0, 0};     // address in the sender, sender's pid
+    size_t rx_desc_got = 0;
+    int single_copy_ok = 0;           // 0 not probed yet, 1 yes, -1 no
     Handle rx_target;
     std::shared_ptr<Unexpected> rx_unexp;
     size_t rx_got = 0;
@@ -141,7 +151,8 @@ class Engine {
     bool closed = false;
     std::string closed_why;
     bool busy() const {
-      return !sendq.empty() || !coll_recvs.empty() || !p2p_recvs.empty() || rx_in_payload || rx_hdr_got > 0;
+      return !sendq.empty() || !coll_recvs.empty() || !p2p_recvs.empty() || rx_in_payload || rx_hdr_got > 0 ||
+             !awaiting_ack.empty();
     }
   };
 
@@ -154,6 +165,9 @@ class Engine {
   void on_header(int peer, Peer& p);
   void finish_payload(Peer& p);
   bool progress_reduce_payload(Peer& p);
+  bool can_single_copy(int peer, Peer& p);
+  bool same_host(int peer) const;
+  void receive_single_copy(int peer, Peer& p);
   static void deliver(Xfer& x, const char* data);
   void wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs);
   void sleep_a_little(int max_ms, const std::vector<Handle>& hs);
@@ -176,6 +190,7 @@ class Engine {
   bool has_tcp_ = false;
   // How long a waiter keeps polling (yielding between passes) before it sleeps: MPCOMM_SPIN_US.
   Clock::duration spin_for_{};
+  bool single_copy_ = false;  // MPCOMM_SINGLE_COPY
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;
   detail::Fingerprint fp_{};

@@ -74,6 +74,22 @@ TEST(NativeSmallRing, EveryOpWrapsAroundTheRing) {
     }
 }
 
+// MPCOMM_SINGLE_COPY=1: large collective frames are read straight from the sender's buffer
+// (process_vm_readv; ranks as threads read their own process) and acknowledged; reducing receives go
+// through the bounce buffer in pieces.
+TEST(NativeSingleCopy, EveryOpWithReadsFromTheSendersBuffer) {
+  ::setenv("MPCOMM_SINGLE_COPY", "1", 1);
+  testing::ThreadWorld world("native", 3);
+  ::unsetenv("MPCOMM_SINGLE_COPY");
+  for (OpKind op : check::checked_ops())
+    for (const auto& c : check::conformance_cases(op, 3)) {
+      std::vector<check::Result> results(3);
+      world.run([&](int r, Communicator& comm) { results[static_cast<size_t>(r)] = check::run_case(comm, c); });
+      for (int r = 0; r < 3; ++r)
+        ASSERT_EQ(results[r].wrong, 0u) << check::describe(c) << ": rank " << r << ", first wrong " << results[r].first_wrong;
+    }
+}
+
 // ---- barrier, point to point, split ----------------------------------------------------------------
 
 class Basics : public ::testing::TestWithParam<std::string> {};

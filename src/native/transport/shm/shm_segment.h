@@ -22,6 +22,10 @@ struct alignas(64) Doorbell {
   std::atomic<uint64_t> entered{0}; // 1 + sequence number of the last collective the rank entered
   int32_t pid = 0;
   int32_t global_rank = -1;
+  // Single-copy probe: the rank's address of its own probe_value, so that a peer can check with
+  // process_vm_readv() that it may read this process's memory.
+  std::atomic<uint64_t> probe_addr{0};
+  uint64_t probe_value = 0;
 };
 
 struct alignas(64) RingCtl {
