@@ -663,8 +663,19 @@ void remove_shm_segments(const std::string& job_id) {
   if (dir == nullptr) return;
   while (dirent* e = ::readdir(dir)) {
     if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
-    if (::unlinkat(::dirfd(dir), e->d_name, 0) == 0)
-      MPCOMM_LOG(info, "launch: removed /dev/shm/%s left behind by job %s", e->d_name, job_id.c_str());
+    bool removed = ::unlinkat(::dirfd(dir), e->d_name, 0) == 0;
+    if (!removed && (errno == EISDIR || errno == EPERM)) {  // Open MPI's backing folder (mpirun_plan)
+      int fd = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (DIR* sub = fd >= 0 ? ::fdopendir(fd) : nullptr) {
+        while (dirent* f = ::readdir(sub))
+          if (std::strcmp(f->d_name, ".") != 0 && std::strcmp(f->d_name, "..") != 0) ::unlinkat(::dirfd(sub), f->d_name, 0);
+        ::closedir(sub);
+      } else if (fd >= 0) {
+        ::close(fd);
+      }
+      removed = ::unlinkat(::dirfd(dir), e->d_name, AT_REMOVEDIR) == 0;
+    }
+    if (removed) MPCOMM_LOG(info, "launch: removed /dev/shm/%s left behind by job %s", e->d_name, job_id.c_str());
   }
   ::closedir(dir);
 }
@@ -820,6 +831,14 @@ ExecPlan mpirun_plan(const LaunchOptions& o, const std::string& mpirun, const st
   if (o.nranks > usable_cores()) args.push_back("--oversubscribe");
   const bool bind = o.bind && o.nranks <= usable_cores();
   const char* btl = o.hosts > 1 ? "tcp,self" : "vader,self";
+  // vader's segments go to a folder of this job that the launcher removes at the end, also when ranks
+  // were killed (Open MPI leaves /dev/shm/vader_segment.* behind then).
+  if (o.hosts == 1) {
+    const std::string backing = "/dev/shm/mpcomm." + je.job_id + ".vader";
+    if (::mkdir(backing.c_str(), 0700) == 0) {
+      args.insert(args.end(), {"--mca", "btl_vader_backing_directory", backing});
+    }
+  }
   for (const char* a : {"--bind-to", bind ? "core" : "none", "--mca", "pml", "ob1", "--mca", "btl", btl, "--mca",
                         "btl_tcp_if_include", "lo", "--tag-output"})
     args.emplace_back(a);

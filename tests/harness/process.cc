@@ -29,7 +29,8 @@ std::vector<std::string> mpcomm_shm_entries() {
   std::vector<std::string> out;
   if (DIR* d = ::opendir("/dev/shm")) {
     while (dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind("mpcomm.", 0) == 0) out.emplace_back(e->d_name);
+      if (std::string(e->d_name).rfind("mpcomm.", 0) == 0 || std::string(e->d_name).rfind("vader_segment.", 0) == 0)
+        out.emplace_back(e->d_name);
     ::closedir(d);
   }
   return out;

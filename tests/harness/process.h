@@ -15,7 +15,7 @@ struct RunResult {
 // Runs a shell command and collects its output.
 RunResult run_command(const std::string& cmd);
 
-// Names in /dev/shm that start with "mpcomm.".
+// Names in /dev/shm that start with "mpcomm." (ours) or "vader_segment." (Open MPI's shared memory).
 std::vector<std::string> mpcomm_shm_entries();
 
 // Live processes whose argv[0] is `prog` and one of whose arguments is `arg`.
