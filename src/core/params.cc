@@ -21,7 +21,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_JOB_ID", "", "job id used to name shared-memory segments (set by mpcomm launch)"},
       {"MPCOMM_SHM_RING_BYTES", "0", "bytes per shared-memory channel (0: sized from the number of local ranks)"},
       {"MPCOMM_SPIN_US", "1000", "microseconds a waiting native rank keeps polling (yielding the CPU between passes) before it sleeps"},
-      {"MPCOMM_SINGLE_COPY", "0", "1: large native collective messages between local ranks are read straight from the sender's buffer (process_vm_readv) instead of streaming through the ring"},
+      {"MPCOMM_SINGLE_COPY", "1", "large native collective messages between local ranks are read straight from the sender's buffer (process_vm_readv); 0: through the shared-memory ring"},
       {"MPCOMM_ALGO", "", "force native algorithms, e.g. allreduce=ring,broadcast=binomial"},
       {"MPCOMM_DEBUG", "WARN", "log level: ERROR, WARN, INFO or TRACE"},
   };

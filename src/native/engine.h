@@ -190,7 +190,7 @@ class Engine {
   bool has_tcp_ = false;
   // How long a waiter keeps polling (yielding between passes) before it sleeps: MPCOMM_SPIN_US.
   Clock::duration spin_for_{};
-  bool single_copy_ = false;  // MPCOMM_SINGLE_COPY
+  bool single_copy_ = true;  // MPCOMM_SINGLE_COPY
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;
   detail::Fingerprint fp_{};

@@ -63,8 +63,10 @@ INSTANTIATE_TEST_SUITE_P(All, Conformance, ::testing::ValuesIn(all_params()), []
 // the bounce buffer), and large collective frames wait in the ring for their receive.
 TEST(NativeSmallRing, EveryOpWrapsAroundTheRing) {
   ::setenv("MPCOMM_SHM_RING_BYTES", "4096", 1);
+  ::setenv("MPCOMM_SINGLE_COPY", "0", 1);  // large frames through the ring too
   testing::ThreadWorld world("native", 3);
   ::unsetenv("MPCOMM_SHM_RING_BYTES");
+  ::unsetenv("MPCOMM_SINGLE_COPY");
   for (OpKind op : check::checked_ops())
     for (const auto& c : check::conformance_cases(op, 3)) {
       std::vector<check::Result> results(3);
@@ -74,7 +76,7 @@ TEST(NativeSmallRing, EveryOpWrapsAroundTheRing) {
     }
 }
 
-// MPCOMM_SINGLE_COPY=1: large collective frames are read straight from the sender's buffer
+// MPCOMM_SINGLE_COPY=1 (the default, set here in case the environment turned it off): large collective frames are read straight from the sender's buffer
 // (process_vm_readv; ranks as threads read their own process) and acknowledged; reducing receives go
 // through the bounce buffer in pieces.
 TEST(NativeSingleCopy, EveryOpWithReadsFromTheSendersBuffer) {
