@@ -24,7 +24,7 @@ static constexpr auto kLivenessEvery = std::chrono::milliseconds(100);
 static constexpr auto kStoreEvery = std::chrono::milliseconds(500);
 static const char* const kAbortKey = "mpcomm/abort";
 // Collective payloads from this size on go by single copy between local processes when allowed.
-static constexpr size_t kSingleCopyFrom = 256u << 10;
+static constexpr size_t kSingleCopyFrom = 2u << 20;
 static constexpr uint64_t kProbeMagic = 0x6d70636f6d6d5052ull;
 
 Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std::vector<PeerInfo> peers,
