@@ -150,24 +150,25 @@ Handle Engine::send_p2p(int peer, int tag, const void* data, size_t bytes, std::
   return x;
 }
 
-Handle Engine::recv(int peer, void* data, size_t bytes) {
+// A collective receive, not yet posted.
+static Handle collective_recv(int peer, const detail::Fingerprint& fp, void* data, size_t bytes) {
   auto x = std::make_shared<Xfer>();
   x->peer = peer;
   x->kind = kFrameCollective;
-  x->fp = fp_;
+  x->fp = fp;
   x->rdata = static_cast<char*>(data);
   x->bytes = bytes;
+  return x;
+}
+
+Handle Engine::recv(int peer, void* data, size_t bytes) {
+  Handle x = collective_recv(peer, fp_, data, bytes);
   post_recv(x);
   return x;
 }
 
 Handle Engine::recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op) {
-  auto x = std::make_shared<Xfer>();
-  x->peer = peer;
-  x->kind = kFrameCollective;
-  x->fp = fp_;
-  x->rdata = static_cast<char*>(dst);
-  x->bytes = bytes;
+  Handle x = collective_recv(peer, fp_, dst, bytes);
   x->reduce = true;
   x->own = static_cast<const char*>(own);
   x->dtype = dt;

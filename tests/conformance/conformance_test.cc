@@ -58,6 +58,18 @@ INSTANTIATE_TEST_SUITE_P(All, Conformance, ::testing::ValuesIn(all_params()), []
          std::string(to_string(std::get<2>(info.param)));
 });
 
+// Every op's conformance cases on `world`, 0 wrong on every rank.
+void expect_every_case_passes(testing::ThreadWorld& world) {
+  const int n = world.size();
+  for (OpKind op : check::checked_ops())
+    for (const auto& c : check::conformance_cases(op, n)) {
+      std::vector<check::Result> results(static_cast<size_t>(n));
+      world.run([&](int r, Communicator& comm) { results[static_cast<size_t>(r)] = check::run_case(comm, c); });
+      for (int r = 0; r < n; ++r)
+        ASSERT_EQ(results[r].wrong, 0u) << check::describe(c) << ": rank " << r << ", first wrong " << results[r].first_wrong;
+    }
+}
+
 // A 4 KiB shared-memory ring: every large message wraps around it thousands of times, frames of
 // different dtypes leave payloads at every offset (elements split by the ring's end are combined through
 // the bounce buffer), and large collective frames wait in the ring for their receive.
@@ -67,13 +79,7 @@ TEST(NativeSmallRing, EveryOpWrapsAroundTheRing) {
   testing::ThreadWorld world("native", 3);
   ::unsetenv("MPCOMM_SHM_RING_BYTES");
   ::unsetenv("MPCOMM_SINGLE_COPY");
-  for (OpKind op : check::checked_ops())
-    for (const auto& c : check::conformance_cases(op, 3)) {
-      std::vector<check::Result> results(3);
-      world.run([&](int r, Communicator& comm) { results[static_cast<size_t>(r)] = check::run_case(comm, c); });
-      for (int r = 0; r < 3; ++r)
-        ASSERT_EQ(results[r].wrong, 0u) << check::describe(c) << ": rank " << r << ", first wrong " << results[r].first_wrong;
-    }
+  expect_every_case_passes(world);
 }
 
 // MPCOMM_SINGLE_COPY=1 (the default, set here in case the environment turned it off): large collective frames are read straight from the sender's buffer
@@ -83,13 +89,7 @@ TEST(NativeSingleCopy, EveryOpWithReadsFromTheSendersBuffer) {
   ::setenv("MPCOMM_SINGLE_COPY", "1", 1);
   testing::ThreadWorld world("native", 3);
   ::unsetenv("MPCOMM_SINGLE_COPY");
-  for (OpKind op : check::checked_ops())
-    for (const auto& c : check::conformance_cases(op, 3)) {
-      std::vector<check::Result> results(3);
-      world.run([&](int r, Communicator& comm) { results[static_cast<size_t>(r)] = check::run_case(comm, c); });
-      for (int r = 0; r < 3; ++r)
-        ASSERT_EQ(results[r].wrong, 0u) << check::describe(c) << ": rank " << r << ", first wrong " << results[r].first_wrong;
-    }
+  expect_every_case_passes(world);
 }
 
 // ---- barrier, point to point, split ----------------------------------------------------------------
