@@ -73,5 +73,7 @@ std::vector<Row> run_bench(const Config& c, const std::string& self_exe, bool ke
 void print_side_by_side(const std::vector<Row>& rows, FILE* out);
 // This executable, to start workers with.
 std::string self_exe_path();
+// An empty file "/tmp/mpcomm-<what>-XXXXXX" where a driver's rank 0 writes its rows; the caller removes it.
+std::string make_temp_file(const std::string& what);
 
 }  // namespace mpcomm::bench

@@ -87,16 +87,20 @@ std::string self_exe_path() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+std::string make_temp_file(const std::string& what) {
+  std::string path = "/tmp/mpcomm-" + what + "-XXXXXX";
+  int fd = ::mkstemp(path.data());
+  if (fd < 0) throw Internal("mpcomm " + what + ": cannot create a temporary file in /tmp");
+  ::close(fd);
+  return path;
+}
+
 std::vector<Row> run_bench(const Config& c, const std::string& exe, bool keep_going, int* status) {
   validate(c);
   std::vector<Row> rows;
   *status = 0;
   for (const auto& backend : c.backends) {
-    char tmpl[] = "/tmp/mpcomm-bench-XXXXXX";
-    int fd = ::mkstemp(tmpl);
-    if (fd < 0) throw Internal("mpcomm bench: cannot create a temporary file");
-    ::close(fd);
-    std::string tmp = tmpl;
+    const std::string tmp = make_temp_file("bench");
     Config one = c;
     one.backends = {backend};
     LaunchOptions lo;

@@ -192,11 +192,7 @@ Runner add_train(CLI::App& app) {
     std::vector<BackendRun> runs;
     int status = 0;
     for (const auto& backend : backends) {
-      char tmpl[] = "/tmp/mpcomm-train-XXXXXX";
-      int fd = ::mkstemp(tmpl);
-      if (fd < 0) throw Internal("mpcomm train: cannot create a temporary file");
-      ::close(fd);
-      std::string tmp = tmpl;
+      const std::string tmp = bench::make_temp_file("train");
       TrainConfig one = c;
       if (!c.save.empty()) one.save = per_backend_path(c.save, backend, backends.size());
       LaunchOptions lo;
