@@ -19,13 +19,7 @@
 namespace mpcomm {
 namespace {
 
-// Backends that can run ranks as threads (mpi needs processes: see ProcessConformance).
-std::vector<std::string> thread_backends() {
-  std::vector<std::string> out;
-  for (const auto& b : available_backends())
-    if (b != "mpi") out.push_back(b);
-  return out;
-}
+using testing::thread_backends;  // mpi ranks are processes (tests/mpi); nccl: tests/gpu
 const std::vector<std::string> kBackends = thread_backends();
 const std::vector<int> kWorldSizes = {1, 2, 3, 4, 5, 8};
 
@@ -90,6 +84,34 @@ TEST(NativeSingleCopy, EveryOpWithReadsFromTheSendersBuffer) {
   testing::ThreadWorld world("native", 3);
   ::unsetenv("MPCOMM_SINGLE_COPY");
   expect_every_case_passes(world);
+}
+
+// Hosts interleaved and uneven (ranks 0, 2, 4 on A; 1, 3 on B): native runs the hierarchical
+// allreduce, broadcast and reduce. Every root, so that the root is sometimes its host's lowest rank and
+// sometimes not, on either host.
+TEST(NativeHierarchical, EveryRootOnInterleavedUnevenHosts) {
+  Options o;
+  o.timeout = Millis(60000);
+  const int n = 5;
+  testing::ThreadWorld world("native", n, o, {"hostA", "hostB", "hostA", "hostB", "hostA"});
+  ASSERT_EQ(world.comm(0).topology().num_hosts(), 2);
+  for (OpKind op : {OpKind::allreduce, OpKind::broadcast, OpKind::reduce})
+    for (int root = 0; root < n; ++root)
+      for (size_t count : {size_t{0}, size_t{7}, size_t{300001}})
+        for (ReduceOp redop : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+          if (op == OpKind::broadcast && redop != ReduceOp::sum) continue;
+          check::Case c;
+          c.op = op;
+          c.dtype = redop == ReduceOp::avg ? DataType::float32 : DataType::int32;
+          c.redop = redop;
+          c.count = count;
+          c.root = root;
+          c.in_place = root % 2 == 1;
+          std::vector<check::Result> res(n);
+          world.run([&](int r, Communicator& comm) { res[r] = check::run_case(comm, c); });
+          for (int r = 0; r < n; ++r)
+            ASSERT_EQ(res[r].wrong, 0u) << check::describe(c) << " rank " << r << ": " << res[r].first_wrong;
+        }
 }
 
 // ---- barrier, point to point, split ----------------------------------------------------------------

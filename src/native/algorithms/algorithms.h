@@ -42,13 +42,33 @@ void allreduce_hierarchical(AlgoCtx& c);
 // reduce op only (no avg division). Every member ends with the same bits. Uses c.scratch.
 void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* buf);
 void broadcast_binomial(AlgoCtx& c);
+void broadcast_hierarchical(AlgoCtx& c);
+// Binomial broadcast of buf (bytes) over `group` from member `root` (an index into group).
+void broadcast_binomial_over(AlgoCtx& c, const std::vector<int>& group, int root, void* buf, size_t bytes);
 void reduce_binomial(AlgoCtx& c);
+void reduce_hierarchical(AlgoCtx& c);
+// Binomial reduce over `group` to member `root` (an index into group): acc holds this rank's
+// contribution on entry and, at root, the reduction of the group's on return (elsewhere it is
+// clobbered). reduce op only (no avg division); no scratch.
+void reduce_binomial_over(AlgoCtx& c, const std::vector<int>& group, int root, char* acc);
 void allgather_ring(AlgoCtx& c);
 void reduce_scatter_ring(AlgoCtx& c);
 void gather_flat(AlgoCtx& c);
 void scatter_flat(AlgoCtx& c);
 void alltoall_pairwise(AlgoCtx& c);
 void barrier_dissemination(AlgoCtx& c);
+
+// The ranks of this rank's host (`local`, in rank order, leader first) and one leader per host
+// (`leaders`, in host order). A host's leader is `prefer` when it is on that host, else its lowest rank.
+struct HostGroups {
+  std::vector<int> local;
+  std::vector<int> leaders;
+  int leader() const { return local.front(); }
+};
+HostGroups host_groups(const AlgoCtx& c, int prefer = -1);
+inline int index_in(const std::vector<int>& group, int rank) {
+  return static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
+}
 
 // Every algorithm, for listing and for MPCOMM_ALGO.
 const std::vector<Algorithm>& all_algorithms();

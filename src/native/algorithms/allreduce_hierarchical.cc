@@ -25,22 +25,16 @@ void allreduce_hierarchical(AlgoCtx& c) {
     if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, c.size);
     return;
   }
-  const auto& host = c.topo.host_of_rank;
-  std::vector<int> local, leaders;
-  for (int r = 0; r < c.size; ++r) {
-    if (host[static_cast<size_t>(r)] == host[static_cast<size_t>(c.rank)]) local.push_back(r);
-    bool first_of_host = true;
-    for (int q = 0; q < r && first_of_host; ++q) first_of_host = host[static_cast<size_t>(q)] != host[static_cast<size_t>(r)];
-    if (first_of_host) leaders.push_back(r);
-  }
-  const int leader = local.front();
+  const HostGroups g = host_groups(c);
+  const std::vector<int>& local = g.local;
+  const int leader = g.leader();
   if (c.rank != leader) {
     c.e.wait(c.e.send(leader, buf, bytes));
     c.e.wait(c.e.recv(leader, buf, bytes));
     return;
   }
   for (size_t i = 1; i < local.size(); ++i) c.e.wait(c.e.recv_reduce(local[i], buf, buf, bytes, op.dtype, op.redop));
-  recursive_doubling_over(c, leaders, buf);
+  recursive_doubling_over(c, g.leaders, buf);
   if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, c.size);
   std::vector<Handle> hs;
   for (size_t i = 1; i < local.size(); ++i) hs.push_back(c.e.send(local[i], buf, bytes));

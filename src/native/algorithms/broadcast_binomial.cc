@@ -7,24 +7,29 @@
 
 namespace mpcomm::native {
 
-void broadcast_binomial(AlgoCtx& c) {
-  const auto& op = c.op;
-  const int n = c.size;
-  if (n == 1) return;
-  const size_t bytes = op.bytes();
-  const int v = mod(c.rank - op.root, n);
+void broadcast_binomial_over(AlgoCtx& c, const std::vector<int>& group, int root, void* buf, size_t bytes) {
+  const int n = static_cast<int>(group.size());
+  if (n <= 1) return;
+  auto rank_of = [&](int v) { return group[static_cast<size_t>(mod(v + root, n))]; };
+  const int v = mod(index_in(group, c.rank) - root, n);
   int mask = 1;
   while (mask < n) {
     if (v & mask) {
-      c.e.wait(c.e.recv(mod(v - mask + op.root, n), op.recv, bytes));
+      c.e.wait(c.e.recv(rank_of(v - mask), buf, bytes));
       break;
     }
     mask <<= 1;
   }
   std::vector<Handle> hs;
   for (mask >>= 1; mask > 0; mask >>= 1)
-    if (v + mask < n) hs.push_back(c.e.send(mod(v + mask + op.root, n), op.recv, bytes));
+    if (v + mask < n) hs.push_back(c.e.send(rank_of(v + mask), buf, bytes));
   c.e.wait_all(hs);
+}
+
+void broadcast_binomial(AlgoCtx& c) {
+  std::vector<int> all(static_cast<size_t>(c.size));
+  for (int i = 0; i < c.size; ++i) all[static_cast<size_t>(i)] = i;
+  broadcast_binomial_over(c, all, c.op.root, c.op.recv, c.op.bytes());
 }
 
 }  // namespace mpcomm::native

@@ -1,5 +1,6 @@
 // Which algorithm runs: flat exchange for small allreduces (one round of latency), the ring for
-// large ones (bandwidth-optimal), one algorithm for everything else for now. MPCOMM_ALGO forces a
+// large ones (bandwidth-optimal), recursive doubling for small ones when ranks outnumber CPUs, and
+// the hierarchical allreduce/broadcast/reduce across hosts. MPCOMM_ALGO forces a
 // choice per op, e.g. MPCOMM_ALGO=allreduce=ring.
 #include <unistd.h>
 
@@ -18,7 +19,9 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allreduce, "recursive_doubling", allreduce_recursive_doubling},
       {OpKind::allreduce, "hierarchical", allreduce_hierarchical},
       {OpKind::broadcast, "binomial", broadcast_binomial},
+      {OpKind::broadcast, "hierarchical", broadcast_hierarchical},
       {OpKind::reduce, "binomial", reduce_binomial},
+      {OpKind::reduce, "hierarchical", reduce_hierarchical},
       {OpKind::allgather, "ring", allgather_ring},
       {OpKind::reduce_scatter, "ring", reduce_scatter_ring},
       {OpKind::gather, "flat", gather_flat},
@@ -71,11 +74,14 @@ static const Algorithm* forced(OpKind kind) {
 
 const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology& topo) {
   if (const Algorithm* a = forced(op.kind)) return *a;
+  // Several hosts, some with more than one rank: one message per host over the slow links.
+  const bool multi_host = topo.num_hosts() > 1 && topo.num_hosts() < size;
+  if (multi_host && (op.kind == OpKind::broadcast || op.kind == OpKind::reduce))
+    return *find(op.kind, "hierarchical");
   if (op.kind == OpKind::allreduce) {
     const bool small = op.bytes() * static_cast<size_t>(size > 1 ? size - 1 : 1) <= (256u << 10) ||
                        op.count < static_cast<size_t>(size);
-    // Several hosts, some with more than one rank: one message per host over the slow links.
-    if (topo.num_hosts() > 1 && topo.num_hosts() < size) return *find(OpKind::allreduce, "hierarchical");
+    if (multi_host) return *find(OpKind::allreduce, "hierarchical");
     // Small: one round of n-1 messages when every rank has a CPU; log2(n) rounds of one message when
     // ranks outnumber CPUs (each message may cost the receiver a wake-up).
     if (small && size > 2 && size > online_cpus()) return *find(OpKind::allreduce, "recursive_doubling");
