@@ -56,12 +56,18 @@ struct Options {
   std::string token;
   // Address to bind listening sockets to. Defaults to MPCOMM_ADDR, else 127.0.0.1.
   std::string bind_addr;
+  // Where the caller's buffers live. Defaults to MPCOMM_DEVICE (cpu). On cuda the nccl backend takes
+  // the device buffers as they are; the CPU backends copy them through page-locked host memory (in
+  // before the op, out after), so results are ready in device memory when the call returns.
   Device device;
   // Exchange a fingerprint of every collective before running it, so that ranks which called
   // different collectives (or the same one with different count, dtype, op or root) fail with a
   // Mismatch naming both calls, whatever the backend. Costs one small allgather per collective.
   // -1: MPCOMM_CHECK (default 0).
   int check = -1;
+  // 1: the CPU backends copy host buffers through their staging buffer, exactly as they do cuda buffers,
+  // so the staging path is tested without a GPU. -1: MPCOMM_STAGING (default 0).
+  int staging = -1;
   // Fills every unset field from the environment.
   Options resolved() const;
 };
@@ -76,6 +82,7 @@ struct OpStats {
 namespace detail {
 struct Op;
 class RequestState;
+class FlightRecorder;
 }  // namespace detail
 
 // A non-blocking point-to-point operation. wait() blocks (bounded by the timeout) until it completes
@@ -138,6 +145,11 @@ class Communicator {
   // Aborts the communicator: later calls throw; peers blocked on this rank fail soon after.
   void abort(const std::string& reason);
 
+  // The flight recorder's text: the last MPCOMM_TRACE_ENTRIES operations with their state and times.
+  // Written to stderr (or MPCOMM_TRACE_DIR) by itself when an operation fails with a timeout, a peer
+  // failure or a mismatch.
+  std::string flight_record() const;
+
  protected:
   Communicator(std::string backend, int rank, int size, Topology topo, Options opts);
 
@@ -157,12 +169,19 @@ class Communicator {
   virtual void on_abort(ErrorCode code, const std::string& reason) = 0;
   // Non-empty when this communicator was aborted (by this rank or reported by a peer).
   virtual std::string abort_reason() const = 0;
+  // True for a backend that runs on device buffers itself (nccl); the others get host copies.
+  virtual bool takes_device_buffers() const { return false; }
 
   const std::shared_ptr<Store>& store() const { return store_; }
   void set_store(std::shared_ptr<Store> s) { store_ = std::move(s); }
 
  private:
   void checked(detail::Op& op);
+  // run() on host copies of a device op's buffers (send_n/recv_n: bytes of each that matter here).
+  void run_staged(const detail::Op& op, size_t send_n, size_t recv_n);
+  Request start_p2p_checked(detail::Op& op);
+  // True when ops go through run_staged: cuda buffers, or MPCOMM_STAGING=1 (the path tested on a CPU).
+  bool staged() const;
   void verify_fingerprints(const detail::Op& op);
   std::string backend_;
   int rank_;
@@ -173,10 +192,16 @@ class Communicator {
   uint64_t seq_ = 0;
   uint64_t p2p_seq_ = 0;
   std::array<OpStats, kNumOpKinds> stats_{};
+  std::shared_ptr<char> staging_;  // page-locked host memory for run_staged, grown on demand
+  std::shared_ptr<detail::FlightRecorder> recorder_;
+  std::string recorder_who_, recorder_tag_;
+  size_t staging_bytes_ = 0;
 };
 
-// Backends compiled into this build ("native", ...).
+// Backends compiled into this build and usable on this machine ("native", ...; "nccl" only with a GPU).
 std::vector<std::string> available_backends();
+// Backends compiled into this build, usable here or not.
+std::vector<std::string> compiled_backends();
 
 // Creates a communicator of `backend` over ranks that share `store` (pass a PrefixStore to keep
 // several communicators or backends apart on one store). Blocks until all `size` ranks joined.

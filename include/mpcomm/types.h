@@ -16,7 +16,8 @@ inline constexpr int kNumDataTypes = 8;
 enum class ReduceOp : uint8_t { sum, prod, min, max, avg };
 inline constexpr int kNumReduceOps = 5;
 
-// Where a buffer lives. Only cpu is implemented today; cuda is reserved for the NCCL backend.
+// Where a buffer lives. cuda buffers go to the nccl backend directly and through pinned host staging to
+// the CPU backends. index -1: the rank's local GPU (local rank modulo the visible GPUs).
 struct Device {
   enum Kind : uint8_t { cpu, cuda } kind = cpu;
   int index = 0;
@@ -33,6 +34,8 @@ std::string to_string(Device d);
 // Throw InvalidArgument naming the unknown value.
 DataType parse_dtype(std::string_view name);
 ReduceOp parse_reduce_op(std::string_view name);
+// "cpu", "cuda" (the rank's local GPU), "cuda:N".
+Device parse_device(std::string_view name);
 
 // IEEE half and bfloat16 conversions (round to nearest even), usable by tests and kernels alike.
 float half_to_float(uint16_t h);

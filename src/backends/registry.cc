@@ -8,7 +8,11 @@
 #ifdef MPCOMM_HAVE_MPI
 #include "backends/mpi/mpi_communicator.h"
 #endif
+#ifdef MPCOMM_HAVE_NCCL
+#include "backends/nccl/nccl_communicator.h"
+#endif
 #include "bootstrap/env.h"
+#include "core/device.h"
 #include "core/net.h"
 #include "core/params.h"
 #include "mpcomm/communicator.h"
@@ -31,15 +35,28 @@ const std::vector<BackendEntry>& backends() {
 #ifdef MPCOMM_HAVE_MPI
       {"mpi", mpi::create_mpi},
 #endif
+#ifdef MPCOMM_HAVE_NCCL
+      {"nccl", nccl::create_nccl},
+#endif
   };
   return list;
 }
 
+// A backend that needs a GPU is compiled in but not available on a machine without one.
+bool needs_gpu(std::string_view name) { return name == "nccl"; }
+
 }  // namespace
+
+std::vector<std::string> compiled_backends() {
+  std::vector<std::string> names;
+  for (const auto& b : backends()) names.emplace_back(b.name);
+  return names;
+}
 
 std::vector<std::string> available_backends() {
   std::vector<std::string> names;
-  for (const auto& b : backends()) names.emplace_back(b.name);
+  for (const auto& b : backends())
+    if (!needs_gpu(b.name) || device::cuda_devices() > 0) names.emplace_back(b.name);
   return names;
 }
 
@@ -50,10 +67,13 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
     throw InvalidArgument("mpcomm: " + std::string(backend) + ": rank " + std::to_string(rank) + " / size " +
                           std::to_string(size) + " is not a valid rank of a group");
   if (!store && backend != "mpi") throw InvalidArgument("mpcomm: " + std::string(backend) + ": a store is required");
-  for (const auto& b : backends())
-    if (backend == b.name) return b.make(std::move(store), rank, size, opts);
+  for (const auto& b : backends()) {
+    if (backend != b.name) continue;
+    if (needs_gpu(b.name)) device::require_cuda("backend " + std::string(backend));
+    return b.make(std::move(store), rank, size, opts);
+  }
   std::string known;
-  for (const auto& n : available_backends()) known += (known.empty() ? "" : ", ") + n;
+  for (const auto& n : compiled_backends()) known += (known.empty() ? "" : ", ") + n;
   throw InvalidArgument("mpcomm: unknown backend '" + std::string(backend) + "' (this build has: " + known + ")");
 }
 

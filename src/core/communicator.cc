@@ -1,6 +1,7 @@
 // The checked entry point every backend shares: argument validation before any traffic, sequence
 // numbers, fingerprints, timing, abort-on-error and split. Backends only see validated Ops.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -8,6 +9,8 @@
 
 #include <unistd.h>
 
+#include "core/device.h"
+#include "core/flight_recorder.h"
 #include "core/op.h"
 #include "core/params.h"
 #include "mpcomm/communicator.h"
@@ -69,8 +72,10 @@ Options Options::resolved() const {
     }
   }
   if (o.check < 0) o.check = param_int("MPCOMM_CHECK") != 0 ? 1 : 0;
+  if (o.staging < 0) o.staging = param_int("MPCOMM_STAGING") != 0 ? 1 : 0;
   if (o.token.empty()) o.token = param_string("MPCOMM_TOKEN");
   if (o.bind_addr.empty()) o.bind_addr = param_string("MPCOMM_ADDR");
+  if (o.device.kind == Device::cpu) o.device = parse_device(param_string("MPCOMM_DEVICE"));
   return o;
 }
 
@@ -85,7 +90,18 @@ bool Request::test() {
 }
 
 Communicator::Communicator(std::string backend, int rank, int size, Topology topo, Options opts)
-    : backend_(std::move(backend)), rank_(rank), size_(size), topology_(std::move(topo)), options_(std::move(opts)) {}
+    : backend_(std::move(backend)), rank_(rank), size_(size), topology_(std::move(topo)), options_(std::move(opts)) {
+  static std::atomic<uint64_t> created{0};
+  const long entries = param_int("MPCOMM_TRACE_ENTRIES");
+  recorder_ = std::make_shared<detail::FlightRecorder>(entries > 0 ? static_cast<size_t>(entries) : 0);
+  const std::string pid = std::to_string(::getpid());
+  recorder_who_ = "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " [" + backend_ + "], host " +
+                  options_.host_id + ", pid " + pid;
+  recorder_tag_ = backend_ + "-r" + std::to_string(rank_) + "of" + std::to_string(size_) + "-pid" + pid + "-c" +
+                  std::to_string(created.fetch_add(1));
+}
+
+std::string Communicator::flight_record() const { return recorder_->dump(recorder_who_); }
 
 Communicator::~Communicator() = default;
 
@@ -104,7 +120,12 @@ struct Range {
 
 bool overlap(Range a, Range b) { return a.n > 0 && b.n > 0 && a.p < b.p + b.n && b.p < a.p + a.n; }
 
-void validate(const Op& op, const Communicator& c) {
+// Bytes of the send and recv buffers that matter on this rank.
+struct Spans {
+  size_t send_n = 0, recv_n = 0;
+};
+
+Spans validate(const Op& op, const Communicator& c) {
   if (static_cast<unsigned>(op.dtype) >= kNumDataTypes)
     bad(op, c, "unknown data type value " + std::to_string(static_cast<int>(op.dtype)));
   if (op.reduces() && static_cast<unsigned>(op.redop) >= kNumReduceOps)
@@ -117,9 +138,7 @@ void validate(const Op& op, const Communicator& c) {
     if (op.peer == c.rank()) bad(op, c, "sending to or receiving from oneself is not supported");
     if (op.tag < 0) bad(op, c, "tag " + std::to_string(op.tag) + " is negative");
   }
-  if (c.options().device.kind != Device::cpu)
-    throw Unsupported("mpcomm: " + detail::describe(op, c) + ": device " + to_string(c.options().device) +
-                      " is not supported by this backend");
+  if (c.options().device.kind == Device::cuda) device::require_cuda(detail::describe(op, c) + " on " + to_string(c.options().device));
 
   // Sizes: count × element size × (ranks, for the per-rank collectives) must fit.
   const size_t es = dtype_size(op.dtype);
@@ -160,7 +179,7 @@ void validate(const Op& op, const Communicator& c) {
 
   // Overlapping buffers must be exactly the documented in-place layout.
   Range s{static_cast<const char*>(op.send), send_n}, r{static_cast<const char*>(op.recv), recv_n};
-  if (!overlap(s, r)) return;
+  if (!overlap(s, r)) return {send_n, recv_n};
   const char* sp = s.p;
   const char* rp = r.p;
   bool in_place = false;
@@ -175,6 +194,7 @@ void validate(const Op& op, const Communicator& c) {
     default: break;
   }
   if (!in_place) bad(op, c, "send and recv buffers overlap but are not the in-place layout");
+  return {send_n, recv_n};
 }
 
 }  // namespace
@@ -185,20 +205,29 @@ void Communicator::checked(Op& op) {
   std::string aborted = abort_reason();
   if (!aborted.empty())
     throw PeerFailure("mpcomm: " + detail::describe(op, *this) + ": communicator was aborted: " + aborted);
-  validate(op, *this);
+  const Spans spans = validate(op, *this);
   op.seq = seq_++;
   auto t0 = std::chrono::steady_clock::now();
+  const uint64_t ticket = recorder_->start(op);
   try {
     if (options_.check > 0 && size_ > 1) verify_fingerprints(op);
-    run(op);
-  } catch (const InvalidArgument&) {
+    if (staged() && !takes_device_buffers())
+      run_staged(op, spans.send_n, spans.recv_n);
+    else
+      run(op);
+  } catch (const InvalidArgument& e) {
+    recorder_->finish(ticket, detail::FlightRecorder::State::failed, e.what());
     throw;  // rejected before any traffic: the communicator stays usable
-  } catch (const Unsupported&) {
+  } catch (const Unsupported& e) {
+    recorder_->finish(ticket, detail::FlightRecorder::State::failed, e.what());
     throw;
   } catch (const Error& e) {
+    recorder_->finish(ticket, detail::FlightRecorder::State::failed, e.what());
+    recorder_->write_once(recorder_who_, recorder_tag_);
     on_abort(e.code(), e.what());
     throw;
   }
+  recorder_->finish(ticket, detail::FlightRecorder::State::done);
   OpStats& st = stats_[static_cast<size_t>(op.kind)];
   st.calls++;
   st.bytes += op.bytes();
@@ -264,30 +293,152 @@ void Communicator::barrier() {
   checked(o);
 }
 
+bool Communicator::staged() const { return options_.device.kind == Device::cuda || options_.staging > 0; }
+
+// Host staging for the CPU backends on device buffers. Buffers that overlap (the in-place layouts)
+// share one host region so the backend sees the same layout; the receive side is copied in too when it
+// holds input (in place, or the broadcast root's buffer), and copied back out after the op.
+void Communicator::run_staged(const Op& op, size_t send_n, size_t recv_n) {
+  const char* s = static_cast<const char*>(op.send);
+  char* r = static_cast<char*>(op.recv);
+  const bool joint = overlap({s, send_n}, {r, recv_n});
+  const bool recv_is_input = joint || (op.kind == OpKind::broadcast && op.root == rank_);
+  const char* lo = joint ? std::min<const char*>(s, r) : nullptr;
+  const size_t send_at = 0, recv_at = joint ? 0 : (send_n + 63) / 64 * 64;
+  const size_t need = joint ? static_cast<size_t>(std::max(s + send_n, static_cast<const char*>(r) + recv_n) - lo)
+                            : recv_at + recv_n;
+  if (need > staging_bytes_) {
+    staging_.reset(static_cast<char*>(device::alloc_pinned(need)), device::release_pinned);
+    staging_bytes_ = need;
+  }
+  char* h = staging_.get();
+  Op staged = op;
+  if (joint) {
+    staged.send = h + (s - lo);
+    staged.recv = h + (r - lo);
+    device::copy(h, lo, need);
+  } else {
+    if (send_n > 0) {
+      staged.send = h + send_at;
+      device::copy(h + send_at, s, send_n);
+    }
+    if (recv_n > 0) {
+      staged.recv = h + recv_at;
+      if (recv_is_input) device::copy(h + recv_at, r, recv_n);
+    }
+    if (op.kind == OpKind::broadcast) staged.send = staged.recv;
+  }
+  run(staged);
+  if (recv_n > 0) device::copy(r, staged.recv, recv_n);
+}
+
+namespace {
+
+// A point-to-point request as the flight recorder sees it: done when it completes, failed (and the
+// record written out) when its wait throws.
+class RecordedRequest : public detail::RequestState {
+ public:
+  RecordedRequest(std::shared_ptr<detail::RequestState> inner, std::shared_ptr<detail::FlightRecorder> rec,
+                  uint64_t ticket, std::string who, std::string tag)
+      : inner_(std::move(inner)), rec_(std::move(rec)), ticket_(ticket), who_(std::move(who)), tag_(std::move(tag)) {}
+  void wait() override {
+    try {
+      inner_->wait();
+    } catch (const Error& e) {
+      failed(e);
+      throw;
+    }
+    rec_->finish(ticket_, detail::FlightRecorder::State::done);
+  }
+  bool test() override {
+    bool done = false;
+    try {
+      done = inner_->test();
+    } catch (const Error& e) {
+      failed(e);
+      throw;
+    }
+    if (done) rec_->finish(ticket_, detail::FlightRecorder::State::done);
+    return done;
+  }
+
+ private:
+  void failed(const Error& e) {
+    rec_->finish(ticket_, detail::FlightRecorder::State::failed, e.what());
+    if (e.code() != ErrorCode::invalid_argument && e.code() != ErrorCode::unsupported) rec_->write_once(who_, tag_);
+  }
+  std::shared_ptr<detail::RequestState> inner_;
+  std::shared_ptr<detail::FlightRecorder> rec_;
+  uint64_t ticket_;
+  std::string who_, tag_;
+};
+
+// A point-to-point request on device memory, run by a CPU backend on a host copy: a send's copy is
+// made before it starts; a receive's is copied to the device once it completes.
+class StagedRequest : public detail::RequestState {
+ public:
+  StagedRequest(std::vector<char> host, void* dev_dst) : host_(std::move(host)), dev_dst_(dev_dst) {}
+  void start(std::shared_ptr<detail::RequestState> inner) { inner_ = std::move(inner); }
+  char* host() { return host_.data(); }
+  void wait() override {
+    inner_->wait();
+    finish();
+  }
+  bool test() override {
+    if (!inner_->test()) return false;
+    finish();
+    return true;
+  }
+
+ private:
+  void finish() {
+    if (dev_dst_ != nullptr && !copied_) device::copy(dev_dst_, host_.data(), host_.size());
+    copied_ = true;
+  }
+  std::vector<char> host_;
+  void* dev_dst_;
+  std::shared_ptr<detail::RequestState> inner_;
+  bool copied_ = false;
+};
+
+}  // namespace
+
 // Point-to-point ops are checked the same way but numbered apart from collectives (they need not be
 // called by every rank) and run through start_p2p().
-Request Communicator::isend(const void* buf, size_t count, DataType dt, int peer, int tag) {
-  Op o{.kind = OpKind::send, .send = buf, .count = count, .dtype = dt, .peer = peer, .tag = tag};
+Request Communicator::start_p2p_checked(Op& o) {
   std::string aborted = abort_reason();
   if (!aborted.empty())
     throw PeerFailure("mpcomm: " + detail::describe(o, *this) + ": communicator was aborted: " + aborted);
   validate(o, *this);
   o.seq = p2p_seq_++;
-  stats_[static_cast<size_t>(OpKind::send)].calls++;
-  stats_[static_cast<size_t>(OpKind::send)].bytes += o.bytes();
-  return Request(start_p2p(o));
+  stats_[static_cast<size_t>(o.kind)].calls++;
+  stats_[static_cast<size_t>(o.kind)].bytes += o.bytes();
+  const uint64_t ticket = recorder_->start(o);
+  auto recorded = [&](std::shared_ptr<detail::RequestState> st) {
+    return Request(std::make_shared<RecordedRequest>(std::move(st), recorder_, ticket, recorder_who_, recorder_tag_));
+  };
+  if (!staged() || takes_device_buffers() || o.bytes() == 0) return recorded(start_p2p(o));
+  const bool is_send = o.kind == OpKind::send;
+  auto staged = std::make_shared<StagedRequest>(std::vector<char>(o.bytes()), is_send ? nullptr : o.recv);
+  Op h = o;
+  if (is_send) {
+    device::copy(staged->host(), o.send, o.bytes());
+    h.send = staged->host();
+  } else {
+    h.recv = staged->host();
+  }
+  staged->start(start_p2p(h));
+  return recorded(staged);
+}
+
+Request Communicator::isend(const void* buf, size_t count, DataType dt, int peer, int tag) {
+  Op o{.kind = OpKind::send, .send = buf, .count = count, .dtype = dt, .peer = peer, .tag = tag};
+  return start_p2p_checked(o);
 }
 
 Request Communicator::irecv(void* buf, size_t count, DataType dt, int peer, int tag) {
   Op o{.kind = OpKind::recv, .recv = buf, .count = count, .dtype = dt, .peer = peer, .tag = tag};
-  std::string aborted = abort_reason();
-  if (!aborted.empty())
-    throw PeerFailure("mpcomm: " + detail::describe(o, *this) + ": communicator was aborted: " + aborted);
-  validate(o, *this);
-  o.seq = p2p_seq_++;
-  stats_[static_cast<size_t>(OpKind::recv)].calls++;
-  stats_[static_cast<size_t>(OpKind::recv)].bytes += o.bytes();
-  return Request(start_p2p(o));
+  return start_p2p_checked(o);
 }
 
 void Communicator::send(const void* buf, size_t count, DataType dt, int peer, int tag) {

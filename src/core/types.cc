@@ -40,7 +40,23 @@ std::string_view to_string(ReduceOp op) {
 }
 
 std::string to_string(Device d) {
-  return d.kind == Device::cpu ? std::string("cpu") : "cuda:" + std::to_string(d.index);
+  if (d.kind == Device::cpu) return "cpu";
+  return d.index < 0 ? std::string("cuda") : "cuda:" + std::to_string(d.index);
+}
+
+Device parse_device(std::string_view name) {
+  if (name == "cpu") return Device{};
+  if (name == "cuda" || name == "gpu") return Device{Device::cuda, -1};
+  if (name.rfind("cuda:", 0) == 0 && name.size() > 5 && name.size() < 9) {
+    int index = 0;
+    for (char ch : name.substr(5)) {
+      if (ch < '0' || ch > '9') index = -1;
+      if (index < 0) break;
+      index = index * 10 + (ch - '0');
+    }
+    if (index >= 0) return Device{Device::cuda, index};
+  }
+  throw InvalidArgument("mpcomm: unknown device '" + std::string(name) + "' (cpu, cuda or cuda:N)");
 }
 
 std::string_view to_string(OpKind k) {

@@ -1,8 +1,11 @@
 #include "testing/collective_check.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "core/device.h"
 
 namespace mpcomm::check {
 
@@ -97,20 +100,67 @@ double get(DataType t, const void* p, size_t i) {
   return 0;
 }
 
+// What a floating-point avg may be off by: NCCL computes it as a sum of premultiplied values
+// (x_i × 1/n, each rounded), so allow n roundings of the largest value the avg inputs reach (< 16). Every
+// other result must be exact: the inputs are small integers.
+double avg_tolerance(const Case& c, int n) {
+  if (c.redop != ReduceOp::avg || !is_floating(c.dtype)) return 0;
+  const double eps = c.dtype == DataType::float16 ? 0x1p-10 : c.dtype == DataType::bfloat16 ? 0x1p-7
+                     : c.dtype == DataType::float32 ? 0x1p-23 : 0x1p-52;
+  return n * eps * 16;
+}
+
 struct Checker {
   const Case& c;
   Result& res;
+  double tol = 0;
   void expect(const void* buf, size_t i, int64_t want_int, const char* where) {
     // The expected value as this dtype stores it (integer types wrap, as the reduction does).
     uint64_t slot = 0;
     put(c.dtype, &slot, 0, want_int);
     double want = get(c.dtype, &slot, 0);
     double got = get(c.dtype, buf, i);
-    if (got == want) return;
+    if (got == want || (tol > 0 && std::fabs(got - want) <= tol)) return;
     if (res.wrong++ == 0)
       res.first_wrong = std::string(where) + "[" + std::to_string(i) + "] = " + std::to_string(got) + ", expected " +
                         std::to_string(want);
   }
+};
+
+// The case's host buffers mirrored on the communicator's device (nothing to do for cpu): pointers into
+// a registered host buffer translate to the same offset of its device copy; upload() before the call,
+// download() after it.
+class Mirror {
+ public:
+  explicit Mirror(Device d) : d_(d) {}
+  void add(std::vector<uint8_t>& host) {
+    if (d_.kind == Device::cpu) return;
+    bufs_.push_back({&host, device::Buffer(d_, host.size())});
+  }
+  template <class T>
+  T* operator()(T* p) const {
+    for (const auto& b : bufs_) {
+      auto* h = reinterpret_cast<const uint8_t*>(b.host->data());
+      auto* q = reinterpret_cast<const uint8_t*>(p);
+      if (q >= h && q < h + b.host->size())
+        return reinterpret_cast<T*>(b.dev.data() + (q - h));
+    }
+    return p;
+  }
+  void upload() const {
+    for (const auto& b : bufs_) device::copy(b.dev.data(), b.host->data(), b.host->size());
+  }
+  void download() const {
+    for (const auto& b : bufs_) device::copy(b.host->data(), b.dev.data(), b.host->size());
+  }
+
+ private:
+  struct Pair {
+    std::vector<uint8_t>* host;
+    device::Buffer dev;
+  };
+  Device d_;
+  std::vector<Pair> bufs_;
 };
 
 }  // namespace
@@ -159,8 +209,8 @@ std::string describe(const Case& c) {
 
 Result run_case(Communicator& comm, const Case& c) {
   Result res;
-  Checker chk{c, res};
   const int n = comm.size(), r = comm.rank();
+  Checker chk{c, res, avg_tolerance(c, n)};
   const size_t es = dtype_size(c.dtype), cnt = c.count, nn = static_cast<size_t>(n);
   const bool uns = is_unsigned(c.dtype);
   const std::vector<int64_t> expected = reduce_expected_table(c.redop, uns, n);
@@ -168,10 +218,14 @@ Result run_case(Communicator& comm, const Case& c) {
   auto poisoned = [&](size_t elems) { return std::vector<uint8_t>(elems * es + 1, 0xA5); };
   using clock = std::chrono::steady_clock;
   clock::time_point t0, t1;
+  // On a device the case's buffers (registered with m) are copied there first and back after.
+  Mirror m(comm.options().device);
   auto timed = [&](auto&& call) {
+    m.upload();
     t0 = clock::now();
     call();
     t1 = clock::now();
+    m.download();
   };
 
   switch (c.op) {
@@ -180,10 +234,12 @@ Result run_case(Communicator& comm, const Case& c) {
       std::vector<uint8_t> in(cnt * es + 1), out = poisoned(cnt);
       void* src = c.in_place ? out.data() : in.data();
       for (size_t i = 0; i < cnt; ++i) put(c.dtype, src, i, reduce_input(c.redop, uns, r, i, n));
+      m.add(in);
+      m.add(out);
       if (c.op == OpKind::allreduce)
-        timed([&] { comm.allreduce(src, out.data(), cnt, c.dtype, c.redop); });
+        timed([&] { comm.allreduce(m(src), m(out.data()), cnt, c.dtype, c.redop); });
       else
-        timed([&] { comm.reduce(src, out.data(), cnt, c.dtype, c.redop, c.root); });
+        timed([&] { comm.reduce(m(src), m(out.data()), cnt, c.dtype, c.redop, c.root); });
       if (c.op == OpKind::allreduce || r == c.root)
         for (size_t i = 0; i < cnt; ++i) chk.expect(out.data(), i, expected[i % expected.size()], "recv");
       break;
@@ -192,7 +248,8 @@ Result run_case(Communicator& comm, const Case& c) {
       std::vector<uint8_t> buf = poisoned(cnt);
       if (r == c.root)
         for (size_t i = 0; i < cnt; ++i) put(c.dtype, buf.data(), i, move_value(c.root, i));
-      timed([&] { comm.broadcast(buf.data(), cnt, c.dtype, c.root); });
+      m.add(buf);
+      timed([&] { comm.broadcast(m(buf.data()), cnt, c.dtype, c.root); });
       for (size_t i = 0; i < cnt; ++i) chk.expect(buf.data(), i, move_value(c.root, i), "buf");
       break;
     }
@@ -200,7 +257,9 @@ Result run_case(Communicator& comm, const Case& c) {
       std::vector<uint8_t> in(cnt * es + 1), out = poisoned(cnt * nn);
       void* src = c.in_place ? out.data() + static_cast<size_t>(r) * cnt * es : in.data();
       for (size_t i = 0; i < cnt; ++i) put(c.dtype, src, i, move_value(r, i));
-      timed([&] { comm.allgather(src, out.data(), cnt, c.dtype); });
+      m.add(in);
+      m.add(out);
+      timed([&] { comm.allgather(m(src), m(out.data()), cnt, c.dtype); });
       for (int q = 0; q < n; ++q)
         for (size_t i = 0; i < cnt; ++i) chk.expect(out.data(), static_cast<size_t>(q) * cnt + i, move_value(q, i), "recv");
       break;
@@ -209,7 +268,9 @@ Result run_case(Communicator& comm, const Case& c) {
       std::vector<uint8_t> in(cnt * nn * es + 1), out = poisoned(cnt);
       for (size_t j = 0; j < cnt * nn; ++j) put(c.dtype, in.data(), j, reduce_input(c.redop, uns, r, j, n));
       void* dst = c.in_place ? in.data() + static_cast<size_t>(r) * cnt * es : out.data();
-      timed([&] { comm.reduce_scatter(in.data(), dst, cnt, c.dtype, c.redop); });
+      m.add(in);
+      m.add(out);
+      timed([&] { comm.reduce_scatter(m(in.data()), m(dst), cnt, c.dtype, c.redop); });
       for (size_t i = 0; i < cnt; ++i)
         chk.expect(dst, i, expected[(static_cast<size_t>(r) * cnt + i) % expected.size()], "recv");
       break;
@@ -218,7 +279,9 @@ Result run_case(Communicator& comm, const Case& c) {
       std::vector<uint8_t> in(cnt * es + 1), out = poisoned(cnt * nn);
       void* src = (c.in_place && r == c.root) ? out.data() + static_cast<size_t>(r) * cnt * es : in.data();
       for (size_t i = 0; i < cnt; ++i) put(c.dtype, src, i, move_value(r, i));
-      timed([&] { comm.gather(src, out.data(), cnt, c.dtype, c.root); });
+      m.add(in);
+      m.add(out);
+      timed([&] { comm.gather(m(src), m(out.data()), cnt, c.dtype, c.root); });
       if (r == c.root)
         for (int q = 0; q < n; ++q)
           for (size_t i = 0; i < cnt; ++i) chk.expect(out.data(), static_cast<size_t>(q) * cnt + i, move_value(q, i), "recv");
@@ -229,7 +292,9 @@ Result run_case(Communicator& comm, const Case& c) {
       if (r == c.root)
         for (size_t j = 0; j < cnt * nn; ++j) put(c.dtype, in.data(), j, move_value(c.root, j));
       void* dst = (c.in_place && r == c.root) ? in.data() + static_cast<size_t>(r) * cnt * es : out.data();
-      timed([&] { comm.scatter(in.data(), dst, cnt, c.dtype, c.root); });
+      m.add(in);
+      m.add(out);
+      timed([&] { comm.scatter(m(in.data()), m(dst), cnt, c.dtype, c.root); });
       for (size_t i = 0; i < cnt; ++i) chk.expect(dst, i, move_value(c.root, static_cast<size_t>(r) * cnt + i), "recv");
       break;
     }
@@ -237,7 +302,9 @@ Result run_case(Communicator& comm, const Case& c) {
       std::vector<uint8_t> in(cnt * nn * es + 1), out = poisoned(cnt * nn);
       void* src = c.in_place ? out.data() : in.data();
       for (size_t j = 0; j < cnt * nn; ++j) put(c.dtype, src, j, move_value(r, j));
-      timed([&] { comm.alltoall(src, out.data(), cnt, c.dtype); });
+      m.add(in);
+      m.add(out);
+      timed([&] { comm.alltoall(m(src), m(out.data()), cnt, c.dtype); });
       for (int q = 0; q < n; ++q)
         for (size_t i = 0; i < cnt; ++i)
           chk.expect(out.data(), static_cast<size_t>(q) * cnt + i, move_value(q, static_cast<size_t>(r) * cnt + i), "recv");

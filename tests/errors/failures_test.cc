@@ -94,12 +94,7 @@ TEST(Mismatch, SameOpDifferentCountOrDtypeFailsOnEveryRank) {
 }
 
 // MPCOMM_CHECK works the same on every backend that runs ranks as threads (mpi: tests/mpi).
-std::vector<std::string> thread_backends() {
-  std::vector<std::string> out;
-  for (const auto& b : available_backends())
-    if (b != "mpi") out.push_back(b);
-  return out;
-}
+using testing::thread_backends;  // mpi ranks are processes (tests/mpi); nccl: tests/gpu
 
 class FingerprintCheck : public ::testing::TestWithParam<std::string> {};
 

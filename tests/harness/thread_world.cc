@@ -71,4 +71,11 @@ ThreadWorld& shared_world(const std::string& backend, int size) {
   return *w;
 }
 
+std::vector<std::string> thread_backends() {
+  std::vector<std::string> out;
+  for (const auto& b : available_backends())
+    if (b != "mpi" && b != "nccl") out.push_back(b);
+  return out;
+}
+
 }  // namespace mpcomm::testing

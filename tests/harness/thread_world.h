@@ -32,6 +32,10 @@ class ThreadWorld {
   std::vector<std::unique_ptr<Communicator>> comms_;
 };
 
+// Backends whose ranks can be threads of one process: every available one but mpi (ranks are
+// processes under mpirun) and nccl (one GPU per process; on a single GPU, one emulated host each).
+std::vector<std::string> thread_backends();
+
 // Runs fn(rank) on `size` threads and returns each one's exception (null on success).
 std::vector<std::exception_ptr> run_threads(int size, const std::function<void(int)>& fn);
 

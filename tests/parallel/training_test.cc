@@ -74,12 +74,7 @@ TEST_P(Equivalence, LossesEqualSingleProcess) {
   EXPECT_LT(losses.back(), losses.front()) << "training lowers the loss";
 }
 
-std::vector<std::string> thread_backends() {
-  std::vector<std::string> out;
-  for (const auto& b : available_backends())
-    if (b != "mpi") out.push_back(b);  // mpi ranks are processes: tests/mpi trains through mpcomm train
-  return out;
-}
+using testing::thread_backends;  // mpi ranks are processes (tests/mpi); nccl: tests/gpu
 
 INSTANTIATE_TEST_SUITE_P(
     Splits, Equivalence,

@@ -31,11 +31,14 @@ struct Config {
   std::string redop = "sum";
   int root = 0;
   double timeout_s = 120;
+  std::string device = "cpu";  // where the buffers live: cpu or cuda (each rank its local GPU)
 };
 
 // One measured row (one backend, op, size and placement).
 struct Row {
   std::string backend, op, dtype, redop;
+  std::string device = "cpu";  // where the buffers were: cpu or cuda
+  std::string transport;       // what carried the bytes, when it is not the backend's usual path
   int ranks = 0, hosts = 0, root = -1;
   size_t bytes = 0, count = 0;
   bool inplace = false;
@@ -71,6 +74,8 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
 // unless keep_going.
 std::vector<Row> run_bench(const Config& c, const std::string& self_exe, bool keep_going, int* status);
 void print_side_by_side(const std::vector<Row>& rows, FILE* out);
+// The backends `--backends all` means for a device: every available one, nccl only for cuda.
+std::vector<std::string> all_backends_for(const std::string& device);
 // This executable, to start workers with.
 std::string self_exe_path();
 // An empty file "/tmp/mpcomm-<what>-XXXXXX" where a driver's rank 0 writes its rows; the caller removes it.

@@ -10,6 +10,7 @@
 
 #include "bench.h"
 #include "bootstrap/launcher.h"
+#include "core/device.h"
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
 
@@ -21,7 +22,7 @@ nlohmann::json config_to_json(const Config& c) {
   return {{"ranks", c.ranks},   {"hosts", c.hosts},   {"backends", c.backends}, {"ops", c.ops},
           {"min_bytes", c.min_bytes}, {"max_bytes", c.max_bytes}, {"factor", c.factor}, {"extra_sizes", c.extra_sizes}, {"iters", c.iters},
           {"warmup", c.warmup}, {"check", c.check},   {"dtype", c.dtype},       {"redop", c.redop},
-          {"root", c.root},     {"timeout_s", c.timeout_s}};
+          {"root", c.root},     {"timeout_s", c.timeout_s}, {"device", c.device}};
 }
 
 Config config_from_json(const std::string& s) {
@@ -42,6 +43,7 @@ Config config_from_json(const std::string& s) {
   c.redop = j.at("redop");
   c.root = j.at("root");
   c.timeout_s = j.at("timeout_s");
+  c.device = j.value("device", "cpu");
   return c;
 }
 
@@ -68,6 +70,7 @@ void validate(const Config& c) {
   if (c.root < 0 || c.root >= c.ranks) throw InvalidArgument("mpcomm bench: -r root must be in [0, --ranks)");
   parse_dtype(c.dtype);
   parse_reduce_op(c.redop);
+  if (parse_device(c.device).kind == Device::cuda) device::require_cuda("mpcomm bench --device " + c.device);
   for (const auto& op : c.ops)
     if (std::find(all_ops().begin(), all_ops().end(), op) == all_ops().end())
       throw InvalidArgument("mpcomm bench: unknown op '" + op + "' (allreduce, broadcast, reduce, allgather, "
@@ -75,7 +78,24 @@ void validate(const Config& c) {
   auto have = available_backends();
   for (const auto& b : c.backends)
     if (std::find(have.begin(), have.end(), b) == have.end())
-      throw InvalidArgument("mpcomm bench: backend '" + b + "' is not in this build (mpcomm info lists them)");
+      throw InvalidArgument("mpcomm bench: backend '" + b + "' is not available here (mpcomm info lists them)");
+  for (const auto& b : c.backends)
+    if (b == "nccl" && parse_device(c.device).kind != Device::cuda)
+      throw InvalidArgument("mpcomm bench: backend nccl needs --device cuda");
+}
+
+// NCCL refuses two ranks on one GPU of one host. When a host would hold more ranks than there are GPUs,
+// every rank gets its own emulated host (and NCCL_HOSTID, set by the nccl backend), so the ranks share
+// the GPU over NCCL's network transport.
+int nccl_hosts(const Config& c, const std::string& backend) {
+  if (backend != "nccl") return c.hosts;
+  const int per_host = (c.ranks + c.hosts - 1) / c.hosts;
+  if (per_host <= device::cuda_devices()) return c.hosts;
+  std::fprintf(stderr,
+               "mpcomm bench: nccl: %d rank(s) per host but %d GPU(s): each rank runs as its own emulated host, so "
+               "NCCL moves the bytes over its network transport (sockets through the host), not NVLink or P2P\n",
+               per_host, device::cuda_devices());
+  return c.ranks;
 }
 
 }  // namespace
@@ -105,12 +125,14 @@ std::vector<Row> run_bench(const Config& c, const std::string& exe, bool keep_go
     one.backends = {backend};
     LaunchOptions lo;
     lo.nranks = c.ranks;
-    lo.hosts = c.hosts;
+    lo.hosts = nccl_hosts(c, backend);
+    one.hosts = lo.hosts;
     lo.timeout_s = c.timeout_s;
     lo.backend = backend;
     lo.grace_s = 5;
     lo.prefix_output = false;  // only rank 0 prints: its lines are the table
     lo.argv = {exe, "bench-worker", "--config", config_to_json(one).dump(), "--json-out", tmp};
+    ::setenv("MPCOMM_DEVICE", c.device.c_str(), 1);  // the ranks' Options::device
     int st;
     {
       cli::ProgressBar progress(backend, expected_rows(c), [&] { return std::make_pair(count_lines(tmp), std::string(" rows")); });
@@ -206,10 +228,12 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-r,--root", o->c.root, "root rank of rooted ops");
   app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds");
   app.add_option("--json", o->json, "write one JSON object per measured row to this file");
+  app.add_option("--device", o->c.device, "where the buffers live: cpu, or cuda (each rank its local GPU; the CPU "
+                                          "backends stage through pinned host memory)");
   app.add_flag("--keep-going", o->keep_going, "go on with the next backend when one fails");
   return [o] {
     auto& c = o->c;
-    c.backends = o->backends == "all" ? available_backends() : bench::split_list(o->backends);
+    c.backends = o->backends == "all" ? bench::all_backends_for(o->c.device) : bench::split_list(o->backends);
     c.ops = o->ops == "all" ? bench::all_ops() : bench::split_list(o->ops);
     c.min_bytes = bench::parse_bytes(o->b);
     c.max_bytes = bench::parse_bytes(o->e);

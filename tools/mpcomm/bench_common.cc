@@ -82,7 +82,9 @@ std::string to_json(const Row& r) {
   nlohmann::json j = {{"backend", r.backend}, {"op", r.op},         {"bytes", r.bytes},         {"count", r.count},
                       {"dtype", r.dtype},     {"redop", r.redop},   {"root", r.root},           {"ranks", r.ranks},
                       {"hosts", r.hosts},     {"inplace", r.inplace}, {"time_us", r.time_us},   {"algbw_gbs", r.algbw_gbs},
-                      {"busbw_gbs", r.busbw_gbs}, {"wrong", r.wrong}, {"p50_us", r.p50_us},     {"p99_us", r.p99_us}};
+                      {"busbw_gbs", r.busbw_gbs}, {"wrong", r.wrong}, {"p50_us", r.p50_us},     {"p99_us", r.p99_us},
+                      {"device", r.device}};
+  if (!r.transport.empty()) j["transport"] = r.transport;
   return j.dump();
 }
 
@@ -105,7 +107,16 @@ Row row_from_json(const std::string& line) {
   r.wrong = j.at("wrong");
   r.p50_us = j.at("p50_us");
   r.p99_us = j.at("p99_us");
+  r.device = j.value("device", "cpu");
+  r.transport = j.value("transport", "");
   return r;
+}
+
+std::vector<std::string> all_backends_for(const std::string& device) {
+  std::vector<std::string> out;
+  for (const auto& b : available_backends())
+    if (b != "nccl" || device != "cpu") out.push_back(b);
+  return out;
 }
 
 }  // namespace mpcomm::bench

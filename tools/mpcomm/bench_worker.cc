@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "bench.h"
+#include "core/device.h"
 #include "testing/collective_check.h"
 
 namespace mpcomm::bench {
@@ -27,9 +28,9 @@ bool block_op(const std::string& op) {
   return op == "allgather" || op == "reduce_scatter" || op == "gather" || op == "scatter" || op == "alltoall";
 }
 
-// Buffers sized for the largest message, reused for every size.
+// Buffers sized for the largest message, reused for every size, on the communicator's device.
 struct Buffers {
-  std::vector<char> send, recv;
+  device::Buffer send, recv;
 };
 
 // One call of `op` on `bytes` (nccl-tests' size: the whole buffer for block ops).
@@ -82,10 +83,16 @@ uint64_t check_once(Communicator& comm, const Config& c, const std::string& op, 
   if (op == "sendrecv") {
     const int r = comm.rank(), n = comm.size();
     std::vector<int32_t> out(count * dtype_size(dt) / 4 + 1, r * 7 + 1), in(out.size(), -1);
-    Request rq = comm.irecv(in.data(), count, dt, (r + n - 1) % n, 1);
-    Request sq = comm.isend(out.data(), count, dt, (r + 1) % n, 1);
+    const size_t bytes = out.size() * sizeof(int32_t);
+    const Device dev = comm.options().device;
+    device::Buffer dout(dev, bytes), din(dev, bytes);
+    device::copy(dout.data(), out.data(), bytes);
+    device::copy(din.data(), in.data(), bytes);
+    Request rq = comm.irecv(din.data(), count, dt, (r + n - 1) % n, 1);
+    Request sq = comm.isend(dout.data(), count, dt, (r + 1) % n, 1);
     rq.wait();
     sq.wait();
+    device::copy(in.data(), din.data(), bytes);
     const size_t words = count * dtype_size(dt) / 4;
     for (size_t i = 0; i < words; ++i) wrong += in[i] != ((r + n - 1) % n) * 7 + 1;
   } else {
@@ -111,9 +118,10 @@ double percentile(std::vector<double> v, double p) {
 }
 
 void print_header(const Config& c, const std::string& op, const Communicator& comm) {
-  std::printf("#\n# mpcomm bench: backend %s, %d ranks on %d host(s), op %s, dtype %s, redop %s, root %d,"
+  std::printf("#\n# mpcomm bench: backend %s, %d ranks on %d host(s), %s buffers, op %s, dtype %s, redop %s, root %d,"
               " iters %d, warmup %d, check %d\n",
-              std::string(comm.backend()).c_str(), comm.size(), comm.topology().num_hosts(), op.c_str(),
+              std::string(comm.backend()).c_str(), comm.size(), comm.topology().num_hosts(),
+              to_string(comm.options().device).c_str(), op.c_str(),
               c.dtype.c_str(), c.redop.c_str(), c.root, c.iters, c.warmup, c.check);
   std::printf("#%60s%34s\n", "out-of-place", "in-place");
   std::printf("#%11s %12s %8s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
@@ -139,14 +147,22 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
   Buffers b;
   const std::vector<size_t> all_sizes = sizes(c);
   const size_t largest = all_sizes.empty() ? 0 : all_sizes.back();
-  b.send.assign(largest + es * static_cast<size_t>(n), 0);
-  b.recv.assign(largest + es * static_cast<size_t>(n), 0);
+  const Device dev = comm.options().device;
+  b.send = device::Buffer(dev, largest + es * static_cast<size_t>(n));
+  b.recv = device::Buffer(dev, largest + es * static_cast<size_t>(n));
+  device::fill(dev, b.send.data(), 0, b.send.size());
+  device::fill(dev, b.recv.data(), 0, b.recv.size());
+  // One GPU shared by ranks that are each an emulated host: say what carried the bytes.
+  std::string transport;
+  if (comm.backend() == "nccl" && comm.topology().num_hosts() == n && n > 1 && device::cuda_devices() < n)
+    transport = "nccl network transport between emulated hosts on one GPU (not NVLink)";
   for (const auto& op : c.ops) {
     if (op == "sendrecv" && n == 1) {
       if (lead) std::printf("#\n# %s skipped: it needs at least 2 ranks\n", op.c_str());
       continue;
     }
     if (lead) print_header(c, op, comm);
+    if (lead && !transport.empty()) std::printf("# transport: %s\n", transport.c_str());
     double busbw_sum = 0;
     int busbw_rows = 0;
     for (size_t bytes : all_sizes) {
@@ -178,6 +194,8 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
         row.redop = (op == "allreduce" || op == "reduce" || op == "reduce_scatter") ? c.redop : "none";
         row.ranks = n;
         row.hosts = comm.topology().num_hosts();
+        row.device = to_string(dev);
+        row.transport = transport;
         row.root = (op == "broadcast" || op == "reduce" || op == "gather" || op == "scatter") ? c.root : -1;
         row.bytes = size;
         row.count = size / es;

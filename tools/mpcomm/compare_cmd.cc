@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "bench.h"
+#include "core/device.h"
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
 
@@ -49,6 +51,7 @@ struct CompareCli {
   std::string preset = "gpt3-175b";
   int ranks = 8, hosts = 4, iters = 20, warmup = 5;  // nccl-tests defaults; about 3 minutes on 2 cores
   std::string backends = "all", report, json;
+  std::string device = "auto";
   std::string max_latency = "2M", max_bcast = "32M";
   bool model_sizes = true;
   Model model;
@@ -194,6 +197,7 @@ Runner add_compare(CLI::App& app) {
   app.add_flag("!--no-model-sizes", o->model_sizes, "do not measure the model's message sizes");
   app.add_option("--report", o->report, "write report.md, results.jsonl and PNG plots to this folder");
   app.add_option("--json", o->json, "write every measured row as JSON lines");
+  app.add_option("--device", o->device, "buffers on cpu or cuda; auto (default): cuda when a GPU is present");
   return [o, hidden, seq] {
     bool known = false;
     for (const auto& p : kPresets)
@@ -212,7 +216,8 @@ Runner add_compare(CLI::App& app) {
     base.warmup = o->warmup;
     base.check = 1;
     base.timeout_s = 300;
-    base.backends = o->backends == "all" ? available_backends() : bench::split_list(o->backends);
+    base.device = o->device != "auto" ? o->device : (device::cuda_devices() > 0 ? "cuda" : "cpu");
+    base.backends = o->backends == "all" ? bench::all_backends_for(base.device) : bench::split_list(o->backends);
     const size_t act = o->model.activation_bytes();
     std::vector<size_t> model_sizes;
     if (o->model_sizes) model_sizes = {act};
@@ -267,6 +272,15 @@ Runner add_compare(CLI::App& app) {
     md << "# mpcomm compare\n\nThe experiments of the NCCL-vs-Gloo article, run on this machine with every backend "
           "in this build. Times are the slowest rank's mean over "
        << o->iters << " back-to-back calls (nccl-tests' method); bandwidths are nccl-tests' bus bandwidth.\n\n";
+    md << "Buffers: " << (base.device == "cpu" ? std::string("host memory (cpu)")
+                                              : "GPU memory (" + base.device + "); the CPU backends (native, gloo, mpi) "
+                                                "copy it through pinned host memory, as PyTorch's Gloo backend does")
+       << ".\n\n";
+    std::set<std::string> transports;
+    for (const auto& e : ex)
+      for (const auto& r : e.rows)
+        if (!r.transport.empty()) transports.insert(r.backend + ": " + r.transport);
+    for (const auto& t : transports) md << "Transport measured: " << t << ".\n\n";
     std::map<size_t, std::string> labels;
     if (o->model_sizes) labels[act] = "TP all-reduce " + bench::human_bytes(act);
     auto lat_cols = pick_columns(ex[0].rows, {8, 64 << 10, max_latency_bytes});
@@ -301,8 +315,9 @@ Runner add_compare(CLI::App& app) {
        << recommendation(ex[0].rows, "all-reduce, one host") << recommendation(ex[1].rows, "broadcast, one host")
        << recommendation(ex[2].rows, "all-reduce, " + std::to_string(o->hosts) + " hosts")
        << recommendation(ex[3].rows, "send/recv, one host") << "\n"
-       << "What this does not measure: GPUs (NCCL needs a GPU; see the NCCL issue), real networks (emulated hosts "
-          "talk over loopback TCP), and machines larger than this one.\n\n";
+       << "What this does not measure: "
+       << (base.device == "cpu" ? "GPUs (no GPU buffers in this run; NCCL needs a GPU), " : "")
+       << "real networks (emulated hosts talk over loopback TCP), and machines larger than this one.\n\n";
     md << "## Machine\n\n```\n" << info_text() << "```\n";
     std::printf("\n%s", md.str().c_str());
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "core/device.h"
 #include "core/params.h"
 #include "core/reduce.h"
 #include "mpcomm/mpcomm.h"
@@ -18,6 +19,8 @@
 namespace mpcomm::cli {
 
 namespace {
+
+std::string nccl_headers();
 
 std::string backend_line(const std::string& b) {
   if (b == "native") return "mpcomm " MPCOMM_VERSION ": shared memory within a host, TCP between hosts";
@@ -34,10 +37,16 @@ std::string backend_line(const std::string& b) {
     return s + ": launched through mpirun, shared memory (vader) on one host, TCP between emulated hosts";
   }
 #endif
+  if (b == "nccl") {
+    std::string why;
+    std::string v = "NCCL" + nccl_headers() + ": GPU buffers; ranks sharing one GPU each get their own emulated host";
+    if (device::cuda_devices(&why) == 0) v += " (compiled in, unavailable here: " + why + ")";
+    return v;
+  }
   return "";
 }
 
-// The NCCL version of the headers CUDA ships, if present (the backend itself is not built yet).
+// The NCCL version of the headers CUDA ships (" 2.28.3 (headers in /usr/local/cuda)"), if present.
 std::string nccl_headers() {
   std::ifstream f("/usr/local/cuda/include/nccl.h");
   std::string line, major, minor, patch;
@@ -51,7 +60,7 @@ std::string nccl_headers() {
     grab("NCCL_PATCH", patch);
   }
   if (major.empty()) return "";
-  return "; NCCL " + major + "." + minor + "." + patch + " headers in /usr/local/cuda";
+  return " " + major + "." + minor + "." + patch + " (headers in /usr/local/cuda)";
 }
 
 }  // namespace
@@ -66,14 +75,25 @@ std::string info_text() {
   };
   line("mpcomm %s\n", MPCOMM_VERSION);
   line("backends:\n");
-  for (const auto& b : available_backends()) line("  %-8s %s\n", b.c_str(), backend_line(b).c_str());
+  for (const auto& b : compiled_backends()) line("  %-8s %s\n", b.c_str(), backend_line(b).c_str());
 #ifndef MPCOMM_HAVE_GLOO
   line("  %-8s not in this build (needs libgloo-dev at configure time)\n", "gloo");
 #endif
 #ifndef MPCOMM_HAVE_MPI
   line("  %-8s not in this build (needs libopenmpi-dev at configure time)\n", "mpi");
 #endif
-  line("  %-8s not built yet (the NCCL backend is planned)%s\n", "nccl", nccl_headers().c_str());
+#ifndef MPCOMM_HAVE_NCCL
+  line("  %-8s not in this build (needs the CUDA toolkit and NCCL at configure time)%s\n", "nccl",
+       nccl_headers().empty() ? "" : ("; found NCCL" + nccl_headers()).c_str());
+#endif
+  {
+    std::string why;
+    const int gpus = device::cuda_devices(&why);
+    if (gpus > 0)
+      line("devices: cpu, %d GPU(s) (cuda:0..%d)\n", gpus, gpus - 1);
+    else
+      line("devices: cpu only (%s)\n", why.c_str());
+  }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);

@@ -1,6 +1,8 @@
 // mpcomm selftest: every collective × a few dtypes and sizes on the ranks of this job, each result
 // checked on every rank, timings reduced to the slowest rank. Exits 1 if anything was wrong.
+#include <algorithm>
 #include <cstdio>
+#include <random>
 #include <string>
 
 #include "commands.h"
@@ -16,14 +18,56 @@ struct SelftestOptions {
   std::vector<size_t> counts = {0, 1, 7, 1000, 262147};
   int iters = 5;
   bool conformance = false;  // the full conformance matrix instead of the table
+  std::vector<std::string> only_dtypes;  // conformance: just these dtypes (default: every one)
+  std::string device;        // cpu or cuda (default MPCOMM_DEVICE)
+  uint64_t random = 0;       // > 0: that many random cases instead (the soak)
+  uint64_t seed = 1;
 };
+
+// The soak: `count` random cases (op, dtype, reduce op, element count, root, placement), drawn from the
+// same seed on every rank so that all call the same thing, each result checked on every rank. Prints
+// one summary line: "soak: backend B, N ranks, seed S: K ops, W wrong".
+int run_random(Communicator& comm, const SelftestOptions& o) {
+  std::mt19937_64 rng(o.seed);
+  const auto& ops = check::checked_ops();
+  uint64_t wrong_ops = 0, wrong_elems = 0;
+  std::string first;
+  for (uint64_t i = 0; i < o.random; ++i) {
+    check::Case c;
+    c.op = ops[rng() % ops.size()];
+    c.dtype = static_cast<DataType>(rng() % kNumDataTypes);
+    c.redop = static_cast<ReduceOp>(rng() % kNumReduceOps);
+    // Element counts spread over every scale: 0, tiny, around ring chunks, up to 2^18 (per rank block).
+    const int bits = static_cast<int>(rng() % 19);
+    c.count = bits == 0 ? 0 : (size_t{1} << (bits - 1)) + rng() % (size_t{1} << (bits - 1));
+    c.root = static_cast<int>(rng() % static_cast<uint64_t>(comm.size()));
+    c.in_place = (rng() & 1) != 0 && c.op != OpKind::broadcast;
+    check::Result r = check::run_case(comm, c);
+    uint64_t w = r.wrong, wsum = 0;
+    comm.allreduce(&w, &wsum, 1, DataType::int64, ReduceOp::sum);
+    if (r.wrong > 0 && first.empty()) first = check::describe(c) + ": " + r.first_wrong;
+    if (wsum > 0) ++wrong_ops;
+    wrong_elems += wsum;
+  }
+  if (!first.empty()) std::fprintf(stderr, "rank %d: first wrong: %s\n", comm.rank(), first.c_str());
+  comm.barrier();
+  if (comm.rank() == 0)
+    std::printf("soak: backend %s, %d ranks, seed %llu: %llu ops, %llu wrong (%llu wrong elements)\n",
+                std::string(comm.backend()).c_str(), comm.size(), static_cast<unsigned long long>(o.seed),
+                static_cast<unsigned long long>(o.random), static_cast<unsigned long long>(wrong_ops),
+                static_cast<unsigned long long>(wrong_elems));
+  return wrong_ops == 0 ? 0 : 1;
+}
 
 // The full matrix of the conformance suite (check::conformance_cases), every op; prints only
 // failures and a summary line. This is how process runs (gloo, mpi) are held to the same suite.
-int run_conformance(Communicator& comm) {
+int run_conformance(Communicator& comm, const SelftestOptions& o) {
+  std::vector<DataType> only;
+  for (const auto& d : o.only_dtypes) only.push_back(parse_dtype(d));
   uint64_t cases = 0, wrong_cases = 0;
   for (OpKind op : check::checked_ops())
     for (const auto& c : check::conformance_cases(op, comm.size())) {
+      if (!only.empty() && std::find(only.begin(), only.end(), c.dtype) == only.end()) continue;
       check::Result r = check::run_case(comm, c);
       uint64_t w = r.wrong > 0 ? 1 : 0, any = 0;
       comm.allreduce(&w, &any, 1, DataType::int64, ReduceOp::sum);
@@ -35,19 +79,23 @@ int run_conformance(Communicator& comm) {
     }
   comm.barrier();
   if (comm.rank() == 0)
-    std::printf("conformance: backend %s, %d ranks, %llu cases, %llu failed\n", std::string(comm.backend()).c_str(),
-                comm.size(), static_cast<unsigned long long>(cases), static_cast<unsigned long long>(wrong_cases));
+    std::printf("conformance: backend %s, %d ranks, %s buffers, %llu cases, %llu failed\n",
+                std::string(comm.backend()).c_str(), comm.size(), to_string(comm.options().device).c_str(),
+                static_cast<unsigned long long>(cases), static_cast<unsigned long long>(wrong_cases));
   return wrong_cases == 0 ? 0 : 1;
 }
 
 int run_selftest(const SelftestOptions& o) {
-  auto comm = init_from_env();
-  if (o.conformance) return run_conformance(*comm);
+  Options opts;
+  if (!o.device.empty()) opts.device = parse_device(o.device);
+  auto comm = init_from_env(opts);
+  if (o.conformance) return run_conformance(*comm, o);
+  if (o.random > 0) return run_random(*comm, o);
   const int n = comm->size();
   const bool lead = comm->rank() == 0;
   if (lead) {
-    std::printf("# mpcomm selftest: backend %s, %d ranks on %d hosts\n", std::string(comm->backend()).c_str(), n,
-                comm->topology().num_hosts());
+    std::printf("# mpcomm selftest: backend %s, %d ranks on %d hosts, %s buffers\n", std::string(comm->backend()).c_str(),
+                n, comm->topology().num_hosts(), to_string(comm->options().device).c_str());
     std::printf("# %-15s %-9s %-5s %10s %12s %8s\n", "op", "dtype", "redop", "count", "time(us)", "#wrong");
   }
   uint64_t total_wrong = 0, total_cases = 0;
@@ -96,6 +144,10 @@ Runner add_selftest(CLI::App& app) {
   app.add_option("-d,--dtypes", o->dtypes, "data types")->delimiter(',');
   app.add_option("-c,--counts", o->counts, "element counts")->delimiter(',');
   app.add_flag("--conformance", o->conformance, "run the conformance suite's full matrix; print failures and a summary");
+  app.add_option("--only-dtypes", o->only_dtypes, "with --conformance: only these data types")->delimiter(',');
+  app.add_option("--random", o->random, "run this many random cases instead (every rank draws the same from --seed)");
+  app.add_option("--seed", o->seed, "seed of --random");
+  app.add_option("--device", o->device, "where the buffers live: cpu, cuda, cuda:N (default MPCOMM_DEVICE)");
   app.add_option("-n,--iters", o->iters, "runs per case (alternating out-of-place and in-place)")->check(CLI::PositiveNumber);
   return [o] { return run_selftest(*o); };
 }

@@ -163,11 +163,15 @@ Runner add_train(CLI::App& app) {
     if (o->ranks < 1) throw InvalidArgument("mpcomm train: --ranks must be at least 1");
     if (dp_opt->count() == 0 && c.dims.tp * c.dims.pp > 0 && o->ranks % (c.dims.tp * c.dims.pp) == 0)
       c.dims.dp = o->ranks / (c.dims.tp * c.dims.pp);
-    std::vector<std::string> backends = o->backends == "all" ? available_backends() : bench::split_list(o->backends);
-    auto have = available_backends();
-    for (const auto& b : backends)
+    std::vector<std::string> backends = o->backends == "all" ? bench::all_backends_for("cpu") : bench::split_list(o->backends);
+    auto have = bench::all_backends_for("cpu");
+    for (const auto& b : backends) {
+      if (b == "nccl")
+        throw InvalidArgument("mpcomm train: backend nccl: the trainer keeps its tensors in host memory, and nccl "
+                              "works on GPU buffers");
       if (std::find(have.begin(), have.end(), b) == have.end())
         throw InvalidArgument("mpcomm train: backend '" + b + "' is not in this build (mpcomm info lists them)");
+    }
     // Every rank checks this again; checking here first gives one clear message instead of one per rank.
     parallel::ResolvedRun resolved = parallel::resolve(c, o->ranks);
     const auto& m = resolved.model;

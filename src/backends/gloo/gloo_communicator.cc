@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "bootstrap/topology.h"
+#include "core/device.h"
 #include "core/log.h"
 #include "core/op.h"
 #include "core/reduce.h"
@@ -394,8 +395,8 @@ bool P2PRequest::test() {
 
 std::unique_ptr<Communicator> create_gloo(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
-  if (opts.device.kind != Device::cpu)
-    throw Unsupported("mpcomm: gloo: device " + to_string(opts.device) + " is not supported yet");
+  // cuda buffers are staged through host memory by the common layer (Communicator::run_staged).
+  if (opts.device.kind == Device::cuda) device::require_cuda("gloo on " + to_string(opts.device));
   const auto deadline = net::deadline_after(opts.timeout);
   const std::string who = "gloo communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
   PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, deadline, who);

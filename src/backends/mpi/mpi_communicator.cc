@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "bootstrap/env.h"
+#include "core/device.h"
 #include "core/log.h"
 #include "core/op.h"
 #include "core/params.h"
@@ -801,8 +802,8 @@ void set_max_chunk_elements_for_testing(size_t elements) { g_chunk_elements_for_
 
 std::unique_ptr<Communicator> create_mpi(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
-  if (opts.device.kind != Device::cpu)
-    throw Unsupported("mpcomm: mpi: device " + to_string(opts.device) + " is not supported (host memory only)");
+  // cuda buffers are staged through host memory by the common layer (Communicator::run_staged).
+  if (opts.device.kind == Device::cuda) device::require_cuda("mpi on " + to_string(opts.device));
 
   Runtime::get();
   int world_rank = -1, world_size = -1;

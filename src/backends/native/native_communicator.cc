@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "bootstrap/topology.h"
+#include "core/device.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/op.h"
@@ -96,8 +97,8 @@ std::shared_ptr<detail::RequestState> NativeCommunicator::start_p2p(const detail
 
 std::unique_ptr<Communicator> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
-  if (opts.device.kind != Device::cpu)
-    throw Unsupported("mpcomm: native: device " + to_string(opts.device) + " is not supported yet");
+  // cuda buffers are staged through host memory by the common layer (Communicator::run_staged).
+  if (opts.device.kind == Device::cuda) device::require_cuda("native on " + to_string(opts.device));
   const auto deadline = net::deadline_after(opts.timeout);
   const int pid = static_cast<int>(getpid());
 

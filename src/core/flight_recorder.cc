@@ -1,0 +1,100 @@
+#include "core/flight_recorder.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/params.h"
+
+namespace mpcomm::detail {
+
+namespace {
+
+const char* state_name(FlightRecorder::State s) {
+  switch (s) {
+    case FlightRecorder::State::running: return "RUNNING";
+    case FlightRecorder::State::done: return "done";
+    case FlightRecorder::State::failed: return "FAILED";
+  }
+  return "?";
+}
+
+}  // namespace
+
+FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {}
+
+uint64_t FlightRecorder::start(const Op& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ring_.empty()) return 0;
+  Entry& e = ring_[next_ % ring_.size()];
+  e.op = op;
+  e.op.send = nullptr;
+  e.op.recv = nullptr;
+  e.state = State::running;
+  e.start_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+  e.took_ms = -1;
+  e.error.clear();
+  return next_++;
+}
+
+void FlightRecorder::finish(uint64_t ticket, State state, const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ring_.empty() || ticket >= next_ || next_ - ticket > ring_.size()) return;  // overwritten since
+  Entry& e = ring_[ticket % ring_.size()];
+  e.state = state;
+  e.took_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count() - e.start_ms;
+  e.error = error.substr(0, error.find('\n'));
+}
+
+std::string FlightRecorder::dump(const std::string& who) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t n = std::min<uint64_t>(next_, ring_.size());
+  std::string out = "mpcomm flight recorder: " + who + ": last " + std::to_string(n) + " of " + std::to_string(next_) +
+                    " operations, oldest first\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-6s %-15s %12s %-9s %-5s %4s %4s %4s %-8s %12s %10s\n", "seq", "op", "count",
+                "dtype", "redop", "root", "peer", "tag", "state", "start(ms)", "took(ms)");
+  out += line;
+  for (uint64_t t = next_ - n; t < next_; ++t) {
+    const Entry& e = ring_[t % ring_.size()];
+    const Op& op = e.op;
+    const bool p2p = op.kind == OpKind::send || op.kind == OpKind::recv;
+    auto num = [](int v, bool show) { return show ? std::to_string(v) : std::string("-"); };
+    char took[32] = "-";
+    if (e.took_ms >= 0) std::snprintf(took, sizeof took, "%.3f", e.took_ms);
+    std::snprintf(line, sizeof line, "  %-6s %-15s %12zu %-9s %-5s %4s %4s %4s %-8s %12.3f %10s",
+                  ((p2p ? "p" : "#") + std::to_string(op.seq)).c_str(), std::string(to_string(op.kind)).c_str(),
+                  op.count, std::string(to_string(op.dtype)).c_str(),
+                  op.reduces() ? std::string(to_string(op.redop)).c_str() : "-", num(op.root, op.rooted()).c_str(),
+                  num(op.peer, p2p).c_str(), num(op.tag, p2p).c_str(), state_name(e.state), e.start_ms, took);
+    out += line;
+    if (!e.error.empty()) out += "  " + e.error;
+    out += "\n";
+  }
+  return out;
+}
+
+std::string FlightRecorder::write_once(const std::string& who, const std::string& file_tag) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (written_ || ring_.empty()) return "";
+    written_ = true;
+  }
+  const std::string text = dump(who);
+  const std::string dir = param_string("MPCOMM_TRACE_DIR");
+  if (!dir.empty()) {
+    const std::string path = dir + "/mpcomm-trace-" + file_tag + ".txt";
+    if (FILE* f = std::fopen(path.c_str(), "w")) {
+      std::fputs(text.c_str(), f);
+      std::fclose(f);
+      std::fprintf(stderr, "mpcomm: %s: flight record written to %s\n", who.c_str(), path.c_str());
+      return path;
+    }
+    std::fprintf(stderr, "mpcomm: cannot write the flight record to %s; here it is:\n", path.c_str());
+  }
+  std::fputs(text.c_str(), stderr);
+  return "stderr";
+}
+
+}  // namespace mpcomm::detail
