@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "mpcomm/error.h"
+
 namespace mpcomm {
 
 std::string get_before(Store& store, const std::string& key, net::Deadline deadline, const std::string& who,
@@ -36,6 +38,12 @@ Topology topology_from_hosts(const std::vector<std::string>& host_of, int rank) 
 
 PeerDirectory exchange_peers(Store& store, int rank, int size, const std::string& host_id, net::Deadline deadline,
                              const std::string& who) {
+  // A rank number may join a group once: a second init of the same rank (or two processes handed the
+  // same RANK) fails here, at once, instead of crossing wires with the first.
+  if (store.add("join/" + std::to_string(rank), 1) > 1)
+    throw InvalidArgument(who + ": rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                          " joined this group a second time (a second init of the same rank, or two processes "
+                          "given the same rank)");
   store.set_string("peer/" + std::to_string(rank), host_id + "\n" + std::to_string(getpid()));
   PeerDirectory dir;
   dir.pids.resize(static_cast<size_t>(size));

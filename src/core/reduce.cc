@@ -3,6 +3,8 @@
 #include "core/reduce_kernels.inc"
 #undef KERNEL_NS
 
+#include <cpuid.h>
+
 #include "core/reduce.h"
 #include "mpcomm/error.h"
 
@@ -12,9 +14,14 @@ void reduce_into(void*, const void* const*, int, size_t, DataType, ReduceOp);
 void divide_by(void*, size_t, DataType, int);
 }  // namespace kernels::avx2
 
+// F16C through cpuid (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+static bool have_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
+}
+
 static bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-                          __builtin_cpu_supports("fma");
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
   return yes;
 }
 

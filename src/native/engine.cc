@@ -44,6 +44,7 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
   }
   spin_for_ = std::chrono::microseconds(std::max<int64_t>(0, param_int("MPCOMM_SPIN_US")));
   single_copy_ = param_int("MPCOMM_SINGLE_COPY") != 0;
+  max_unexpected_ = static_cast<uint64_t>(std::max<int64_t>(1, param_int("MPCOMM_MAX_UNEXPECTED_MB"))) << 20;
   if (seg_ != nullptr && my_local_ >= 0) {
     Doorbell* me = seg_->doorbell(my_local_);
     me->probe_value = kProbeMagic ^ static_cast<uint64_t>(::getpid());
@@ -339,6 +340,10 @@ void Engine::on_header(int peer, Peer& p) {
     p.rx_stalled = true;
     return;
   }
+  if (!p.rx_target && h.bytes > max_unexpected_)
+    fail(ErrorCode::internal, "rank " + std::to_string(peer) + " sent " + frame_name(h) + " of " +
+                                  std::to_string(h.bytes) + " bytes before this rank posted its receive: more than the " +
+                                  std::to_string(max_unexpected_ >> 20) + " MiB a rank buffers (MPCOMM_MAX_UNEXPECTED_MB)");
   if (!p.rx_target) {
     p.rx_unexp = std::make_shared<Unexpected>();
     p.rx_unexp->hdr = h;

@@ -191,6 +191,9 @@ class Engine {
   // How long a waiter keeps polling (yielding between passes) before it sleeps: MPCOMM_SPIN_US.
   Clock::duration spin_for_{};
   bool single_copy_ = true;  // MPCOMM_SINGLE_COPY
+  // Largest frame buffered before its receive is posted (MPCOMM_MAX_UNEXPECTED_MB): a length read from
+  // the wire is bounded before anything is allocated for it.
+  uint64_t max_unexpected_ = uint64_t{1} << 30;
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;
   detail::Fingerprint fp_{};

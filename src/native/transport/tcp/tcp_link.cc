@@ -67,8 +67,12 @@ std::map<int, std::unique_ptr<TcpLink>> connect_tcp_mesh(Store& store, int rank,
     bool known = ok && h.rank > rank && std::find(remote.begin(), remote.end(), static_cast<int>(h.rank)) != remote.end() &&
                  links.count(static_cast<int>(h.rank)) == 0;
     if (!known) {
-      MPCOMM_LOG(warn, "rank %d refused a transport connection (bad token, protocol or rank %lld)", rank,
-                 static_cast<long long>(h.rank));
+      if (!ok)
+        MPCOMM_LOG(warn, "rank %d refused a transport connection: not an mpcomm rank of this job (wrong magic, "
+                   "protocol version or job token, or nothing sent in 2 s)", rank);
+      else
+        MPCOMM_LOG(warn, "rank %d refused a transport connection from a peer calling itself rank %lld: not a rank it "
+                   "expects a connection from", rank, static_cast<long long>(h.rank));
       continue;
     }
     links[static_cast<int>(h.rank)] = std::make_unique<TcpLink>(std::move(fd), static_cast<int>(h.rank));

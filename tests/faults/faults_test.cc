@@ -1,0 +1,107 @@
+// The fault suite (short version; scripts/faults runs it with many seeds): for every backend, a rank is
+// SIGKILLed, SIGSTOPped past the timeout, or exits early, at a random point of a random sequence of
+// collectives (tests/faults/fault_prog.cc). Checked every time:
+//   - the launcher exits non-zero, within the timeout + 10 s (+ its grace period);
+//   - native and gloo: every survivor raises a peer failure or a timeout within the timeout + 10 s of its
+//     last completed op, naming the op; mpi: mpirun ends the whole job when a rank dies (MPI's fault model),
+//     so there the survivors either report or are ended by mpirun, and the launcher names the rank;
+//   - no process of the job is left (a stopped rank too), and no shared-memory segment of the job.
+// Sockets die with their processes, so no process left means no socket left.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+#include <regex>
+
+#include "harness/process.h"
+#include "mpcomm/mpcomm.h"
+
+namespace mpcomm {
+namespace {
+
+using testing::RunResult;
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+struct Fault {
+  std::string backend, mode;
+  uint64_t seed;
+};
+
+constexpr double kTimeout = 3;  // MPCOMM_TIMEOUT of the ranks, seconds
+
+void inject(const Fault& f) {
+  const int n = 3 + static_cast<int>(f.seed % 3);  // 3 to 5 ranks
+  const int hosts = f.backend == "mpi" ? 1 : 1 + static_cast<int>(f.seed / 3 % 2);
+  const std::string tag = testing::unique_tag();
+  RunResult r = testing::run_command(std::string(MPCOMM_CLI) + " launch -n " + std::to_string(n) + " --hosts " +
+                                     std::to_string(hosts) + " --backend " + f.backend + " --timeout " +
+                                     std::to_string(static_cast<int>(kTimeout)) + " --grace 2 -- " + MPCOMM_FAULT_PROG +
+                                     " " + f.mode + " " + std::to_string(f.seed) + " " + tag);
+  const std::string what = f.backend + " " + f.mode + " seed " + std::to_string(f.seed) + ", " + std::to_string(n) +
+                           " ranks on " + std::to_string(hosts) + " host(s)";
+  SCOPED_TRACE(what);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("fault: victim (\\d+) at op (\\d+)"))) << r.output;
+  const int victim = std::stoi(m[1]);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, kTimeout + 10 + 2 + 3) << r.output;  // + grace + start-up
+  int reported = 0;
+  for (int s = 0; s < n; ++s) {
+    if (s == victim) continue;
+    const std::string head = "[" + std::to_string(s) + "] rank " + std::to_string(s) + " fault after ";
+    const std::string line = testing::line_with(r.output, head);
+    if (line.empty()) {
+      // Only mpirun may end a survivor before it reports.
+      EXPECT_EQ(f.backend, "mpi") << "rank " << s << " did not report the fault:\n" << r.output;
+      continue;
+    }
+    ++reported;
+    const double after = std::atof(line.c_str() + line.find(head) + head.size());
+    EXPECT_LT(after, kTimeout + 10) << line;
+    EXPECT_TRUE(contains(line, ": peer failure: ") || contains(line, ": timeout: ")) << line;
+    EXPECT_TRUE(std::regex_search(line, std::regex("(allreduce|broadcast|allgather|reduce_scatter|alltoall|barrier|send|recv) #\\d+")))
+        << line;
+    EXPECT_TRUE(contains(line, "on rank " + std::to_string(s) + " of " + std::to_string(n))) << line;
+  }
+  if (f.backend == "mpi" && reported == 0) {
+    EXPECT_TRUE(contains(r.output, "mpcomm launch: rank ")) << "the launcher must name the rank that ended\n" << r.output;
+  }
+  EXPECT_EQ(testing::count_processes_running(MPCOMM_FAULT_PROG, tag), 0) << "orphaned ranks\n" << r.output;
+  std::smatch job;
+  ASSERT_TRUE(std::regex_search(r.output, job, std::regex("\\] job ([0-9a-f]+)"))) << r.output;
+  for (const auto& e : testing::mpcomm_shm_entries()) EXPECT_FALSE(contains(e, job[1].str())) << "left behind: " << e;
+}
+
+class Faults : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+// Three seeds per backend and fault by default; MPCOMM_FAULT_SEEDS=N and MPCOMM_FAULT_SEED_BASE=B run
+// seeds B..B+N-1 instead (scripts/faults).
+TEST_P(Faults, EverySurvivorFailsInTimeAndNothingIsLeft) {
+  const auto& [backend, mode] = GetParam();
+  const char* count = std::getenv("MPCOMM_FAULT_SEEDS");
+  const char* base = std::getenv("MPCOMM_FAULT_SEED_BASE");
+  const uint64_t b = base != nullptr ? std::strtoull(base, nullptr, 10) : 11;
+  const uint64_t k = count != nullptr ? std::strtoull(count, nullptr, 10) : 3;
+  int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+  for (uint64_t seed = b; seed < b + k; ++seed) inject({backend, mode, seed});
+  int parts = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count() - failures_before;
+  std::printf("faults: %s %s: %llu injected (seeds %llu..%llu), %s\n", backend.c_str(), mode.c_str(),
+              static_cast<unsigned long long>(k), static_cast<unsigned long long>(b),
+              static_cast<unsigned long long>(b + k - 1), parts == 0 ? "every survivor failed in time, nothing left" : "FAILURES above");
+}
+
+std::vector<std::tuple<std::string, std::string>> params() {
+  std::vector<std::tuple<std::string, std::string>> ps;
+  for (const auto& b : available_backends())
+    if (b != "nccl")
+      for (const char* mode : {"kill", "stop", "exit"}) ps.emplace_back(b, mode);
+  return ps;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Faults, ::testing::ValuesIn(params()), [](const auto& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+});
+
+}  // namespace
+}  // namespace mpcomm
