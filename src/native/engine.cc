@@ -442,6 +442,15 @@ bool Engine::progress_reduce_payload(Peer& p) {
     size_t n = x.carry_len == 0 ? p.link->peek(&src, total - p.rx_got) : 0;
     n = std::min(n, total - p.rx_got) / es * es;
     if (n > 0) {
+      // Small frames follow their header wherever it ended, so their elements may sit at any address in
+      // the ring; the kernels load typed elements, so a misaligned view is first copied out (large
+      // payloads are placed aligned, see Link::write_offset, and never take this copy).
+      if (reinterpret_cast<uintptr_t>(src) % es != 0) {
+        if (bounce_.size() < (64u << 10)) bounce_.resize(64u << 10);
+        n = std::min(n, bounce_.size());
+        std::memcpy(bounce_.data(), src, n);
+        src = bounce_.data();
+      }
       combine(x, x.combined, src, n);
       p.link->consume(n);
       p.rx_got += n, x.combined += n;
