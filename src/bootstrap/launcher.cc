@@ -11,6 +11,7 @@
 // With --backend mpi the launcher forks one child, mpirun, instead of the ranks (see mpirun_plan()); the
 // same loop supervises it, reading its --tag-output streams through TagDemux, which turns them back into
 // "[r] " lines and notices mpirun's reports of a failed rank.
+#include "bootstrap/abort_key.h"
 #include "bootstrap/launcher.h"
 
 #include <dirent.h>
@@ -55,7 +56,6 @@ constexpr int kPollMs = 50;                                // reaping and escala
 constexpr auto kDrainAfterExit = std::chrono::seconds(1);  // pipes held open by escaped descendants
 constexpr size_t kMaxLine = 64 * 1024;                     // longer lines are cut into pieces this long
 constexpr size_t kReadChunk = 64 * 1024;
-constexpr const char* kAbortKey = "mpcomm/abort";
 
 std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
 

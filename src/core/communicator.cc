@@ -18,6 +18,35 @@
 namespace mpcomm {
 namespace detail {
 
+BufferSpans buffer_spans(const Op& op, int rank, int size) {
+  const size_t one = op.bytes();
+  size_t all = one;
+  switch (op.kind) {
+    case OpKind::allgather:
+    case OpKind::reduce_scatter:
+    case OpKind::gather:
+    case OpKind::scatter:
+    case OpKind::alltoall: all = one * static_cast<size_t>(size); break;
+    default: break;
+  }
+  const bool is_root = op.rooted() && op.root == rank;
+  switch (op.kind) {
+    case OpKind::allreduce: return {one, one};
+    case OpKind::broadcast: return {0, one};
+    case OpKind::reduce: return {one, is_root ? one : 0};
+    case OpKind::allgather: return {one, all};
+    case OpKind::reduce_scatter: return {all, one};
+    case OpKind::gather: return {one, is_root ? all : 0};
+    case OpKind::scatter: return {is_root ? all : 0, one};
+    case OpKind::alltoall: return {all, all};
+    case OpKind::send: return {one, 0};
+    case OpKind::recv: return {0, one};
+    case OpKind::barrier:
+    case OpKind::split: break;
+  }
+  return {0, 0};
+}
+
 Fingerprint fingerprint(const Op& op) {
   Fingerprint f;
   f.kind = static_cast<uint8_t>(op.kind);
@@ -120,10 +149,7 @@ struct Range {
 
 bool overlap(Range a, Range b) { return a.n > 0 && b.n > 0 && a.p < b.p + b.n && b.p < a.p + a.n; }
 
-// Bytes of the send and recv buffers that matter on this rank.
-struct Spans {
-  size_t send_n = 0, recv_n = 0;
-};
+using Spans = detail::BufferSpans;
 
 Spans validate(const Op& op, const Communicator& c) {
   if (static_cast<unsigned>(op.dtype) >= kNumDataTypes)
@@ -155,25 +181,10 @@ Spans validate(const Op& op, const Communicator& c) {
   if (op.count > limit / es / blocks)
     bad(op, c, "count " + std::to_string(op.count) + " × " + std::to_string(es) + " bytes × " +
                    std::to_string(blocks) + " overflows the address space");
-  const size_t one = op.count * es, all = one * blocks;
+  const size_t one = op.count * es;
 
   // Which buffers matter on this rank, and how big they are.
-  const bool is_root = op.rooted() && op.root == c.rank();
-  size_t send_n = 0, recv_n = 0;
-  switch (op.kind) {
-    case OpKind::allreduce: send_n = one; recv_n = one; break;
-    case OpKind::broadcast: recv_n = one; break;
-    case OpKind::reduce: send_n = one; recv_n = is_root ? one : 0; break;
-    case OpKind::allgather: send_n = one; recv_n = all; break;
-    case OpKind::reduce_scatter: send_n = all; recv_n = one; break;
-    case OpKind::gather: send_n = one; recv_n = is_root ? all : 0; break;
-    case OpKind::scatter: send_n = is_root ? all : 0; recv_n = one; break;
-    case OpKind::alltoall: send_n = all; recv_n = all; break;
-    case OpKind::send: send_n = one; break;
-    case OpKind::recv: recv_n = one; break;
-    case OpKind::barrier:
-    case OpKind::split: break;
-  }
+  const auto [send_n, recv_n] = detail::buffer_spans(op, c.rank(), c.size());
   if (send_n > 0 && op.send == nullptr) bad(op, c, "send buffer is null but count is " + std::to_string(op.count));
   if (recv_n > 0 && op.recv == nullptr) bad(op, c, "recv buffer is null but count is " + std::to_string(op.count));
 

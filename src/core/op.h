@@ -30,6 +30,13 @@ struct Op {
   }
 };
 
+// Bytes of an op's send and recv buffers that matter on `rank` of `size` (the rules of communicator.h:
+// e.g. reduce's recv at the root only, allgather's recv of size() blocks). Assumes a validated op.
+struct BufferSpans {
+  size_t send_n = 0, recv_n = 0;
+};
+BufferSpans buffer_spans(const Op& op, int rank, int size);
+
 // What two ranks must agree on for a collective. Carried in every native frame; exchanged up front
 // (MPCOMM_CHECK=1) by backends that cannot check it themselves.
 struct Fingerprint {

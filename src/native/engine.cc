@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "bootstrap/abort_key.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "core/reduce.h"
@@ -22,7 +23,6 @@ static constexpr int kYieldPasses = 50;    // sched_yield passes before sleeping
 static constexpr int kSleepMs = 50;        // longest single sleep; health is checked after each
 static constexpr auto kLivenessEvery = std::chrono::milliseconds(100);
 static constexpr auto kStoreEvery = std::chrono::milliseconds(500);
-static const char* const kAbortKey = "mpcomm/abort";
 // Collective payloads from this size on go by single copy between local processes when allowed.
 static constexpr size_t kSingleCopyFrom = 2u << 20;
 static constexpr uint64_t kProbeMagic = 0x6d70636f6d6d5052ull;
@@ -97,7 +97,7 @@ void Engine::publish_abort(ErrorCode code, const std::string& msg) {
   if (seg_ != nullptr) seg_->publish_abort(static_cast<int>(code), rank_, msg);
   if (abort_store_) {
     try {
-      if (!abort_store_->check({kAbortKey})) abort_store_->set_string(kAbortKey, msg);
+      publish_abort_reason(*abort_store_, msg);
     } catch (const std::exception& e) {
       MPCOMM_LOG(info, "rank %d could not publish its abort to the store: %s", rank_, e.what());
     }
@@ -566,7 +566,7 @@ std::string Engine::first_reported_failure() {
   if (seg_ != nullptr && seg_->aborted(&msg) > 0) return " (first failure reported: " + msg + ")";
   if (abort_store_) {
     try {
-      if (abort_store_->check({kAbortKey})) return " (first failure reported: " + abort_store_->get_string(kAbortKey, Millis(1000)) + ")";
+      if (std::string first = read_abort_reason(*abort_store_); !first.empty()) return " (first failure reported: " + first + ")";
     } catch (const Error&) {
     }
   }
@@ -623,8 +623,8 @@ void Engine::check_health(const std::vector<Handle>& hs) {
     next_store_check_ = now + kStoreEvery;
     bool aborted = false;
     try {
-      aborted = abort_store_->check({kAbortKey});
-      if (aborted) msg = abort_store_->get_string(kAbortKey, Millis(1000));
+      msg = read_abort_reason(*abort_store_);
+      aborted = !msg.empty();
     } catch (const Error& e) {
       // The store may legitimately be gone (its rank-0 host finished first): stop asking it, and rely
       // on liveness checks and the deadline.

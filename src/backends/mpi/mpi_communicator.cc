@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/abort_key.h"
 #include "bootstrap/env.h"
 #include "core/device.h"
 #include "core/log.h"
@@ -55,7 +56,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using detail::Op;
 
-constexpr const char* kAbortKey = "mpcomm/abort";
 constexpr auto kSpinFor = std::chrono::microseconds(50);     // bursts back to back (sched_yield between)
 constexpr auto kFirstSleep = std::chrono::microseconds(50);  // then sleep this long between bursts, doubling ...
 constexpr auto kMaxSleep = std::chrono::microseconds(1000);  // ... up to this
@@ -393,7 +393,7 @@ class CommState {
     if (in_flight_.load() > 0) Runtime::get().note_stuck();
     if (!store || !announce) return;
     try {
-      if (!store->check({kAbortKey})) store->set_string(kAbortKey, reason);
+      publish_abort_reason(*store, reason);
     } catch (const std::exception& e) {
       MPCOMM_LOG(info, "mpi rank %d could not publish its abort to the store: %s", rank_, e.what());
     }
@@ -414,8 +414,8 @@ class CommState {
     if (!store) return;
     std::string msg;
     try {
-      if (!store->check({kAbortKey})) return;
-      msg = store->get_string(kAbortKey, Millis(1000));
+      msg = read_abort_reason(*store);
+      if (msg.empty()) return;
     } catch (const std::exception& e) {
       // The store may legitimately be gone; from now on rely on MPI and the deadline.
       MPCOMM_LOG(info, "mpi rank %d: store unreachable, no longer polling it for aborts: %s", rank_, e.what());

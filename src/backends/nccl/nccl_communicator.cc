@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "bootstrap/abort_key.h"
 #include "bootstrap/topology.h"
 #include "core/log.h"
 #include "core/net.h"
@@ -54,7 +55,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using detail::Op;
 
-constexpr const char* kAbortKey = "mpcomm/abort";
 constexpr auto kSpinFor = std::chrono::microseconds(1000);  // poll back to back (sched_yield between) this long,
 constexpr auto kNap = std::chrono::microseconds(50);        // then sleep this long between polls
 constexpr auto kStoreEvery = std::chrono::milliseconds(10);  // look at the job's abort key this often
@@ -413,8 +413,8 @@ void CommState::poll_abort_key(const What& what) {
   if (!store) return;
   std::string msg;
   try {
-    if (!store->check({kAbortKey})) return;
-    msg = store->get_string(kAbortKey, Millis(1000));
+    msg = read_abort_reason(*store);
+    if (msg.empty()) return;
   } catch (const std::exception& e) {
     // The store may legitimately be gone; from now on rely on NCCL and the deadline.
     MPCOMM_LOG(info, "nccl rank %d: store unreachable, no longer polling it for aborts: %s", rank, e.what());
@@ -436,7 +436,7 @@ void CommState::abort(ErrorCode code, const std::string& reason) {
   }
   if (!store || code == ErrorCode::mismatch) return;
   try {
-    if (!store->check({kAbortKey})) store->set_string(kAbortKey, reason);
+    publish_abort_reason(*store, reason);
   } catch (const std::exception& e) {
     MPCOMM_LOG(info, "nccl rank %d could not publish its abort: %s", rank, e.what());
   }
@@ -706,20 +706,9 @@ void NcclCommunicator::run(const Op& in) {
   st.flush(what, deadline);  // point-to-point operations posted before this call go first, as called
 
   // The bytes of each buffer that matter on this rank (the common layer's rules, communicator.h).
-  const size_t one = in.bytes(), all = one * static_cast<size_t>(size());
+  const auto [send_n, recv_n] = detail::buffer_spans(in, rank(), size());
+  const size_t all = in.bytes() * static_cast<size_t>(size());  // alltoall's in-place copy
   const bool is_root = in.rooted() && in.root == rank();
-  size_t send_n = 0, recv_n = 0;
-  switch (in.kind) {
-    case OpKind::allreduce: send_n = one; recv_n = one; break;
-    case OpKind::broadcast: recv_n = one; break;
-    case OpKind::reduce: send_n = one; recv_n = is_root ? one : 0; break;
-    case OpKind::allgather: send_n = one; recv_n = all; break;
-    case OpKind::reduce_scatter: send_n = all; recv_n = one; break;
-    case OpKind::gather: send_n = one; recv_n = is_root ? all : 0; break;
-    case OpKind::scatter: send_n = is_root ? all : 0; recv_n = one; break;
-    case OpKind::alltoall: send_n = all; recv_n = all; break;
-    default: break;
-  }
   const char* s = static_cast<const char*>(in.send);
   char* r = static_cast<char*>(in.recv);
   // Overlapping buffers are one of the in-place layouts (validated): one allocation, staged as one region.
