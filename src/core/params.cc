@@ -26,8 +26,8 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_SINGLE_COPY", "1", "large native collective messages between local ranks are read straight from the sender's buffer (process_vm_readv); 0: through the shared-memory ring"},
       {"MPCOMM_MAX_UNEXPECTED_MB", "1024", "largest native message buffered before its receive is posted; a larger one fails the job naming the sender"},
       {"MPCOMM_ALGO", "", "force native algorithms, e.g. allreduce=ring,broadcast=binomial"},
-      {"MPCOMM_TRACE_ENTRIES", "64", "operations each communicator's flight recorder keeps (0: off); written out on a timeout or peer failure"},
-      {"MPCOMM_TRACE_DIR", "", "folder for flight records (mpcomm-trace-<backend>-r<rank>-<pid>-<id>.txt); default stderr"},
+      {"MPCOMM_TRACE_ENTRIES", "64", "operations each communicator's flight recorder keeps (0: off); written out on a timeout, peer failure or mismatch"},
+      {"MPCOMM_TRACE_DIR", "", "folder for flight records (mpcomm-trace-<backend>-r<rank>of<size>-pid<pid>-c<n>.txt); default stderr"},
       {"MPCOMM_DEBUG", "WARN", "log level: ERROR, WARN, INFO or TRACE"},
   };
   return params;
