@@ -801,9 +801,9 @@ struct JobEnv {
 // shared-memory transport, as any MPI user gets; across emulated hosts TCP between every pair of ranks,
 // what MPI uses between real hosts (it cannot tell emulated hosts apart, so shared memory is excluded
 // there). ob1 so that UCX cannot bring its own transports. btl_tcp_if_include lo: every rank runs on this
-// machine, and loopback also exists in containers without a network. --bind-to core when the ranks fit
-// the cores (mpirun's own default for small jobs), else none: ranks may outnumber cores (then
-// --oversubscribe too), and pinning them would stack them on the first cores.
+// machine, and loopback also exists in containers without a network. --bind-to core (mpirun's own
+// default for small jobs); when ranks outnumber cores, --oversubscribe and core:overload-allowed, which
+// deals the ranks round-robin over the cores (rank r on core r mod cores), as our own launcher does.
 ExecPlan mpirun_plan(const LaunchOptions& o, const std::string& mpirun, const std::string& program, const JobEnv& je,
                      std::vector<std::string>& args) {
   ExecPlan p;
@@ -829,7 +829,7 @@ ExecPlan mpirun_plan(const LaunchOptions& o, const std::string& mpirun, const st
   args = {"mpirun", "-n", std::to_string(o.nranks)};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   if (o.nranks > usable_cores()) args.push_back("--oversubscribe");
-  const bool bind = o.bind && o.nranks <= usable_cores();
+  const bool overload = o.nranks > usable_cores();
   const char* btl = o.hosts > 1 ? "tcp,self" : "vader,self";
   // vader's segments go to a folder of this job that the launcher removes at the end, also when ranks
   // were killed (Open MPI leaves /dev/shm/vader_segment.* behind then).
@@ -839,7 +839,7 @@ ExecPlan mpirun_plan(const LaunchOptions& o, const std::string& mpirun, const st
       args.insert(args.end(), {"--mca", "btl_vader_backing_directory", backing});
     }
   }
-  for (const char* a : {"--bind-to", bind ? "core" : "none", "--mca", "pml", "ob1", "--mca", "btl", btl, "--mca",
+  for (const char* a : {"--bind-to", !o.bind ? "none" : overload ? "core:overload-allowed" : "core", "--mca", "pml", "ob1", "--mca", "btl", btl, "--mca",
                         "btl_tcp_if_include", "lo", "--tag-output"})
     args.emplace_back(a);
   // -x NAME (not NAME=value): values, the token among them, stay out of mpirun's command line. Locally the
@@ -886,6 +886,13 @@ struct JobSweeper {
 
 }  // namespace
 
+int bind_slot(int rank, int nranks, int hosts, int ncpus) {
+  if (nranks <= ncpus) return rank;
+  const int h = emulated_host_of_rank(rank, nranks, hosts);
+  const int first = static_cast<int>(static_cast<long>(h) * nranks / hosts);
+  return (rank - first + h) % ncpus;
+}
+
 int launch(const LaunchOptions& o) {
   validate(o);
   const std::string program = find_program(o.argv[0]);
@@ -929,7 +936,7 @@ int launch(const LaunchOptions& o) {
     const std::vector<std::string> inherited = environment_without(overridden);
     plans.resize(static_cast<size_t>(n));
     const std::vector<int> cpus = allowed_cpus();
-    const bool bind = o.bind && !cpus.empty() && n <= static_cast<int>(cpus.size());
+    const bool bind = o.bind && !cpus.empty();
     for (int r = 0; r < n; ++r) {
       const int h = emulated_host_of_rank(r, n, hosts);  // host h runs [h*n/hosts, (h+1)*n/hosts)
       const int first = static_cast<int>(static_cast<long>(h) * n / hosts);
@@ -950,7 +957,7 @@ int launch(const LaunchOptions& o) {
       put("MPCOMM_TIMEOUT", timeout_text(o.timeout_s));
       put("MPCOMM_BACKEND", o.backend);
       if (hosts > 1) put("MPCOMM_HOST_ID", host_base + "-h" + std::to_string(h));
-      if (bind) p.cpu = cpus[static_cast<size_t>(r)];
+      if (bind) p.cpu = cpus[static_cast<size_t>(bind_slot(r, n, hosts, static_cast<int>(cpus.size())))];
       finish_plan(p, o.argv);
       p.exec_failed = "mpcomm launch: rank " + std::to_string(r) + ": cannot execute '" + program + "': ";
     }

@@ -5,6 +5,7 @@
 #include "bootstrap/launcher.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -315,6 +316,51 @@ TEST_F(LauncherTest, FiveRanksOnTwoHostsSplitUnevenly) {
   EXPECT_TRUE(has_line(r.out, "[2] host=" + host + "-h1 local=0/3")) << r.out;
   EXPECT_TRUE(has_line(r.out, "[3] host=" + host + "-h1 local=1/3")) << r.out;
   EXPECT_TRUE(has_line(r.out, "[4] host=" + host + "-h1 local=2/3")) << r.out;
+}
+
+// ---- pinning -------------------------------------------------------------------------------------------
+
+TEST(LauncherBind, RanksThatFitGetACpuEach) {
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(bind_slot(r, 4, 1, 4), r);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(bind_slot(r, 4, 2, 8), r);
+}
+
+TEST(LauncherBind, OversubscribedRanksAreDealtRoundRobinPerHost) {
+  // One host: rank r on CPU r mod c.
+  for (int r = 0; r < 5; ++r) EXPECT_EQ(bind_slot(r, 5, 1, 2), r % 2) << "rank " << r;
+  // 2 hosts x 2 ranks on 2 CPUs: the leaders (ranks 0 and 2) on different CPUs, each host on both.
+  EXPECT_EQ(bind_slot(0, 4, 2, 2), 0);
+  EXPECT_EQ(bind_slot(1, 4, 2, 2), 1);
+  EXPECT_EQ(bind_slot(2, 4, 2, 2), 1);
+  EXPECT_EQ(bind_slot(3, 4, 2, 2), 0);
+  // One rank per host: spread, not stacked on CPU 0.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(bind_slot(r, 4, 4, 2), r % 2) << "rank " << r;
+}
+
+// The plan reaches the ranks: each one's affinity is the single CPU bind_slot names; --no-bind leaves
+// the launcher's mask.
+TEST_F(LauncherTest, EachRankRunsOnItsSlotsCpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  const int n = static_cast<int>(cpus.size()) + 1, hosts = 2;  // more ranks than CPUs
+  LaunchOptions o = sh(n, "echo cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)");
+  o.hosts = hosts;
+  Result r = run(o);
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (int rank = 0; rank < n; ++rank) {
+    const std::string want = std::to_string(cpus[static_cast<size_t>(bind_slot(rank, n, hosts, static_cast<int>(cpus.size())))]);
+    EXPECT_EQ(field(r.out, "[" + std::to_string(rank) + "]", "cpus"), want) << r.out;
+  }
+  o.bind = false;
+  r = run(o);
+  ASSERT_EQ(r.status, 0) << r.err;
+  if (cpus.size() > 1) {
+    EXPECT_NE(field(r.out, "[0]", "cpus"), std::to_string(cpus[0])) << r.out;
+  }
 }
 
 TEST_F(LauncherTest, ScriptWithoutShebangRunsUnderSh) {

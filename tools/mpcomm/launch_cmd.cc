@@ -12,7 +12,7 @@ Runner add_launch(CLI::App& app) {
   app.add_option("--grace", opts->grace_s, "seconds the other ranks get to end after the first failure");
   app.add_option("--addr", opts->bind_addr, "address the store listens on");
   app.add_flag("!--no-prefix", opts->prefix_output, "do not prefix output lines with the rank");
-  app.add_flag("!--no-bind", opts->bind, "do not pin rank r to the r-th CPU (done when the ranks fit the CPUs)");
+  app.add_flag("!--no-bind", opts->bind, "do not pin rank r to CPU r mod (number of CPUs)");
   app.add_option("command", opts->argv, "PROGRAM ARGS... (after --)")->required();
   return [opts] { return launch(*opts); };
 }
