@@ -18,14 +18,19 @@
 
 namespace mpcomm::native {
 
-static constexpr int kSpinPasses = 200;    // progress passes before yielding
 static constexpr int kYieldPasses = 50;    // sched_yield passes before sleeping
 static constexpr int kSleepMs = 50;        // longest single sleep; health is checked after each
 static constexpr auto kLivenessEvery = std::chrono::milliseconds(100);
 static constexpr auto kStoreEvery = std::chrono::milliseconds(500);
-// Collective payloads from this size on go by single copy between local processes when allowed.
-static constexpr size_t kSingleCopyFrom = 2u << 20;
 static constexpr uint64_t kProbeMagic = 0x6d70636f6d6d5052ull;
+
+size_t single_copy_from() {
+  static const size_t from = [] {
+    int64_t kb = param_int("MPCOMM_SINGLE_COPY_KB");
+    return kb <= 0 ? SIZE_MAX : static_cast<size_t>(kb) << 10;
+  }();
+  return from;
+}
 
 Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std::vector<PeerInfo> peers,
                std::shared_ptr<const ShmSegment> seg, int my_local, std::shared_ptr<Store> abort_store, Millis timeout)
@@ -43,7 +48,8 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
     if (peers_[r].link && peers_[r].link->poll_fd() >= 0) has_tcp_ = true;
   }
   spin_for_ = std::chrono::microseconds(std::max<int64_t>(0, param_int("MPCOMM_SPIN_US")));
-  single_copy_ = param_int("MPCOMM_SINGLE_COPY") != 0;
+  single_copy_ = param_int("MPCOMM_SINGLE_COPY") != 0 && single_copy_from() != SIZE_MAX;
+  if (has_tcp_ || (seg_ != nullptr && seg_->nlocal() > ::sysconf(_SC_NPROCESSORS_ONLN))) spin_passes_ = 2;
   max_unexpected_ = static_cast<uint64_t>(std::max<int64_t>(1, param_int("MPCOMM_MAX_UNEXPECTED_MB"))) << 20;
   if (seg_ != nullptr && my_local_ >= 0) {
     Doorbell* me = seg_->doorbell(my_local_);
@@ -252,7 +258,7 @@ bool Engine::progress_send(int peer, Peer& p) {
   bool moved = false;
   while (!p.sendq.empty()) {
     Xfer& x = *p.sendq.front();
-    if (x.done_bytes == 0 && x.kind == kFrameCollective && x.bytes >= kSingleCopyFrom && can_single_copy(peer, p)) {
+    if (x.done_bytes == 0 && x.kind == kFrameCollective && x.bytes >= single_copy_from() && can_single_copy(peer, p)) {
       x.single_copy = true;
       x.hdr.pad[0] = kFlagSingleCopy;
       x.hdr.skip = 0;
@@ -698,9 +704,9 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
     }
     if (done()) return;
     ++idle;
-    if (idle < kSpinPasses) continue;
-    if (idle == kSpinPasses) spin_until = Clock::now() + spin_for_;
-    if (idle > kSpinPasses && idle < kSpinPasses + kYieldPasses && Clock::now() < spin_until) {
+    if (idle < spin_passes_) continue;
+    if (idle == spin_passes_) spin_until = Clock::now() + spin_for_;
+    if (idle > spin_passes_ && idle < spin_passes_ + kYieldPasses && Clock::now() < spin_until) {
       // Keep polling, yielding between passes: a rank that shares our CPU runs at once, and with nobody
       // else runnable we are back in a microsecond. Sleeping instead lets the CPU halt, and waking a
       // halted virtual CPU costs 100 µs and more.
@@ -708,7 +714,7 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
       --idle;
       continue;
     }
-    if (idle < kSpinPasses + kYieldPasses) {
+    if (idle < spin_passes_ + kYieldPasses) {
       sched_yield();
       continue;
     }

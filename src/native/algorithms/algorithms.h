@@ -38,10 +38,21 @@ void allreduce_flat(AlgoCtx& c);
 void allreduce_ring(AlgoCtx& c);
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
-// Recursive doubling over `group` (ranks of the communicator, this rank among them), in place on buf,
-// reduce op only (no avg division). Every member ends with the same bits. Uses c.scratch.
-void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* buf);
+void allreduce_hierarchical_sliced(AlgoCtx& c);
+// Recursive doubling over `group` (ranks of the communicator, this rank among them), in place on the
+// `count` elements at buf, reduce op only (no avg division). Every member ends with the same bits.
+// Uses c.scratch.
+void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* buf, size_t count);
+// The two halves of the ring allreduce over `group` (this rank at index i), on the op's count elements
+// cut into group.size() chunks. Reduce-scatter: buf = in reduced over the group on chunk (i+1) mod n,
+// the member's "owned" chunk (in may be buf); reduce op only. All-gather: every member's owned chunk
+// into everyone's buf.
+void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf);
+void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf);
 void broadcast_binomial(AlgoCtx& c);
+void broadcast_flat(AlgoCtx& c);
+// Flat broadcast of buf (bytes) over `group` from member `root`: the root sends to everyone at once.
+void broadcast_flat_over(AlgoCtx& c, const std::vector<int>& group, int root, void* buf, size_t bytes);
 void broadcast_hierarchical(AlgoCtx& c);
 // Binomial broadcast of buf (bytes) over `group` from member `root` (an index into group).
 void broadcast_binomial_over(AlgoCtx& c, const std::vector<int>& group, int root, void* buf, size_t bytes);
@@ -52,6 +63,7 @@ void reduce_hierarchical(AlgoCtx& c);
 // clobbered). reduce op only (no avg division); no scratch.
 void reduce_binomial_over(AlgoCtx& c, const std::vector<int>& group, int root, char* acc);
 void allgather_ring(AlgoCtx& c);
+void allgather_flat(AlgoCtx& c);
 void reduce_scatter_ring(AlgoCtx& c);
 void gather_flat(AlgoCtx& c);
 void scatter_flat(AlgoCtx& c);
@@ -70,6 +82,8 @@ inline int index_in(const std::vector<int>& group, int rank) {
   return static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
 }
 
+// Whether large frames between local processes may go by single copy (MPCOMM_SINGLE_COPY, default on).
+bool single_copy_enabled();
 // Every algorithm, for listing and for MPCOMM_ALGO.
 const std::vector<Algorithm>& all_algorithms();
 // The algorithm to run for op on `size` ranks.

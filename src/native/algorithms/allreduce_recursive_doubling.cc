@@ -13,9 +13,9 @@
 
 namespace mpcomm::native {
 
-void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* buf) {
+void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* buf, size_t count) {
   const auto& op = c.op;
-  const size_t bytes = op.bytes();
+  const size_t bytes = count * c.elem();
   const int n = static_cast<int>(group.size());
   if (n <= 1 || bytes == 0) return;
   const int r = static_cast<int>(std::find(group.begin(), group.end(), c.rank) - group.begin());
@@ -24,7 +24,7 @@ void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* bu
   char* tmp = c.scratch(bytes);
   auto combine = [&](int peer) {  // buf = lower member's partial op higher member's partial
     const void* srcs[2] = {peer < r ? tmp : buf, peer < r ? buf : tmp};
-    reduce_into(buf, srcs, 2, op.count, op.dtype, op.redop);
+    reduce_into(buf, srcs, 2, count, op.dtype, op.redop);
   };
   auto rank_of = [&](int member) { return group[static_cast<size_t>(member)]; };
   if (r >= p) {  // fold into r - p, then wait for the result
@@ -52,7 +52,7 @@ void allreduce_recursive_doubling(AlgoCtx& c) {
   if (op.bytes() > 0 && op.send != op.recv) std::memcpy(buf, op.send, op.bytes());
   std::vector<int> all(static_cast<size_t>(c.size));
   for (int i = 0; i < c.size; ++i) all[static_cast<size_t>(i)] = i;
-  recursive_doubling_over(c, all, buf);
+  recursive_doubling_over(c, all, buf, op.count);
   if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, c.size);
 }
 

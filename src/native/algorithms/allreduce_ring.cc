@@ -16,10 +16,39 @@
 
 namespace mpcomm::native {
 
-void allreduce_ring(AlgoCtx& c) {
+void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf) {
   const auto& op = c.op;
   const size_t es = c.elem();
-  const int n = c.size, r = c.rank;
+  const int n = static_cast<int>(group.size()), r = index_in(group, c.rank);
+  auto off = [&](int i) { return chunk_offset(op.count, n, i) * es; };
+  auto len = [&](int i) { return off(i + 1) - off(i); };
+  const int right = group[static_cast<size_t>(mod(r + 1, n))], left = group[static_cast<size_t>(mod(r - 1, n))];
+  for (int s = 0; s < n - 1; ++s) {
+    int send_chunk = mod(r - s, n), recv_chunk = mod(r - s - 1, n);
+    Handle rh = c.e.recv_reduce(left, buf + off(recv_chunk), in + off(recv_chunk), len(recv_chunk), op.dtype, op.redop);
+    Handle sh = c.e.send(right, (s == 0 ? in : buf) + off(send_chunk), len(send_chunk));
+    c.e.wait_all({rh, sh});
+  }
+}
+
+void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf) {
+  const auto& op = c.op;
+  const size_t es = c.elem();
+  const int n = static_cast<int>(group.size()), r = index_in(group, c.rank);
+  auto off = [&](int i) { return chunk_offset(op.count, n, i) * es; };
+  auto len = [&](int i) { return off(i + 1) - off(i); };
+  const int right = group[static_cast<size_t>(mod(r + 1, n))], left = group[static_cast<size_t>(mod(r - 1, n))];
+  for (int s = 0; s < n - 1; ++s) {
+    int send_chunk = mod(r + 1 - s, n), recv_chunk = mod(r - s, n);
+    Handle rh = c.e.recv(left, buf + off(recv_chunk), len(recv_chunk));
+    Handle sh = c.e.send(right, buf + off(send_chunk), len(send_chunk));
+    c.e.wait_all({rh, sh});
+  }
+}
+
+void allreduce_ring(AlgoCtx& c) {
+  const auto& op = c.op;
+  const int n = c.size;
   char* buf = static_cast<char*>(op.recv);
   const char* in = static_cast<const char*>(op.send);
   if (n == 1 || op.count == 0) {
@@ -27,24 +56,15 @@ void allreduce_ring(AlgoCtx& c) {
     if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, n);
     return;
   }
-  auto off = [&](int i) { return chunk_offset(op.count, n, i) * es; };
-  auto len = [&](int i) { return off(i + 1) - off(i); };
-  const int right = mod(r + 1, n), left = mod(r - 1, n);
-
-  for (int s = 0; s < n - 1; ++s) {
-    int send_chunk = mod(r - s, n), recv_chunk = mod(r - s - 1, n);
-    Handle rh = c.e.recv_reduce(left, buf + off(recv_chunk), in + off(recv_chunk), len(recv_chunk), op.dtype, op.redop);
-    Handle sh = c.e.send(right, (s == 0 ? in : buf) + off(send_chunk), len(send_chunk));
-    c.e.wait_all({rh, sh});
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+  ring_reduce_scatter_over(c, all, in, buf);
+  if (op.redop == ReduceOp::avg) {
+    const int owned = mod(c.rank + 1, n);
+    const size_t first = chunk_offset(op.count, n, owned);
+    divide_by(buf + first * c.elem(), chunk_offset(op.count, n, owned + 1) - first, op.dtype, n);
   }
-  const int owned = mod(r + 1, n);
-  if (op.redop == ReduceOp::avg) divide_by(buf + off(owned), len(owned) / es, op.dtype, n);
-  for (int s = 0; s < n - 1; ++s) {
-    int send_chunk = mod(r + 1 - s, n), recv_chunk = mod(r - s, n);
-    Handle rh = c.e.recv(left, buf + off(recv_chunk), len(recv_chunk));
-    Handle sh = c.e.send(right, buf + off(send_chunk), len(send_chunk));
-    c.e.wait_all({rh, sh});
-  }
+  ring_allgather_over(c, all, buf);
 }
 
 }  // namespace mpcomm::native

@@ -1,9 +1,13 @@
 // Which algorithm runs: flat exchange for small allreduces (one round of latency), the ring for
-// large ones (bandwidth-optimal), recursive doubling for small ones when ranks outnumber CPUs, and
-// the hierarchical allreduce/broadcast/reduce across hosts. MPCOMM_ALGO forces a
-// choice per op, e.g. MPCOMM_ALGO=allreduce=ring.
+// large ones (bandwidth-optimal), recursive doubling for small ones when ranks outnumber CPUs; flat
+// broadcast and allgather for large buffers on one host, where every rank reads straight from the
+// source's buffer (single copy); the hierarchical allreduce/broadcast/reduce across hosts (for large
+// allreduces on hosts with equal rank counts, sliced: every rank carries part of the traffic).
+// MPCOMM_ALGO forces a choice per op, e.g. MPCOMM_ALGO=allreduce=ring. Every rank must pick the same
+// algorithm, so the choice depends only on the op, the world, the host layout and the environment.
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/params.h"
@@ -18,11 +22,14 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allreduce, "ring", allreduce_ring},
       {OpKind::allreduce, "recursive_doubling", allreduce_recursive_doubling},
       {OpKind::allreduce, "hierarchical", allreduce_hierarchical},
+      {OpKind::allreduce, "hierarchical_sliced", allreduce_hierarchical_sliced},
       {OpKind::broadcast, "binomial", broadcast_binomial},
+      {OpKind::broadcast, "flat", broadcast_flat},
       {OpKind::broadcast, "hierarchical", broadcast_hierarchical},
       {OpKind::reduce, "binomial", reduce_binomial},
       {OpKind::reduce, "hierarchical", reduce_hierarchical},
       {OpKind::allgather, "ring", allgather_ring},
+      {OpKind::allgather, "flat", allgather_flat},
       {OpKind::reduce_scatter, "ring", reduce_scatter_ring},
       {OpKind::gather, "flat", gather_flat},
       {OpKind::scatter, "flat", scatter_flat},
@@ -72,8 +79,22 @@ static const Algorithm* forced(OpKind kind) {
   return table[static_cast<size_t>(kind)];
 }
 
+static bool even_hosts(const Topology& topo) {
+  std::vector<int> per_host(static_cast<size_t>(topo.num_hosts()), 0);
+  for (int h : topo.host_of_rank) ++per_host[static_cast<size_t>(h)];
+  return std::all_of(per_host.begin(), per_host.end(), [&](int k) { return k == per_host.front(); });
+}
+
+bool single_copy_enabled() {
+  static const bool on = param_int("MPCOMM_SINGLE_COPY") != 0 && single_copy_from() != SIZE_MAX;
+  return on;
+}
+
 const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology& topo) {
   if (const Algorithm* a = forced(op.kind)) return *a;
+  // One host and large buffers: the readers copy straight out of the source's buffer, all at once.
+  const bool direct = topo.num_hosts() <= 1 && size > 2 && single_copy_enabled() && op.bytes() >= single_copy_from();
+  if (direct && (op.kind == OpKind::broadcast || op.kind == OpKind::allgather)) return *find(op.kind, "flat");
   // Several hosts, some with more than one rank: one message per host over the slow links.
   const bool multi_host = topo.num_hosts() > 1 && topo.num_hosts() < size;
   if (multi_host && (op.kind == OpKind::broadcast || op.kind == OpKind::reduce))
@@ -81,7 +102,8 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
   if (op.kind == OpKind::allreduce) {
     const bool small = op.bytes() * static_cast<size_t>(size > 1 ? size - 1 : 1) <= (256u << 10) ||
                        op.count < static_cast<size_t>(size);
-    if (multi_host) return *find(OpKind::allreduce, "hierarchical");
+    // Large, and every host has as many ranks: every rank carries a slice between the hosts.
+    if (multi_host) return *find(OpKind::allreduce, !small && even_hosts(topo) ? "hierarchical_sliced" : "hierarchical");
     // Small: one round of n-1 messages when every rank has a CPU; log2(n) rounds of one message when
     // ranks outnumber CPUs (each message may cost the receiver a wake-up).
     if (small && size > 2 && size > online_cpus()) return *find(OpKind::allreduce, "recursive_doubling");
