@@ -49,7 +49,8 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
   }
   spin_for_ = std::chrono::microseconds(std::max<int64_t>(0, param_int("MPCOMM_SPIN_US")));
   single_copy_ = param_int("MPCOMM_SINGLE_COPY") != 0 && single_copy_from() != SIZE_MAX;
-  if (has_tcp_ || (seg_ != nullptr && seg_->nlocal() > ::sysconf(_SC_NPROCESSORS_ONLN))) spin_passes_ = 2;
+  crowded_ = seg_ != nullptr && seg_->nlocal() > ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (has_tcp_ || crowded_) spin_passes_ = 2;
   max_unexpected_ = static_cast<uint64_t>(std::max<int64_t>(1, param_int("MPCOMM_MAX_UNEXPECTED_MB"))) << 20;
   if (seg_ != nullptr && my_local_ >= 0) {
     Doorbell* me = seg_->doorbell(my_local_);
@@ -130,6 +131,7 @@ Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerpr
   x->fp = fp;
   x->sdata = static_cast<const char*>(data);
   x->bytes = bytes;
+  x->direct = direct_next_;
   x->hdr = FrameHeader{kFrameMagic, kind, {}, tag, 0, fp, bytes};
   Peer& p = peers_[peer];
   if (p.closed) fail(ErrorCode::peer_failure, p.closed_why);
@@ -144,8 +146,13 @@ Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerpr
   return x;
 }
 
-Handle Engine::send(int peer, const void* data, size_t bytes) {
-  return post_send(peer, kFrameCollective, 0, fp_, data, bytes);
+Handle Engine::send(int peer, const void* data, size_t bytes, bool direct) {
+  if (!direct) return post_send(peer, kFrameCollective, 0, fp_, data, bytes);
+  // Marked before the eager attempt in post_send: the first progress pass decides single copy.
+  direct_next_ = true;
+  Handle h = post_send(peer, kFrameCollective, 0, fp_, data, bytes);
+  direct_next_ = false;
+  return h;
 }
 
 Handle Engine::send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what) {
@@ -258,7 +265,8 @@ bool Engine::progress_send(int peer, Peer& p) {
   bool moved = false;
   while (!p.sendq.empty()) {
     Xfer& x = *p.sendq.front();
-    if (x.done_bytes == 0 && x.kind == kFrameCollective && x.bytes >= single_copy_from() && can_single_copy(peer, p)) {
+    if (x.done_bytes == 0 && x.kind == kFrameCollective && x.bytes >= (x.direct ? std::min(kDirectFrom, single_copy_from()) : single_copy_from()) &&
+        can_single_copy(peer, p)) {
       x.single_copy = true;
       x.hdr.pad[0] = kFlagSingleCopy;
       x.hdr.skip = 0;
@@ -528,7 +536,14 @@ void Engine::receive_single_copy(int peer, Peer& p) {
       combine(x, off, bounce_.data(), n);
     }
   } else if (total > 0) {
-    read(x.rdata, p.rx_desc[0], total);
+    // When local ranks outnumber CPUs, in 1 MiB pieces with a yield between them: the ranks that share
+    // our CPU and read the same source (a flat broadcast's readers) take turns and find the piece still
+    // in the cache (4 ranks on 2 CPUs, 4 MiB broadcast: 1.97-2.01 ms in one piece, 1.26-1.33 ms so).
+    const size_t piece = crowded_ ? size_t{1} << 20 : total;
+    for (size_t off = 0; off < total; off += piece) {
+      read(x.rdata + off, p.rx_desc[0] + off, std::min(piece, total - off));
+      if (off + piece < total) sched_yield();
+    }
   }
   p.rx_got = total;
   x.done_bytes = total;

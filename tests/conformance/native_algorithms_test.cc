@@ -3,6 +3,7 @@
 // the sliced hierarchical allreduce on hosts with equal rank counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,12 @@ std::string chosen(OpKind kind, size_t bytes, const std::vector<int>& host_of_ra
 
 TEST(NativeSelect, FlatBroadcastAndAllgatherOnlyForLargeBuffersOnOneHost) {
   if (!native::single_copy_enabled()) GTEST_SKIP() << "single copy is turned off in this environment";
-  const size_t big = native::single_copy_from(), below = big - 1;
   const std::vector<int> one_host4 = {0, 0, 0, 0}, one_host2 = {0, 0}, own_hosts4 = {0, 1, 2, 3};
   for (OpKind k : {OpKind::broadcast, OpKind::allgather}) {
+    // Broadcast from the single-copy size; allgather's direct frames go by single copy sooner.
+    const size_t big = k == OpKind::broadcast ? native::single_copy_from()
+                                              : std::min(native::kDirectFrom, native::single_copy_from());
+    const size_t below = big - 1;
     const std::string small_algo = k == OpKind::broadcast ? "binomial" : "ring";
     EXPECT_EQ(chosen(k, big, one_host4), "flat") << to_string(k);
     EXPECT_EQ(chosen(k, below, one_host4), small_algo) << to_string(k);
@@ -61,7 +65,8 @@ void expect_all_right(testing::ThreadWorld& world, const check::Case& c) {
 }
 
 // 4 ranks on one host, buffers just over the single-copy size: every root of the flat broadcast reads
-// straight from that root's buffer; the flat allgather's ranks read each other's blocks.
+// straight from that root's buffer; the flat allgather's ranks read each other's blocks, sent as
+// direct frames (single copy from kDirectFrom).
 TEST(NativeAlgorithms, FlatBroadcastEveryRootAndFlatAllgather) {
   const int n = 4;
   auto& world = testing::shared_world("native", n);
@@ -79,7 +84,7 @@ TEST(NativeAlgorithms, FlatBroadcastEveryRootAndFlatAllgather) {
     check::Case c;
     c.op = OpKind::allgather;
     c.dtype = DataType::int32;
-    c.count = count;
+    c.count = std::min(native::kDirectFrom, native::single_copy_from()) / sizeof(int32_t) + 3;
     c.in_place = in_place;
     expect_all_right(world, c);
   }

@@ -6,8 +6,9 @@
 // Rank r places its block at r (out of place), then sends it to every other rank and receives block q
 // from rank q into the result, for every q != r, in the order r+1, r+2, ... so that the n ranks start
 // on n different sources.
-// Bytes per rank: (n-1)·B out and in (B = one block); one round; no scratch. select.cc picks this
-// only when single copy applies (through rings every rank would write its block n-1 times).
+// Bytes per rank: (n-1)·B out and in (B = one block), each copied once; one round; no scratch.
+// select.cc picks this only when single copy applies, from kDirectFrom (128 KiB) blocks on: through
+// rings every rank would write its block n-1 times.
 #include <cstring>
 
 #include "native/algorithms/algorithms.h"
@@ -29,7 +30,7 @@ void allgather_flat(AlgoCtx& c) {
     hs.push_back(c.e.recv(q, out + static_cast<size_t>(q) * b, b));
   }
   // Offered from our own slot of the result: readers copy it from there while we fill the others.
-  for (int k = 1; k < n; ++k) hs.push_back(c.e.send(mod(r - k, n), mine, b));
+  for (int k = 1; k < n; ++k) hs.push_back(c.e.send(mod(r - k, n), mine, b, /*direct=*/true));
   c.e.wait_all(hs);
 }
 

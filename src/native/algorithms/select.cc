@@ -93,8 +93,11 @@ bool single_copy_enabled() {
 const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology& topo) {
   if (const Algorithm* a = forced(op.kind)) return *a;
   // One host and large buffers: the readers copy straight out of the source's buffer, all at once.
-  const bool direct = topo.num_hosts() <= 1 && size > 2 && single_copy_enabled() && op.bytes() >= single_copy_from();
-  if (direct && (op.kind == OpKind::broadcast || op.kind == OpKind::allgather)) return *find(op.kind, "flat");
+  // Allgather's blocks are sent as direct frames, single copy from kDirectFrom on.
+  const bool direct = topo.num_hosts() <= 1 && size > 2 && single_copy_enabled();
+  if (direct && op.kind == OpKind::broadcast && op.bytes() >= single_copy_from()) return *find(op.kind, "flat");
+  if (direct && op.kind == OpKind::allgather && op.bytes() >= std::min(kDirectFrom, single_copy_from()))
+    return *find(op.kind, "flat");
   // Several hosts, some with more than one rank: one message per host over the slow links.
   const bool multi_host = topo.num_hosts() > 1 && topo.num_hosts() < size;
   if (multi_host && (op.kind == OpKind::broadcast || op.kind == OpKind::reduce))
