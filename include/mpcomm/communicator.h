@@ -180,6 +180,7 @@ class Communicator {
   // run() on host copies of a device op's buffers (send_n/recv_n: bytes of each that matter here).
   void run_staged(const detail::Op& op, size_t send_n, size_t recv_n);
   Request start_p2p_checked(detail::Op& op);
+  Request start_recorded_p2p(detail::Op& op, uint64_t ticket);  // start_p2p_checked's body, after recording
   // True when ops go through run_staged: cuda buffers, or MPCOMM_STAGING=1 (the path tested on a CPU).
   bool staged() const;
   void verify_fingerprints(const detail::Op& op);

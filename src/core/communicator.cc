@@ -218,8 +218,10 @@ void Communicator::checked(Op& op) {
     throw PeerFailure("mpcomm: " + detail::describe(op, *this) + ": communicator was aborted: " + aborted);
   const Spans spans = validate(op, *this);
   op.seq = seq_++;
-  auto t0 = std::chrono::steady_clock::now();
-  const uint64_t ticket = recorder_->start(op);
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const uint64_t ticket = recorder_->start(op, t0);
+  auto failed = [&](const Error& e) { recorder_->finish(ticket, detail::FlightRecorder::State::failed, Clock::now(), e.what()); };
   try {
     if (options_.check > 0 && size_ > 1) verify_fingerprints(op);
     if (staged() && !takes_device_buffers())
@@ -227,22 +229,23 @@ void Communicator::checked(Op& op) {
     else
       run(op);
   } catch (const InvalidArgument& e) {
-    recorder_->finish(ticket, detail::FlightRecorder::State::failed, e.what());
+    failed(e);
     throw;  // rejected before any traffic: the communicator stays usable
   } catch (const Unsupported& e) {
-    recorder_->finish(ticket, detail::FlightRecorder::State::failed, e.what());
+    failed(e);
     throw;
   } catch (const Error& e) {
-    recorder_->finish(ticket, detail::FlightRecorder::State::failed, e.what());
+    failed(e);
     recorder_->write_once(recorder_who_, recorder_tag_);
     on_abort(e.code(), e.what());
     throw;
   }
-  recorder_->finish(ticket, detail::FlightRecorder::State::done);
+  const auto t1 = Clock::now();
+  recorder_->finish(ticket, detail::FlightRecorder::State::done, t1);
   OpStats& st = stats_[static_cast<size_t>(op.kind)];
   st.calls++;
   st.bytes += op.bytes();
-  st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.seconds += std::chrono::duration<double>(t1 - t0).count();
 }
 
 // MPCOMM_CHECK: every rank contributes its op's fingerprint to an allgather run by the backend
@@ -345,6 +348,14 @@ void Communicator::run_staged(const Op& op, size_t send_n, size_t recv_n) {
 
 namespace {
 
+// A point-to-point op failed (to start, or in its wait): its entry is FAILED, and the record is written
+// out unless the call was only rejected.
+void record_failure(detail::FlightRecorder& rec, uint64_t ticket, const Error& e, const std::string& who,
+                    const std::string& tag) {
+  rec.finish(ticket, detail::FlightRecorder::State::failed, std::chrono::steady_clock::now(), e.what());
+  if (e.code() != ErrorCode::invalid_argument && e.code() != ErrorCode::unsupported) rec.write_once(who, tag);
+}
+
 // A point-to-point request as the flight recorder sees it: done when it completes, failed (and the
 // record written out) when its wait throws.
 class RecordedRequest : public detail::RequestState {
@@ -359,7 +370,7 @@ class RecordedRequest : public detail::RequestState {
       failed(e);
       throw;
     }
-    rec_->finish(ticket_, detail::FlightRecorder::State::done);
+    rec_->finish(ticket_, detail::FlightRecorder::State::done, std::chrono::steady_clock::now());
   }
   bool test() override {
     bool done = false;
@@ -369,15 +380,12 @@ class RecordedRequest : public detail::RequestState {
       failed(e);
       throw;
     }
-    if (done) rec_->finish(ticket_, detail::FlightRecorder::State::done);
+    if (done) rec_->finish(ticket_, detail::FlightRecorder::State::done, std::chrono::steady_clock::now());
     return done;
   }
 
  private:
-  void failed(const Error& e) {
-    rec_->finish(ticket_, detail::FlightRecorder::State::failed, e.what());
-    if (e.code() != ErrorCode::invalid_argument && e.code() != ErrorCode::unsupported) rec_->write_once(who_, tag_);
-  }
+  void failed(const Error& e) { record_failure(*rec_, ticket_, e, who_, tag_); }
   std::shared_ptr<detail::RequestState> inner_;
   std::shared_ptr<detail::FlightRecorder> rec_;
   uint64_t ticket_;
@@ -424,7 +432,16 @@ Request Communicator::start_p2p_checked(Op& o) {
   o.seq = p2p_seq_++;
   stats_[static_cast<size_t>(o.kind)].calls++;
   stats_[static_cast<size_t>(o.kind)].bytes += o.bytes();
-  const uint64_t ticket = recorder_->start(o);
+  const uint64_t ticket = recorder_->start(o, std::chrono::steady_clock::now());
+  try {
+    return start_recorded_p2p(o, ticket);
+  } catch (const Error& e) {  // the start itself failed: the entry must not stay RUNNING
+    record_failure(*recorder_, ticket, e, recorder_who_, recorder_tag_);
+    throw;
+  }
+}
+
+Request Communicator::start_recorded_p2p(Op& o, uint64_t ticket) {
   auto recorded = [&](std::shared_ptr<detail::RequestState> st) {
     return Request(std::make_shared<RecordedRequest>(std::move(st), recorder_, ticket, recorder_who_, recorder_tag_));
   };

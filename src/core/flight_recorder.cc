@@ -24,7 +24,7 @@ const char* state_name(FlightRecorder::State s) {
 
 FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {}
 
-uint64_t FlightRecorder::start(const Op& op) {
+uint64_t FlightRecorder::start(const Op& op, Time at) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ring_.empty()) return 0;
   Entry& e = ring_[next_ % ring_.size()];
@@ -32,18 +32,18 @@ uint64_t FlightRecorder::start(const Op& op) {
   e.op.send = nullptr;
   e.op.recv = nullptr;
   e.state = State::running;
-  e.start_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+  e.start_ms = std::chrono::duration<double, std::milli>(at - t0_).count();
   e.took_ms = -1;
   e.error.clear();
   return next_++;
 }
 
-void FlightRecorder::finish(uint64_t ticket, State state, const std::string& error) {
+void FlightRecorder::finish(uint64_t ticket, State state, Time at, const std::string& error) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ring_.empty() || ticket >= next_ || next_ - ticket > ring_.size()) return;  // overwritten since
   Entry& e = ring_[ticket % ring_.size()];
   e.state = state;
-  e.took_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count() - e.start_ms;
+  e.took_ms = std::chrono::duration<double, std::milli>(at - t0_).count() - e.start_ms;
   e.error = error.substr(0, error.find('\n'));
 }
 

@@ -29,10 +29,12 @@ class FlightRecorder {
   explicit FlightRecorder(size_t capacity);
   size_t capacity() const { return ring_.size(); }
 
-  // Records the start of op; returns a ticket for finish().
-  uint64_t start(const Op& op);
-  // Marks the op of `ticket` done or failed (no-op when the ring has moved past it).
-  void finish(uint64_t ticket, State state, const std::string& error = "");
+  using Time = std::chrono::steady_clock::time_point;
+  // Records the start of op at `at` (the caller's clock reading, which it also uses for its own
+  // statistics: one clock read per end of an op); returns a ticket for finish().
+  uint64_t start(const Op& op, Time at);
+  // Marks the op of `ticket` done or failed at `at` (no-op when the ring has moved past it).
+  void finish(uint64_t ticket, State state, Time at, const std::string& error = "");
 
   // The record as text, oldest first; `who` heads it (rank, size, backend, host, pid).
   std::string dump(const std::string& who) const;
