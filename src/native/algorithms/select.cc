@@ -108,8 +108,22 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
     // Large, and every host has as many ranks: every rank carries a slice between the hosts.
     if (multi_host) return *find(OpKind::allreduce, !small && even_hosts(topo) ? "hierarchical_sliced" : "hierarchical");
     // Small: one round of n-1 messages when every rank has a CPU; log2(n) rounds of one message when
-    // ranks outnumber CPUs (each message may cost the receiver a wake-up).
-    if (small && size > 2 && size > online_cpus()) return *find(OpKind::allreduce, "recursive_doubling");
+    // ranks outnumber CPUs (each message may cost the receiver a wake-up). There, with n a power of
+    // two, the ring takes over sooner: each of its 2(n-1) steps moves B/n, while each of recursive
+    // doubling's log2(n) rounds moves and reduces all of B. 4 ranks on 2 CPUs, medians, -n 200: 16 KiB
+    // 29-33 us doubling vs 37 ring; 32 KiB 45-50 vs 34; 128 KiB 138-181 vs 86. 8 ranks: 16 KiB 73 vs
+    // 172, 64 KiB 274 vs 240. So: doubling up to 8 KiB * 2(n-1) / log2(n) (4 ranks: 24 KiB).
+    if (size > 2 && size > online_cpus()) {
+      bool doubling = small;
+      if ((size & (size - 1)) == 0) {
+        int log2n = 0;
+        while ((1 << log2n) < size) ++log2n;
+        doubling = op.bytes() <= (size_t{8} << 10) * static_cast<size_t>(2 * (size - 1)) / static_cast<size_t>(log2n) &&
+                   small;
+        doubling = doubling || op.count < static_cast<size_t>(size);
+      }
+      return *find(OpKind::allreduce, doubling ? "recursive_doubling" : "ring");
+    }
     return *find(OpKind::allreduce, small ? "flat" : "ring");
   }
   for (const auto& a : all_algorithms())
