@@ -24,7 +24,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_SHM_RING_BYTES", "0", "bytes per shared-memory channel (0: sized from the number of local ranks)"},
       {"MPCOMM_SPIN_US", "1000", "microseconds a waiting native rank keeps polling (yielding the CPU between passes) before it sleeps"},
       {"MPCOMM_SINGLE_COPY", "1", "large native collective messages between local ranks are read straight from the sender's buffer (process_vm_readv); 0: through the shared-memory ring"},
-      {"MPCOMM_SINGLE_COPY_KB", "2048", "smallest native collective message, in KiB, that goes by single copy (0: none)"},
+      {"MPCOMM_SINGLE_COPY_KB", "256", "smallest native collective message, in KiB, that goes by single copy (0: none)"},
       {"MPCOMM_MAX_UNEXPECTED_MB", "1024", "largest native message buffered before its receive is posted; a larger one fails the job naming the sender"},
       {"MPCOMM_ALGO", "", "force native algorithms, e.g. allreduce=ring,broadcast=binomial"},
       {"MPCOMM_TRACE_ENTRIES", "64", "operations each communicator's flight recorder keeps (0: off); written out on a timeout, peer failure or mismatch"},
