@@ -63,6 +63,9 @@ void reduce_hierarchical(AlgoCtx& c);
 // clobbered). reduce op only (no avg division); no scratch.
 void reduce_binomial_over(AlgoCtx& c, const std::vector<int>& group, int root, char* acc);
 void allgather_ring(AlgoCtx& c);
+// allgather's first step: this rank's block copied to its place in the result (unless it is there
+// already: in place). Returns the result buffer.
+char* allgather_place_own_block(const AlgoCtx& c);
 void allgather_flat(AlgoCtx& c);
 void reduce_scatter_ring(AlgoCtx& c);
 void gather_flat(AlgoCtx& c);
@@ -78,6 +81,11 @@ struct HostGroups {
   int leader() const { return local.front(); }
 };
 HostGroups host_groups(const AlgoCtx& c, int prefer = -1);
+inline std::vector<int> all_ranks(const AlgoCtx& c) {
+  std::vector<int> all(static_cast<size_t>(c.size));
+  for (int i = 0; i < c.size; ++i) all[static_cast<size_t>(i)] = i;
+  return all;
+}
 inline int index_in(const std::vector<int>& group, int rank) {
   return static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
 }

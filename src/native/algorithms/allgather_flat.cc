@@ -9,19 +9,15 @@
 // Bytes per rank: (n-1)·B out and in (B = one block), each copied once; one round; no scratch.
 // select.cc picks this only when single copy applies, from kDirectFrom (128 KiB) blocks on: through
 // rings every rank would write its block n-1 times.
-#include <cstring>
-
 #include "native/algorithms/algorithms.h"
 
 namespace mpcomm::native {
 
 void allgather_flat(AlgoCtx& c) {
-  const auto& op = c.op;
   const int n = c.size, r = c.rank;
-  const size_t b = op.bytes();
-  char* out = static_cast<char*>(op.recv);
+  const size_t b = c.op.bytes();
+  char* out = allgather_place_own_block(c);
   char* mine = out + static_cast<size_t>(r) * b;
-  if (b > 0 && op.send != mine) std::memcpy(mine, op.send, b);
   if (n == 1) return;
   std::vector<Handle> hs;
   hs.reserve(2 * static_cast<size_t>(n - 1));

@@ -9,12 +9,18 @@
 
 namespace mpcomm::native {
 
+char* allgather_place_own_block(const AlgoCtx& c) {
+  const size_t b = c.op.bytes();
+  char* out = static_cast<char*>(c.op.recv);
+  char* mine = out + static_cast<size_t>(c.rank) * b;
+  if (b > 0 && c.op.send != mine) std::memcpy(mine, c.op.send, b);
+  return out;
+}
+
 void allgather_ring(AlgoCtx& c) {
-  const auto& op = c.op;
   const int n = c.size, r = c.rank;
-  const size_t b = op.bytes();
-  char* out = static_cast<char*>(op.recv);
-  if (b > 0 && op.send != out + static_cast<size_t>(r) * b) std::memcpy(out + static_cast<size_t>(r) * b, op.send, b);
+  const size_t b = c.op.bytes();
+  char* out = allgather_place_own_block(c);
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   for (int s = 0; s < n - 1; ++s) {
     int sb = mod(r - s, n), rb = mod(r - s - 1, n);

@@ -50,9 +50,7 @@ void allreduce_recursive_doubling(AlgoCtx& c) {
   const auto& op = c.op;
   char* buf = static_cast<char*>(op.recv);
   if (op.bytes() > 0 && op.send != op.recv) std::memcpy(buf, op.send, op.bytes());
-  std::vector<int> all(static_cast<size_t>(c.size));
-  for (int i = 0; i < c.size; ++i) all[static_cast<size_t>(i)] = i;
-  recursive_doubling_over(c, all, buf, op.count);
+  recursive_doubling_over(c, all_ranks(c), buf, op.count);
   if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, c.size);
 }
 

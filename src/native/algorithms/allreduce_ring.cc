@@ -16,32 +16,38 @@
 
 namespace mpcomm::native {
 
+namespace {
+
+// This rank's place in a ring over `group`, and the op's buffer cut into one chunk per member.
+struct Ring {
+  Ring(const AlgoCtx& c, const std::vector<int>& group)
+      : count(c.op.count), es(c.elem()), n(static_cast<int>(group.size())), r(index_in(group, c.rank)),
+        right(group[static_cast<size_t>(mod(r + 1, n))]), left(group[static_cast<size_t>(mod(r - 1, n))]) {}
+  size_t off(int i) const { return chunk_offset(count, n, i) * es; }
+  size_t len(int i) const { return off(i + 1) - off(i); }
+  size_t count, es;
+  int n, r, right, left;
+};
+
+}  // namespace
+
 void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf) {
-  const auto& op = c.op;
-  const size_t es = c.elem();
-  const int n = static_cast<int>(group.size()), r = index_in(group, c.rank);
-  auto off = [&](int i) { return chunk_offset(op.count, n, i) * es; };
-  auto len = [&](int i) { return off(i + 1) - off(i); };
-  const int right = group[static_cast<size_t>(mod(r + 1, n))], left = group[static_cast<size_t>(mod(r - 1, n))];
-  for (int s = 0; s < n - 1; ++s) {
-    int send_chunk = mod(r - s, n), recv_chunk = mod(r - s - 1, n);
-    Handle rh = c.e.recv_reduce(left, buf + off(recv_chunk), in + off(recv_chunk), len(recv_chunk), op.dtype, op.redop);
-    Handle sh = c.e.send(right, (s == 0 ? in : buf) + off(send_chunk), len(send_chunk));
+  const Ring g(c, group);
+  for (int s = 0; s < g.n - 1; ++s) {
+    int send_chunk = mod(g.r - s, g.n), recv_chunk = mod(g.r - s - 1, g.n);
+    Handle rh = c.e.recv_reduce(g.left, buf + g.off(recv_chunk), in + g.off(recv_chunk), g.len(recv_chunk), c.op.dtype,
+                                c.op.redop);
+    Handle sh = c.e.send(g.right, (s == 0 ? in : buf) + g.off(send_chunk), g.len(send_chunk));
     c.e.wait_all({rh, sh});
   }
 }
 
 void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf) {
-  const auto& op = c.op;
-  const size_t es = c.elem();
-  const int n = static_cast<int>(group.size()), r = index_in(group, c.rank);
-  auto off = [&](int i) { return chunk_offset(op.count, n, i) * es; };
-  auto len = [&](int i) { return off(i + 1) - off(i); };
-  const int right = group[static_cast<size_t>(mod(r + 1, n))], left = group[static_cast<size_t>(mod(r - 1, n))];
-  for (int s = 0; s < n - 1; ++s) {
-    int send_chunk = mod(r + 1 - s, n), recv_chunk = mod(r - s, n);
-    Handle rh = c.e.recv(left, buf + off(recv_chunk), len(recv_chunk));
-    Handle sh = c.e.send(right, buf + off(send_chunk), len(send_chunk));
+  const Ring g(c, group);
+  for (int s = 0; s < g.n - 1; ++s) {
+    int send_chunk = mod(g.r + 1 - s, g.n), recv_chunk = mod(g.r - s, g.n);
+    Handle rh = c.e.recv(g.left, buf + g.off(recv_chunk), g.len(recv_chunk));
+    Handle sh = c.e.send(g.right, buf + g.off(send_chunk), g.len(send_chunk));
     c.e.wait_all({rh, sh});
   }
 }
@@ -56,8 +62,7 @@ void allreduce_ring(AlgoCtx& c) {
     if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, n);
     return;
   }
-  std::vector<int> all(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+  const std::vector<int> all = all_ranks(c);
   ring_reduce_scatter_over(c, all, in, buf);
   if (op.redop == ReduceOp::avg) {
     const int owned = mod(c.rank + 1, n);

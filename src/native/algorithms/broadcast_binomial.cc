@@ -27,9 +27,7 @@ void broadcast_binomial_over(AlgoCtx& c, const std::vector<int>& group, int root
 }
 
 void broadcast_binomial(AlgoCtx& c) {
-  std::vector<int> all(static_cast<size_t>(c.size));
-  for (int i = 0; i < c.size; ++i) all[static_cast<size_t>(i)] = i;
-  broadcast_binomial_over(c, all, c.op.root, c.op.recv, c.op.bytes());
+  broadcast_binomial_over(c, all_ranks(c), c.op.root, c.op.recv, c.op.bytes());
 }
 
 }  // namespace mpcomm::native

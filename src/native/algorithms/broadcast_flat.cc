@@ -25,9 +25,7 @@ void broadcast_flat_over(AlgoCtx& c, const std::vector<int>& group, int root, vo
 }
 
 void broadcast_flat(AlgoCtx& c) {
-  std::vector<int> all(static_cast<size_t>(c.size));
-  for (int i = 0; i < c.size; ++i) all[static_cast<size_t>(i)] = i;
-  broadcast_flat_over(c, all, c.op.root, c.op.recv, c.op.bytes());
+  broadcast_flat_over(c, all_ranks(c), c.op.root, c.op.recv, c.op.bytes());
 }
 
 }  // namespace mpcomm::native

@@ -33,9 +33,7 @@ void reduce_binomial(AlgoCtx& c) {
   const size_t bytes = op.bytes();
   char* acc = c.rank == op.root ? static_cast<char*>(op.recv) : c.scratch(bytes);
   if (acc != op.send && bytes > 0) std::memcpy(acc, op.send, bytes);
-  std::vector<int> all(static_cast<size_t>(c.size));
-  for (int i = 0; i < c.size; ++i) all[static_cast<size_t>(i)] = i;
-  reduce_binomial_over(c, all, op.root, acc);
+  reduce_binomial_over(c, all_ranks(c), op.root, acc);
   if (c.rank == op.root && op.redop == ReduceOp::avg) divide_by(acc, op.count, op.dtype, c.size);
 }
 
