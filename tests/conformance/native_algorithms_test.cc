@@ -2,6 +2,7 @@
 // reaches only at sizes it does not run: flat (single-copy) broadcast and allgather on one host, and
 // the sliced hierarchical allreduce on hosts with equal rank counts.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <string>
@@ -46,6 +47,17 @@ TEST(NativeSelect, FlatBroadcastAndAllgatherOnlyForLargeBuffersOnOneHost) {
     EXPECT_EQ(chosen(k, below, one_host4), small_algo) << to_string(k);
     EXPECT_EQ(chosen(k, big, one_host2), small_algo) << to_string(k) << ": two ranks gain nothing";
     EXPECT_EQ(chosen(k, big, own_hosts4), small_algo) << to_string(k) << ": no single copy between hosts";
+  }
+}
+
+// Ranks outnumbering CPUs change the small allreduce's algorithm only on one host: with one rank per
+// host, each host counts its own CPUs, and a host with fewer would choose differently from the others.
+TEST(NativeSelect, CrowdingIsJudgedOnOneHostOnly) {
+  std::vector<int> own_hosts(64);
+  for (int r = 0; r < 64; ++r) own_hosts[static_cast<size_t>(r)] = r;
+  EXPECT_EQ(chosen(OpKind::allreduce, 1 << 10, own_hosts), "flat");
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 64) {
+    EXPECT_EQ(chosen(OpKind::allreduce, 1 << 10, std::vector<int>(64, 0)), "recursive_doubling");
   }
 }
 

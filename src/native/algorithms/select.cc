@@ -113,7 +113,9 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
     // doubling's log2(n) rounds moves and reduces all of B. 4 ranks on 2 CPUs, medians, -n 200: 16 KiB
     // 29-33 us doubling vs 37 ring; 32 KiB 45-50 vs 34; 128 KiB 138-181 vs 86. 8 ranks: 16 KiB 73 vs
     // 172, 64 KiB 274 vs 240. So: doubling up to 8 KiB * 2(n-1) / log2(n) (4 ranks: 24 KiB).
-    if (size > 2 && size > online_cpus()) {
+    // Crowding is judged on one host only: with one rank per host, hosts may differ in CPUs, and every
+    // rank must choose the same algorithm.
+    if (size > 2 && topo.num_hosts() <= 1 && size > online_cpus()) {
       bool doubling = small;
       if ((size & (size - 1)) == 0) {
         int log2n = 0;
