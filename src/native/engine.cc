@@ -32,6 +32,11 @@ size_t single_copy_from() {
   return from;
 }
 
+bool single_copy_enabled() {
+  static const bool on = param_int("MPCOMM_SINGLE_COPY") != 0 && single_copy_from() != SIZE_MAX;
+  return on;
+}
+
 Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std::vector<PeerInfo> peers,
                std::shared_ptr<const ShmSegment> seg, int my_local, std::shared_ptr<Store> abort_store, Millis timeout)
     : rank_(rank),
@@ -48,6 +53,7 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
     if (peers_[r].link && peers_[r].link->poll_fd() >= 0) has_tcp_ = true;
   }
   spin_for_ = std::chrono::microseconds(std::max<int64_t>(0, param_int("MPCOMM_SPIN_US")));
+  // Read per engine, not once per process like single_copy_enabled(): tests turn it off for one world.
   single_copy_ = param_int("MPCOMM_SINGLE_COPY") != 0 && single_copy_from() != SIZE_MAX;
   crowded_ = seg_ != nullptr && seg_->nlocal() > ::sysconf(_SC_NPROCESSORS_ONLN);
   if (has_tcp_ || crowded_) spin_passes_ = 2;
@@ -122,7 +128,7 @@ void Engine::close() {
 // ---- posting --------------------------------------------------------------------------------------
 
 Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerprint& fp, const void* data,
-                         size_t bytes) {
+                         size_t bytes, bool direct) {
   auto x = std::make_shared<Xfer>();
   x->peer = peer;
   x->is_send = true;
@@ -131,7 +137,7 @@ Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerpr
   x->fp = fp;
   x->sdata = static_cast<const char*>(data);
   x->bytes = bytes;
-  x->direct = direct_next_;
+  x->direct = direct;  // set before the eager attempt below: its first pass decides single copy
   x->hdr = FrameHeader{kFrameMagic, kind, {}, tag, 0, fp, bytes};
   Peer& p = peers_[peer];
   if (p.closed) fail(ErrorCode::peer_failure, p.closed_why);
@@ -147,12 +153,7 @@ Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerpr
 }
 
 Handle Engine::send(int peer, const void* data, size_t bytes, bool direct) {
-  if (!direct) return post_send(peer, kFrameCollective, 0, fp_, data, bytes);
-  // Marked before the eager attempt in post_send: the first progress pass decides single copy.
-  direct_next_ = true;
-  Handle h = post_send(peer, kFrameCollective, 0, fp_, data, bytes);
-  direct_next_ = false;
-  return h;
+  return post_send(peer, kFrameCollective, 0, fp_, data, bytes, direct);
 }
 
 Handle Engine::send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what) {

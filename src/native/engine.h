@@ -50,6 +50,9 @@ inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
 // Collective payloads from this many bytes on go by single copy between local processes: the receiver
 // reads the sender's buffer with process_vm_readv(). MPCOMM_SINGLE_COPY_KB (0: never); read once.
 size_t single_copy_from();
+// Whether large frames between local processes may go by single copy at all (MPCOMM_SINGLE_COPY on and
+// MPCOMM_SINGLE_COPY_KB > 0); the same on every rank, so algorithms may choose by it.
+bool single_copy_enabled();
 // Sends marked `direct` go by single copy from this size on (unless MPCOMM_SINGLE_COPY_KB is lower).
 inline constexpr size_t kDirectFrom = size_t{128} << 10;
 
@@ -166,7 +169,8 @@ class Engine {
     }
   };
 
-  Handle post_send(int peer, uint8_t kind, int tag, const detail::Fingerprint& fp, const void* data, size_t bytes);
+  Handle post_send(int peer, uint8_t kind, int tag, const detail::Fingerprint& fp, const void* data, size_t bytes,
+                   bool direct = false);
   void post_recv(const Handle& x);
   bool progress();
   void link_failed(Peer& p, const PeerFailure& e);
@@ -208,7 +212,6 @@ class Engine {
   int spin_passes_ = 200;
   bool crowded_ = false;  // this host's ranks outnumber its CPUs
   bool single_copy_ = true;  // MPCOMM_SINGLE_COPY
-  bool direct_next_ = false;  // the send being posted is `direct`
   // Largest frame buffered before its receive is posted (MPCOMM_MAX_UNEXPECTED_MB): a length read from
   // the wire is bounded before anything is allocated for it.
   uint64_t max_unexpected_ = uint64_t{1} << 30;

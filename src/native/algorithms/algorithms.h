@@ -90,8 +90,6 @@ inline int index_in(const std::vector<int>& group, int rank) {
   return static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
 }
 
-// Whether large frames between local processes may go by single copy (MPCOMM_SINGLE_COPY, default on).
-bool single_copy_enabled();
 // Every algorithm, for listing and for MPCOMM_ALGO.
 const std::vector<Algorithm>& all_algorithms();
 // The algorithm to run for op on `size` ranks.

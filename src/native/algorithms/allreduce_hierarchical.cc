@@ -51,10 +51,6 @@ void allreduce_hierarchical(AlgoCtx& c) {
   c.e.wait_all(hs);
 }
 
-}  // namespace mpcomm::native
-
-namespace mpcomm::native {
-
 void allreduce_hierarchical_sliced(AlgoCtx& c) {
   const auto& op = c.op;
   char* buf = static_cast<char*>(op.recv);

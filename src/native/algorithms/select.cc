@@ -85,11 +85,6 @@ static bool even_hosts(const Topology& topo) {
   return std::all_of(per_host.begin(), per_host.end(), [&](int k) { return k == per_host.front(); });
 }
 
-bool single_copy_enabled() {
-  static const bool on = param_int("MPCOMM_SINGLE_COPY") != 0 && single_copy_from() != SIZE_MAX;
-  return on;
-}
-
 const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology& topo) {
   if (const Algorithm* a = forced(op.kind)) return *a;
   // One host and large buffers: the readers copy straight out of the source's buffer, all at once.
