@@ -509,24 +509,45 @@ bool Engine::can_single_copy(int peer, Peer& p) {
   return ok;
 }
 
+bool Engine::can_access(int peer) { return peer == rank_ || can_single_copy(peer, peers_[static_cast<size_t>(peer)]); }
+
+// n bytes between our memory and `peer`'s at `remote`, by process_vm_readv (write: false) or
+// process_vm_writev, in as many calls as the kernel needs.
+static void copy_with_peer(pid_t pid, char* local_buf, uint64_t remote, size_t n, bool write,
+                           const std::function<void(int err)>& failed) {
+  size_t done = 0;
+  while (done < n) {
+    iovec local{local_buf + done, n - done}, far{reinterpret_cast<void*>(remote + done), n - done};
+    ssize_t r = write ? ::process_vm_writev(pid, &local, 1, &far, 1, 0) : ::process_vm_readv(pid, &local, 1, &far, 1, 0);
+    if (r <= 0) failed(r < 0 ? errno : EIO);
+    done += static_cast<size_t>(r);
+  }
+}
+
+void Engine::read_peer(int peer, void* dst, uint64_t remote, size_t n) {
+  copy_with_peer(static_cast<pid_t>(info_[static_cast<size_t>(peer)].pid), static_cast<char*>(dst), remote, n, false, [&](int err) {
+    fail(err == ESRCH ? ErrorCode::peer_failure : ErrorCode::internal,
+         "reading " + std::to_string(n) + " bytes straight from rank " + std::to_string(peer) + "'s buffer failed: " +
+             std::strerror(err) + " (MPCOMM_SINGLE_COPY=0 turns this off)");
+  });
+}
+
+void Engine::write_peer(int peer, uint64_t remote, const void* src, size_t n) {
+  copy_with_peer(static_cast<pid_t>(info_[static_cast<size_t>(peer)].pid), const_cast<char*>(static_cast<const char*>(src)), remote,
+                 n, true, [&](int err) {
+                   fail(err == ESRCH ? ErrorCode::peer_failure : ErrorCode::internal,
+                        "writing " + std::to_string(n) + " bytes straight into rank " + std::to_string(peer) +
+                            "'s buffer failed: " + std::strerror(err) + " (MPCOMM_SINGLE_COPY=0 turns this off)");
+                 });
+}
+
 // Copies (or reduces) a single-copy frame's payload straight out of the sender's buffer, then
 // acknowledges it so that the sender's send completes.
 void Engine::receive_single_copy(int peer, Peer& p) {
   Xfer& x = *p.rx_target;  // single-copy frames are large collective frames: never unexpected (they stall)
   const size_t total = p.rx_hdr.bytes;
-  const pid_t pid = static_cast<pid_t>(p.rx_desc[1]);
-  auto read = [&](char* dst, uint64_t from, size_t n) {
-    size_t done = 0;
-    while (done < n) {
-      iovec local{dst + done, n - done}, remote{reinterpret_cast<void*>(from + done), n - done};
-      ssize_t r = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-      if (r <= 0)
-        fail(errno == ESRCH ? ErrorCode::peer_failure : ErrorCode::internal,
-             "reading " + std::to_string(n) + " bytes straight from rank " + std::to_string(peer) +
-                 "'s buffer failed: " + std::strerror(r < 0 ? errno : EIO) + " (MPCOMM_SINGLE_COPY=0 turns this off)");
-      done += static_cast<size_t>(r);
-    }
-  };
+  // (The descriptor's pid is the one can_single_copy() checked: info_[peer].pid.)
+  auto read = [&](char* dst, uint64_t from, size_t n) { read_peer(peer, dst, from, n); };
   if (x.reduce) {
     // In pieces that stay in the cache between the copy and the reduction.
     const size_t es = dtype_size(x.dtype), piece = (256u << 10) / es * es;

@@ -118,6 +118,14 @@ class Engine {
   // One progress pass; true when h is done. Rethrows a failure.
   bool test(const Handle& h);
 
+  // Straight access to a local peer's memory (process_vm_readv/writev), for algorithms that read and
+  // write the other ranks' buffers themselves (allreduce_direct). can_access: single copy is on, the
+  // peer is on this host, and reading its memory works (false also while the peer has not yet published
+  // its probe: ask again later). Errors name the peer; a peer that is gone is a peer_failure.
+  bool can_access(int peer);
+  void read_peer(int peer, void* dst, uint64_t remote, size_t n);
+  void write_peer(int peer, uint64_t remote, const void* src, size_t n);
+
   // Records the first failure and tells peers (shared-memory abort record, store key mpcomm/abort).
   void publish_abort(ErrorCode code, const std::string& msg);
   std::string abort_reason() const { return abort_msg_; }

@@ -1,6 +1,7 @@
 // The native backend's algorithm choice, and the algorithms that the whole-matrix conformance suite
-// reaches only at sizes it does not run: flat (single-copy) broadcast and allgather on one host, and
-// the sliced hierarchical allreduce on hosts with equal rank counts.
+// reaches only at sizes or world shapes it does not run: flat (single-copy) broadcast and allgather on
+// one host, the direct allreduce with more ranks than this machine has CPUs, and the sliced
+// hierarchical allreduce on hosts with equal rank counts.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/process.h"
 #include "harness/thread_world.h"
 #include "native/algorithms/algorithms.h"
 #include "native/engine.h"
@@ -58,6 +60,33 @@ TEST(NativeSelect, CrowdingIsJudgedOnOneHostOnly) {
   EXPECT_EQ(chosen(OpKind::allreduce, 1 << 10, own_hosts), "flat");
   if (::sysconf(_SC_NPROCESSORS_ONLN) < 64) {
     EXPECT_EQ(chosen(OpKind::allreduce, 1 << 10, std::vector<int>(64, 0)), "recursive_doubling");
+  }
+}
+
+// The direct allreduce: on one host, from 64 KiB, while every rank has a CPU of its own.
+TEST(NativeSelect, DirectAllreduceOnlyOnOneUncrowdedHost) {
+  if (!native::single_copy_enabled()) GTEST_SKIP() << "single copy is turned off in this environment";
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const std::vector<int> two = {0, 0};
+  EXPECT_EQ(chosen(OpKind::allreduce, 64 << 10, two), "direct");
+  EXPECT_EQ(chosen(OpKind::allreduce, 64 << 20, two), "direct");
+  EXPECT_EQ(chosen(OpKind::allreduce, (64 << 10) - 1, two), "flat");
+  EXPECT_EQ(chosen(OpKind::allreduce, 1 << 20, {0, 1}), "ring") << "no single copy between hosts";
+  const std::vector<int> crowded(static_cast<size_t>(cpus + 1), 0);
+  EXPECT_EQ(chosen(OpKind::allreduce, 1 << 20, crowded), "ring") << "ranks outnumber CPUs";
+}
+
+// Forced (MPCOMM_ALGO), with ranks as processes: 3 ranks read and write each other's buffers by
+// process_vm_readv/writev, every dtype, reduce op, count (also fewer elements than ranks) and
+// placement of the conformance matrix. On 2 emulated hosts no rank can reach the other host's memory:
+// every rank must see that and run the ring instead, all of them, or the call would hang.
+TEST(NativeAlgorithms, DirectAllreduceForcedAcrossProcessesAndItsFallback) {
+  for (const char* shape : {"-n 3 --hosts 1", "-n 4 --hosts 2"}) {
+    auto r = testing::run_command(std::string("MPCOMM_ALGO=allreduce=direct ") + MPCOMM_CLI + " launch " + shape +
+                                  " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops allreduce");
+    EXPECT_EQ(r.status, 0) << shape << "\n" << r.output;
+    EXPECT_NE(r.output.find(" 0 failed"), std::string::npos) << shape << "\n" << r.output;
+    EXPECT_EQ(r.output.find(" 0 cases"), std::string::npos) << shape << "\n" << r.output;
   }
 }
 

@@ -87,6 +87,32 @@ TEST(Bench, EveryBackendEveryOpCheckedRowsInJson) {
   ::rmdir(dir.c_str());
 }
 
+// -d with a list: every op in every data type, in one run, each row's count in its own elements, and one
+// side-by-side table per op and data type.
+TEST(Bench, SeveralDataTypesInOneRun) {
+  const std::string dir = temp_dir(), json = dir + "/out.jsonl";
+  auto r = run_command(kCli + " bench --ranks 2 --backends native --ops allreduce,allgather -b 1K -e 4K -f 4 -n 2 -w 0"
+                              " -d float,bfloat16,int8 --json " + json);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::map<std::pair<std::string, std::string>, std::set<size_t>> sizes;
+  std::ifstream f(json);
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["wrong"], 0) << line;
+    const std::string dt = j["dtype"];
+    const size_t es = dt == "float32" ? 4 : dt == "bfloat16" ? 2 : 1;
+    EXPECT_EQ(static_cast<size_t>(j["count"]) * es, static_cast<size_t>(j["bytes"])) << line;
+    sizes[{j["op"], dt}].insert(static_cast<size_t>(j["bytes"]));
+  }
+  EXPECT_EQ(sizes.size(), 6u) << "expected 2 ops x 3 data types";
+  for (const auto& [key, s] : sizes) EXPECT_EQ(s, (std::set<size_t>{1024, 4096})) << key.first << " " << key.second;
+  for (const char* table : {"# side by side: allreduce, float32 sum", "# side by side: allreduce, bfloat16 sum",
+                            "# side by side: allgather, int8 none"})
+    EXPECT_NE(r.output.find(table), std::string::npos) << table << "\n" << r.output;
+  std::remove(json.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST(Bench, BadFlagsGetAUsageErrorNotACrash) {
   for (const std::string args : {"--bogus", "-d float128", "--ops allreduce,frobnicate", "-b 1M -e 1K",
                                  "--backends carrier-pigeon", "-f 1", "-b 12Q"}) {

@@ -27,7 +27,7 @@ struct Config {
   int iters = 20;
   int warmup = 5;
   int check = 1;
-  std::string dtype = "float";
+  std::vector<std::string> dtypes = {"float"};  // each measured in turn, in this one run
   std::string redop = "sum";
   int root = 0;
   double timeout_s = 120;

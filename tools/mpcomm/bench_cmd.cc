@@ -21,7 +21,7 @@ namespace {
 nlohmann::json config_to_json(const Config& c) {
   return {{"ranks", c.ranks},   {"hosts", c.hosts},   {"backends", c.backends}, {"ops", c.ops},
           {"min_bytes", c.min_bytes}, {"max_bytes", c.max_bytes}, {"factor", c.factor}, {"extra_sizes", c.extra_sizes}, {"iters", c.iters},
-          {"warmup", c.warmup}, {"check", c.check},   {"dtype", c.dtype},       {"redop", c.redop},
+          {"warmup", c.warmup}, {"check", c.check},   {"dtypes", c.dtypes},     {"redop", c.redop},
           {"root", c.root},     {"timeout_s", c.timeout_s}, {"device", c.device}};
 }
 
@@ -39,7 +39,7 @@ Config config_from_json(const std::string& s) {
   c.iters = j.at("iters");
   c.warmup = j.at("warmup");
   c.check = j.at("check");
-  c.dtype = j.at("dtype");
+  c.dtypes = j.at("dtypes").get<std::vector<std::string>>();
   c.redop = j.at("redop");
   c.root = j.at("root");
   c.timeout_s = j.at("timeout_s");
@@ -58,7 +58,7 @@ size_t count_lines(const std::string& path) {
 size_t expected_rows(const Config& c) {
   size_t per_op = sizes(c).size(), rows = 0;
   for (const auto& op : c.ops) rows += per_op * (op == "broadcast" || op == "sendrecv" ? 1 : 2);
-  return rows;
+  return rows * c.dtypes.size();
 }
 
 void validate(const Config& c) {
@@ -68,7 +68,8 @@ void validate(const Config& c) {
   if (c.factor <= 1.0) throw InvalidArgument("mpcomm bench: -f must be greater than 1");
   if (c.iters < 1 || c.warmup < 0) throw InvalidArgument("mpcomm bench: -n must be >= 1 and -w >= 0");
   if (c.root < 0 || c.root >= c.ranks) throw InvalidArgument("mpcomm bench: -r root must be in [0, --ranks)");
-  parse_dtype(c.dtype);
+  if (c.dtypes.empty()) throw InvalidArgument("mpcomm bench: -d names no data type");
+  for (const auto& d : c.dtypes) parse_dtype(d);
   parse_reduce_op(c.redop);
   if (parse_device(c.device).kind == Device::cuda) device::require_cuda("mpcomm bench --device " + c.device);
   for (const auto& op : c.ops)
@@ -153,17 +154,18 @@ std::vector<Row> run_bench(const Config& c, const std::string& exe, bool keep_go
 }
 
 void print_side_by_side(const std::vector<Row>& rows, FILE* out) {
-  std::vector<std::string> backends, ops;
+  std::vector<std::string> backends;
+  std::vector<std::pair<std::string, std::string>> tables;  // (op, dtype), in the order measured
   for (const auto& r : rows) {
     if (std::find(backends.begin(), backends.end(), r.backend) == backends.end()) backends.push_back(r.backend);
-    if (std::find(ops.begin(), ops.end(), r.op) == ops.end()) ops.push_back(r.op);
+    if (std::find(tables.begin(), tables.end(), std::make_pair(r.op, r.dtype)) == tables.end()) tables.emplace_back(r.op, r.dtype);
   }
   if (rows.empty()) return;
-  for (const auto& op : ops) {
+  for (const auto& [op, dtype] : tables) {
     std::map<size_t, std::map<std::string, const Row*>> table;
     const Row* any = nullptr;
     for (const auto& r : rows)
-      if (r.op == op && !r.inplace) {
+      if (r.op == op && r.dtype == dtype && !r.inplace) {
         table[r.bytes][r.backend] = &r;
         any = &r;
       }
@@ -223,7 +225,9 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-n,--iters", o->c.iters, "timed iterations per row");
   app.add_option("-w,--warmup_iters", o->c.warmup, "untimed warm-up iterations per row");
   app.add_option("-c,--check", o->c.check, "check results (0 or 1)")->check(CLI::Range(0, 1));
-  app.add_option("-d,--datatype", o->c.dtype, "float, half, bfloat16, double, int32, int64, uint8, int8");
+  app.add_option("-d,--datatype", o->c.dtypes,
+                 "float, half, bfloat16, double, int32, int64, uint8, int8; a comma list measures each in turn, in one run")
+      ->delimiter(',');
   app.add_option("-o,--op", o->c.redop, "sum, prod, min, max, avg");
   app.add_option("-r,--root", o->c.root, "root rank of rooted ops");
   app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds");

@@ -117,12 +117,12 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-void print_header(const Config& c, const std::string& op, const Communicator& comm) {
+void print_header(const Config& c, const std::string& op, const std::string& dtype, const Communicator& comm) {
   std::printf("#\n# mpcomm bench: backend %s, %d ranks on %d host(s), %s buffers, op %s, dtype %s, redop %s, root %d,"
               " iters %d, warmup %d, check %d\n",
               std::string(comm.backend()).c_str(), comm.size(), comm.topology().num_hosts(),
               to_string(comm.options().device).c_str(), op.c_str(),
-              c.dtype.c_str(), c.redop.c_str(), c.root, c.iters, c.warmup, c.check);
+              dtype.c_str(), c.redop.c_str(), c.root, c.iters, c.warmup, c.check);
   std::printf("#%60s%34s\n", "out-of-place", "in-place");
   std::printf("#%11s %12s %8s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
               "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -135,9 +135,9 @@ void print_header(const Config& c, const std::string& op, const Communicator& co
 int run_worker(Communicator& comm, const Config& c, const std::string& json_path) {
   const int n = comm.size();
   const bool lead = comm.rank() == 0;
-  const DataType dt = parse_dtype(c.dtype);
   const ReduceOp red = parse_reduce_op(c.redop);
-  const size_t es = dtype_size(dt);
+  size_t es_max = 1;
+  for (const auto& d : c.dtypes) es_max = std::max(es_max, dtype_size(parse_dtype(d)));
   FILE* json = nullptr;
   if (lead && !json_path.empty()) {
     json = std::fopen(json_path.c_str(), "a");
@@ -148,20 +148,23 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
   const std::vector<size_t> all_sizes = sizes(c);
   const size_t largest = all_sizes.empty() ? 0 : all_sizes.back();
   const Device dev = comm.options().device;
-  b.send = device::Buffer(dev, largest + es * static_cast<size_t>(n));
-  b.recv = device::Buffer(dev, largest + es * static_cast<size_t>(n));
+  b.send = device::Buffer(dev, largest + es_max * static_cast<size_t>(n));
+  b.recv = device::Buffer(dev, largest + es_max * static_cast<size_t>(n));
   device::fill(dev, b.send.data(), 0, b.send.size());
   device::fill(dev, b.recv.data(), 0, b.recv.size());
   // One GPU shared by ranks that are each an emulated host: say what carried the bytes.
   std::string transport;
   if (comm.backend() == "nccl" && comm.topology().num_hosts() == n && n > 1 && device::cuda_devices() < n)
     transport = "nccl network transport between emulated hosts on one GPU (not NVLink)";
-  for (const auto& op : c.ops) {
+  // Each op in each data type in turn (-d float,bfloat16: the two tables of one op back to back).
+  for (const auto& op : c.ops) for (const auto& dname : c.dtypes) {
     if (op == "sendrecv" && n == 1) {
-      if (lead) std::printf("#\n# %s skipped: it needs at least 2 ranks\n", op.c_str());
+      if (lead && dname == c.dtypes.front()) std::printf("#\n# %s skipped: it needs at least 2 ranks\n", op.c_str());
       continue;
     }
-    if (lead) print_header(c, op, comm);
+    const DataType dt = parse_dtype(dname);
+    const size_t es = dtype_size(dt);
+    if (lead) print_header(c, op, dname, comm);
     if (lead && !transport.empty()) std::printf("# transport: %s\n", transport.c_str());
     double busbw_sum = 0;
     int busbw_rows = 0;
@@ -212,7 +215,7 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
       ++busbw_rows;
       if (lead) {
         const Row& o = rows[0];
-        std::printf(" %11zu %12zu %8s %6s %5d %9.2f %7.3f %7.3f %6llu", o.bytes, o.count, c.dtype.c_str(),
+        std::printf(" %11zu %12zu %8s %6s %5d %9.2f %7.3f %7.3f %6llu", o.bytes, o.count, dname.c_str(),
                     o.redop.c_str(), o.root, o.time_us, o.algbw_gbs, o.busbw_gbs, static_cast<unsigned long long>(o.wrong));
         if (has_inplace(op)) {
           const Row& i = rows[1];
@@ -224,8 +227,8 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
         if (json != nullptr) std::fflush(json);
       }
     }
-    if (lead) std::printf("# Avg bus bandwidth    : %.4f GB/s  (%s, %s)\n", busbw_rows ? busbw_sum / busbw_rows : 0.0,
-                          std::string(comm.backend()).c_str(), op.c_str());
+    if (lead) std::printf("# Avg bus bandwidth    : %.4f GB/s  (%s, %s, %s)\n", busbw_rows ? busbw_sum / busbw_rows : 0.0,
+                          std::string(comm.backend()).c_str(), op.c_str(), dname.c_str());
   }
   if (json != nullptr) std::fclose(json);
   comm.barrier();

@@ -227,7 +227,7 @@ Runner add_compare(CLI::App& app) {
     ex[0].article = "article: 8 A100 GPUs in one node, NCCL 1.2 ms vs Gloo 3.5 ms";
     ex[0].config = base;
     ex[0].config.ops = {"allreduce"};
-    ex[0].config.dtype = "float";
+    ex[0].config.dtypes = {"float"};
     ex[0].config.min_bytes = 8;
     ex[0].config.max_bytes = max_latency_bytes;
     ex[0].config.factor = 8;
@@ -236,7 +236,7 @@ Runner add_compare(CLI::App& app) {
     ex[1].article = "article: 8 GPUs, NCCL 80 GB/s vs Gloo 50 GB/s";
     ex[1].config = base;
     ex[1].config.ops = {"broadcast"};
-    ex[1].config.dtype = "float";
+    ex[1].config.dtypes = {"float"};
     ex[1].config.min_bytes = 64 << 10;
     ex[1].config.max_bytes = max_bcast_bytes;
     ex[1].config.factor = 8;
@@ -251,7 +251,7 @@ Runner add_compare(CLI::App& app) {
     ex[3].article = "pipeline parallelism passes activations forward and gradients backward between stages";
     ex[3].config = base;
     ex[3].config.ops = {"sendrecv"};
-    ex[3].config.dtype = "float";
+    ex[3].config.dtypes = {"float"};
     ex[3].config.min_bytes = 64 << 10;
     ex[3].config.max_bytes = 1 << 20;
     ex[3].config.factor = 16;

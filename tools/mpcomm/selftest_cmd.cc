@@ -19,6 +19,7 @@ struct SelftestOptions {
   int iters = 5;
   bool conformance = false;  // the full conformance matrix instead of the table
   std::vector<std::string> only_dtypes;  // conformance: just these dtypes (default: every one)
+  std::vector<std::string> only_ops;     // conformance: just these ops (default: every one)
   std::string device;        // cpu or cuda (default MPCOMM_DEVICE)
   uint64_t random = 0;       // > 0: that many random cases instead (the soak)
   uint64_t seed = 1;
@@ -64,8 +65,14 @@ int run_random(Communicator& comm, const SelftestOptions& o) {
 int run_conformance(Communicator& comm, const SelftestOptions& o) {
   std::vector<DataType> only;
   for (const auto& d : o.only_dtypes) only.push_back(parse_dtype(d));
+  std::vector<std::string> ops;
+  for (OpKind op : check::checked_ops()) ops.emplace_back(to_string(op));
+  for (const auto& name : o.only_ops)
+    if (std::find(ops.begin(), ops.end(), name) == ops.end())
+      throw InvalidArgument("mpcomm selftest: --only-ops: unknown op '" + name + "'");
   uint64_t cases = 0, wrong_cases = 0;
-  for (OpKind op : check::checked_ops())
+  for (OpKind op : check::checked_ops()) {
+    if (!o.only_ops.empty() && std::find(o.only_ops.begin(), o.only_ops.end(), to_string(op)) == o.only_ops.end()) continue;
     for (const auto& c : check::conformance_cases(op, comm.size())) {
       if (!only.empty() && std::find(only.begin(), only.end(), c.dtype) == only.end()) continue;
       check::Result r = check::run_case(comm, c);
@@ -77,6 +84,7 @@ int run_conformance(Communicator& comm, const SelftestOptions& o) {
       ++cases;
       if (any > 0) ++wrong_cases;
     }
+  }
   comm.barrier();
   if (comm.rank() == 0)
     std::printf("conformance: backend %s, %d ranks, %s buffers, %llu cases, %llu failed\n",
@@ -145,6 +153,7 @@ Runner add_selftest(CLI::App& app) {
   app.add_option("-c,--counts", o->counts, "element counts")->delimiter(',');
   app.add_flag("--conformance", o->conformance, "run the conformance suite's full matrix; print failures and a summary");
   app.add_option("--only-dtypes", o->only_dtypes, "with --conformance: only these data types")->delimiter(',');
+  app.add_option("--only-ops", o->only_ops, "with --conformance: only these ops (allreduce, broadcast, ...)")->delimiter(',');
   app.add_option("--random", o->random, "run this many random cases instead (every rank draws the same from --seed)");
   app.add_option("--seed", o->seed, "seed of --random");
   app.add_option("--device", o->device, "where the buffers live: cpu, cuda, cuda:N (default MPCOMM_DEVICE)");

@@ -36,6 +36,7 @@ struct Algorithm {
 
 void allreduce_flat(AlgoCtx& c);
 void allreduce_ring(AlgoCtx& c);
+void allreduce_direct(AlgoCtx& c);
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
 void allreduce_hierarchical_sliced(AlgoCtx& c);

@@ -1,0 +1,102 @@
+// allreduce, direct — for large buffers on one host where every rank has a CPU of its own and may
+// access the others' memory (process_vm_readv/writev, single copy): rank r owns chunk r of n, reads
+// that chunk straight out of every other rank's input, reduces, and writes the result straight into
+// every other rank's output.
+//
+//   1. every rank sends every other its input and output addresses and whether it can access every
+//      other rank (one round of small frames); if any rank cannot, all run the ring instead;
+//   2. chunk r, in pieces that stay in the cache: read the piece of every other rank's input into a
+//      bounce buffer, reduce the n pieces (ours first, then r+1, r+2, ...) into our output, divide for avg, then write
+//      the result piece into every other rank's output while it is still in our cache;
+//   3. every rank tells every other that it is done (one round of small frames): no rank returns while
+//      another still reads its input or writes its output.
+//
+// Only rank r touches chunk r of anyone's buffers, and each piece is read everywhere before it is
+// written anywhere, so in place (input = output) is safe. Every rank gets the same bits: one rank
+// reduces each chunk.
+// Bytes per rank: (n-1)·B/n read from the others and (n-1)·B/n written to them, B/n of our own input
+// read and our own chunk written: the ring's bytes, but the result is written out of the cache it was
+// reduced in, where the ring's all-gather reads it back from memory; 3 rounds, none waiting on another
+// rank's copy. At 2 ranks that is 1/5 fewer bytes through memory than the ring (no read-back of the
+// other rank's result). Scratch: (n-1) pieces.
+#include <cstdint>
+#include <cstring>
+
+#include "core/reduce.h"
+#include "native/algorithms/algorithms.h"
+
+namespace mpcomm::native {
+
+namespace {
+
+struct Desc {
+  uint64_t in, out;
+  uint64_t can_access;  // 1: this rank can access every other rank's memory
+};
+
+// Bytes per piece and source: n pieces in flight stay in a core's L2 (n-1 bounces plus the result).
+size_t piece_bytes(int n, size_t es) {
+  const size_t per = std::max<size_t>(size_t{64} << 10, (size_t{512} << 10) / static_cast<size_t>(n - 1));
+  return per / es * es;
+}
+
+}  // namespace
+
+void allreduce_direct(AlgoCtx& c) {
+  const auto& op = c.op;
+  const int n = c.size, r = c.rank;
+  char* out = static_cast<char*>(op.recv);
+  const char* in = static_cast<const char*>(op.send);
+  if (n == 1 || op.count < static_cast<size_t>(n)) return allreduce_ring(c);
+
+  // 1. Addresses, and whether every rank can reach every other.
+  Desc mine{reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1};
+  for (int q = 0; q < n; ++q)
+    if (!c.e.can_access(q)) mine.can_access = 0;
+  std::vector<Desc> peer(static_cast<size_t>(n));
+  std::vector<Handle> hs;
+  for (int k = 1; k < n; ++k) {
+    const int q = mod(r + k, n);
+    hs.push_back(c.e.recv(q, &peer[static_cast<size_t>(q)], sizeof(Desc)));
+    hs.push_back(c.e.send(q, &mine, sizeof(Desc)));
+  }
+  c.e.wait_all(hs);
+  peer[static_cast<size_t>(r)] = mine;
+  for (const Desc& d : peer)
+    if (d.can_access == 0) return allreduce_ring(c);  // every rank saw the same flags
+
+  // 2. Our chunk, piece by piece.
+  const size_t es = c.elem(), first = chunk_offset(op.count, n, r) * es, last = chunk_offset(op.count, n, r + 1) * es;
+  const size_t piece = piece_bytes(n, es);
+  char* bounce = c.scratch(piece * static_cast<size_t>(n - 1));
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  for (size_t at = first; at < last; at += piece) {
+    const size_t len = std::min(piece, last - at);
+    srcs[0] = in + at;  // first: the output may alias it (in place)
+    for (int k = 1; k < n; ++k) {
+      const int q = mod(r + k, n);
+      char* into = bounce + static_cast<size_t>(k - 1) * piece;
+      c.e.read_peer(q, into, peer[static_cast<size_t>(q)].in + at, len);
+      srcs[static_cast<size_t>(k)] = into;
+    }
+    reduce_into(out + at, srcs.data(), n, len / es, op.dtype, op.redop);
+    if (op.redop == ReduceOp::avg) divide_by(out + at, len / es, op.dtype, n);
+    for (int k = 1; k < n; ++k) {
+      const int q = mod(r + k, n);
+      c.e.write_peer(q, peer[static_cast<size_t>(q)].out + at, out + at, len);
+    }
+  }
+
+  // 3. Done: nobody returns while its buffers are still in use.
+  hs.clear();
+  uint64_t token = 1;
+  std::vector<uint64_t> tokens(static_cast<size_t>(n));
+  for (int k = 1; k < n; ++k) {
+    const int q = mod(r + k, n);
+    hs.push_back(c.e.recv(q, &tokens[static_cast<size_t>(q)], sizeof token));
+    hs.push_back(c.e.send(q, &token, sizeof token));
+  }
+  c.e.wait_all(hs);
+}
+
+}  // namespace mpcomm::native
