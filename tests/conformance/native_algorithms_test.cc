@@ -36,20 +36,23 @@ std::string chosen(OpKind kind, size_t bytes, const std::vector<int>& host_of_ra
   return native::select_algorithm(op, static_cast<int>(host_of_rank.size()), topology_of(host_of_rank)).name;
 }
 
-TEST(NativeSelect, FlatBroadcastAndAllgatherOnlyForLargeBuffersOnOneHost) {
+TEST(NativeSelect, DirectBroadcastAndFlatAllgatherOnlyForLargeBuffersOnOneHost) {
   if (!native::single_copy_enabled()) GTEST_SKIP() << "single copy is turned off in this environment";
+  const bool crowded4 = ::sysconf(_SC_NPROCESSORS_ONLN) < 4;
   const std::vector<int> one_host4 = {0, 0, 0, 0}, one_host2 = {0, 0}, own_hosts4 = {0, 1, 2, 3};
-  for (OpKind k : {OpKind::broadcast, OpKind::allgather}) {
-    // Broadcast from the single-copy size; allgather's direct frames go by single copy sooner.
-    const size_t big = k == OpKind::broadcast ? native::single_copy_from()
-                                              : std::min(native::kDirectFrom, native::single_copy_from());
-    const size_t below = big - 1;
-    const std::string small_algo = k == OpKind::broadcast ? "binomial" : "ring";
-    EXPECT_EQ(chosen(k, big, one_host4), "flat") << to_string(k);
-    EXPECT_EQ(chosen(k, below, one_host4), small_algo) << to_string(k);
-    EXPECT_EQ(chosen(k, big, one_host2), small_algo) << to_string(k) << ": two ranks gain nothing";
-    EXPECT_EQ(chosen(k, big, own_hosts4), small_algo) << to_string(k) << ": no single copy between hosts";
-  }
+  // Broadcast: from 64 KiB while every rank has a CPU, from the single-copy size when they share.
+  const size_t from4 = crowded4 ? native::single_copy_from() : size_t{64} << 10;
+  EXPECT_EQ(chosen(OpKind::broadcast, from4, one_host4), "direct");
+  EXPECT_EQ(chosen(OpKind::broadcast, from4 - 1, one_host4), "binomial");
+  EXPECT_EQ(chosen(OpKind::broadcast, 64 << 10, one_host2), "direct");
+  EXPECT_EQ(chosen(OpKind::broadcast, (64 << 10) - 1, one_host2), "binomial");
+  EXPECT_EQ(chosen(OpKind::broadcast, 64 << 20, own_hosts4), "binomial") << "no single copy between hosts";
+  // Allgather's direct frames go by single copy from kDirectFrom.
+  const size_t big = std::min(native::kDirectFrom, native::single_copy_from());
+  EXPECT_EQ(chosen(OpKind::allgather, big, one_host4), "flat");
+  EXPECT_EQ(chosen(OpKind::allgather, big - 1, one_host4), "ring");
+  EXPECT_EQ(chosen(OpKind::allgather, big, one_host2), "ring") << "two ranks gain nothing";
+  EXPECT_EQ(chosen(OpKind::allgather, big, own_hosts4), "ring") << "no single copy between hosts";
 }
 
 // Ranks outnumbering CPUs change the small allreduce's algorithm only on one host: with one rank per
@@ -76,17 +79,26 @@ TEST(NativeSelect, DirectAllreduceOnlyOnOneUncrowdedHost) {
   EXPECT_EQ(chosen(OpKind::allreduce, 1 << 20, crowded), "ring") << "ranks outnumber CPUs";
 }
 
-// Forced (MPCOMM_ALGO), with ranks as processes: 3 ranks read and write each other's buffers by
-// process_vm_readv/writev, every dtype, reduce op, count (also fewer elements than ranks) and
-// placement of the conformance matrix. On 2 emulated hosts no rank can reach the other host's memory:
-// every rank must see that and run the ring instead, all of them, or the call would hang.
-TEST(NativeAlgorithms, DirectAllreduceForcedAcrossProcessesAndItsFallback) {
-  for (const char* shape : {"-n 3 --hosts 1", "-n 4 --hosts 2"}) {
-    auto r = testing::run_command(std::string("MPCOMM_ALGO=allreduce=direct ") + MPCOMM_CLI + " launch " + shape +
-                                  " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops allreduce");
-    EXPECT_EQ(r.status, 0) << shape << "\n" << r.output;
-    EXPECT_NE(r.output.find(" 0 failed"), std::string::npos) << shape << "\n" << r.output;
-    EXPECT_EQ(r.output.find(" 0 cases"), std::string::npos) << shape << "\n" << r.output;
+// Forced (MPCOMM_ALGO), with ranks as processes, the conformance matrix of the op (every dtype, reduce
+// op, root, count, also fewer elements than ranks, and placement):
+//  - the direct allreduce with 3 ranks, which read and write each other's buffers by
+//    process_vm_readv/writev; on 2 emulated hosts no rank can reach the other host's memory: every rank
+//    must see that and run the ring instead, all of them, or the call would hang;
+//  - the direct broadcast on 2 emulated hosts: each root-receiver pair that cannot reach each other
+//    goes by a plain send, the others (same host) directly;
+//  - the flat broadcast on one host, which the choice no longer reaches there.
+TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
+  struct Run {
+    const char *algo, *shape, *op;
+  };
+  for (const Run& run : {Run{"allreduce=direct", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=direct", "-n 4 --hosts 2", "allreduce"},
+                         Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast"}, Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"}}) {
+    const std::string what = std::string(run.algo) + " " + run.shape;
+    auto r = testing::run_command(std::string("MPCOMM_ALGO=") + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +
+                                  " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + run.op);
+    EXPECT_EQ(r.status, 0) << what << "\n" << r.output;
+    EXPECT_NE(r.output.find(" 0 failed"), std::string::npos) << what << "\n" << r.output;
+    EXPECT_EQ(r.output.find(" 0 cases"), std::string::npos) << what << "\n" << r.output;
   }
 }
 
@@ -105,10 +117,11 @@ void expect_all_right(testing::ThreadWorld& world, const check::Case& c) {
     ASSERT_EQ(res[r].wrong, 0u) << check::describe(c) << " rank " << r << ": " << res[r].first_wrong;
 }
 
-// 4 ranks on one host, buffers just over the single-copy size: every root of the flat broadcast reads
-// straight from that root's buffer; the flat allgather's ranks read each other's blocks, sent as
-// direct frames (single copy from kDirectFrom).
-TEST(NativeAlgorithms, FlatBroadcastEveryRootAndFlatAllgather) {
+// 4 ranks on one host, buffers just over the single-copy size: every root of the direct broadcast
+// (receivers read from that root, the root writes their tails, which are not whole cache lines); the
+// flat allgather's ranks read each other's blocks, sent as direct frames (single copy from
+// kDirectFrom). The flat broadcast, which the choice no longer reaches on one host: below, forced.
+TEST(NativeAlgorithms, DirectBroadcastEveryRootAndFlatAllgather) {
   const int n = 4;
   auto& world = testing::shared_world("native", n);
   const size_t count = native::single_copy_from() / sizeof(int32_t) + 3;
@@ -116,9 +129,8 @@ TEST(NativeAlgorithms, FlatBroadcastEveryRootAndFlatAllgather) {
     check::Case c;
     c.op = OpKind::broadcast;
     c.dtype = DataType::int32;
-    c.count = count;
+    c.count = count + static_cast<size_t>(root);
     c.root = root;
-    c.in_place = root % 2 == 0;
     expect_all_right(world, c);
   }
   for (bool in_place : {false, true}) {

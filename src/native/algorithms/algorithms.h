@@ -50,7 +50,20 @@ void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* bu
 // into everyone's buf.
 void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf);
 void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf);
+// The direct algorithms' handshake (direct_handshake.cc). direct_exchange: sends `mine` to every rank
+// in `peers` (its can_access: mine.can_access and whether we can access that peer) and returns what
+// each sent us, indexed by rank (ours at our rank), with can_access the pair's verdict: both sides
+// said yes. Both ranks of a pair get the same verdict; only then may they touch each other's memory.
+// direct_done: tells every rank in `peers` that we are done with its
+// buffers and waits until each has said the same.
+struct DirectDesc {
+  uint64_t in = 0, out = 0;  // the rank's buffers (addresses in its process)
+  uint64_t can_access = 1;
+};
+std::vector<DirectDesc> direct_exchange(AlgoCtx& c, const std::vector<int>& peers, const DirectDesc& mine);
+void direct_done(AlgoCtx& c, const std::vector<int>& peers);
 void broadcast_binomial(AlgoCtx& c);
+void broadcast_direct(AlgoCtx& c);
 void broadcast_flat(AlgoCtx& c);
 // Flat broadcast of buf (bytes) over `group` from member `root`: the root sends to everyone at once.
 void broadcast_flat_over(AlgoCtx& c, const std::vector<int>& group, int root, void* buf, size_t bytes);

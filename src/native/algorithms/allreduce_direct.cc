@@ -29,11 +29,6 @@ namespace mpcomm::native {
 
 namespace {
 
-struct Desc {
-  uint64_t in, out;
-  uint64_t can_access;  // 1: this rank can access every other rank's memory
-};
-
 // Bytes per piece and source: n pieces in flight stay in a core's L2 (n-1 bounces plus the result).
 size_t piece_bytes(int n, size_t es) {
   const size_t per = std::max<size_t>(size_t{64} << 10, (size_t{512} << 10) / static_cast<size_t>(n - 1));
@@ -49,21 +44,16 @@ void allreduce_direct(AlgoCtx& c) {
   const char* in = static_cast<const char*>(op.send);
   if (n == 1 || op.count < static_cast<size_t>(n)) return allreduce_ring(c);
 
-  // 1. Addresses, and whether every rank can reach every other.
-  Desc mine{reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1};
-  for (int q = 0; q < n; ++q)
+  // 1. Addresses, and whether every rank can reach every other: each says whether it reaches all, so
+  // that every rank sees the same n flags and all decide alike.
+  DirectDesc mine{reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1};
+  std::vector<int> others;
+  for (int k = 1; k < n; ++k) others.push_back(mod(r + k, n));
+  for (int q : others)
     if (!c.e.can_access(q)) mine.can_access = 0;
-  std::vector<Desc> peer(static_cast<size_t>(n));
-  std::vector<Handle> hs;
-  for (int k = 1; k < n; ++k) {
-    const int q = mod(r + k, n);
-    hs.push_back(c.e.recv(q, &peer[static_cast<size_t>(q)], sizeof(Desc)));
-    hs.push_back(c.e.send(q, &mine, sizeof(Desc)));
-  }
-  c.e.wait_all(hs);
-  peer[static_cast<size_t>(r)] = mine;
-  for (const Desc& d : peer)
-    if (d.can_access == 0) return allreduce_ring(c);  // every rank saw the same flags
+  const std::vector<DirectDesc> peer = direct_exchange(c, others, mine);
+  for (const DirectDesc& d : peer)
+    if (d.can_access == 0) return allreduce_ring(c);
 
   // 2. Our chunk, piece by piece.
   const size_t es = c.elem(), first = chunk_offset(op.count, n, r) * es, last = chunk_offset(op.count, n, r + 1) * es;
@@ -74,29 +64,18 @@ void allreduce_direct(AlgoCtx& c) {
     const size_t len = std::min(piece, last - at);
     srcs[0] = in + at;  // first: the output may alias it (in place)
     for (int k = 1; k < n; ++k) {
-      const int q = mod(r + k, n);
+      const int q = others[static_cast<size_t>(k - 1)];
       char* into = bounce + static_cast<size_t>(k - 1) * piece;
       c.e.read_peer(q, into, peer[static_cast<size_t>(q)].in + at, len);
       srcs[static_cast<size_t>(k)] = into;
     }
     reduce_into(out + at, srcs.data(), n, len / es, op.dtype, op.redop);
     if (op.redop == ReduceOp::avg) divide_by(out + at, len / es, op.dtype, n);
-    for (int k = 1; k < n; ++k) {
-      const int q = mod(r + k, n);
-      c.e.write_peer(q, peer[static_cast<size_t>(q)].out + at, out + at, len);
-    }
+    for (int q : others) c.e.write_peer(q, peer[static_cast<size_t>(q)].out + at, out + at, len);
   }
 
   // 3. Done: nobody returns while its buffers are still in use.
-  hs.clear();
-  uint64_t token = 1;
-  std::vector<uint64_t> tokens(static_cast<size_t>(n));
-  for (int k = 1; k < n; ++k) {
-    const int q = mod(r + k, n);
-    hs.push_back(c.e.recv(q, &tokens[static_cast<size_t>(q)], sizeof token));
-    hs.push_back(c.e.send(q, &token, sizeof token));
-  }
-  c.e.wait_all(hs);
+  direct_done(c, others);
 }
 
 }  // namespace mpcomm::native

@@ -1,10 +1,11 @@
 // Which algorithm runs: flat exchange for small allreduces (one round of latency); for large ones on
 // one host with single copy, while every rank has a CPU, the direct allreduce (every rank reduces its
 // chunk from the others' buffers and writes it into theirs), else the ring (bandwidth-optimal);
-// recursive doubling for small ones when ranks outnumber CPUs; flat broadcast and allgather for large
-// buffers on one host, where every rank reads straight from the source's buffer (single copy); the
-// hierarchical allreduce/broadcast/reduce across hosts (for large allreduces on hosts with equal rank
-// counts, sliced: every rank carries part of the traffic).
+// recursive doubling for small ones when ranks outnumber CPUs; for large broadcasts on one host the
+// direct broadcast (receivers read from the root while the root writes into them), for large
+// allgathers the flat one (every rank reads straight from the source's buffer); the hierarchical
+// allreduce/broadcast/reduce across hosts (for large allreduces on hosts with equal rank counts,
+// sliced: every rank carries part of the traffic).
 // MPCOMM_ALGO forces a choice per op, e.g. MPCOMM_ALGO=allreduce=ring. Every rank must pick the same
 // algorithm, so the choice depends only on the op, the world, the host layout and the environment.
 #include <unistd.h>
@@ -28,6 +29,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allreduce, "hierarchical_sliced", allreduce_hierarchical_sliced},
       {OpKind::broadcast, "binomial", broadcast_binomial},
       {OpKind::broadcast, "flat", broadcast_flat},
+      {OpKind::broadcast, "direct", broadcast_direct},
       {OpKind::broadcast, "hierarchical", broadcast_hierarchical},
       {OpKind::reduce, "binomial", reduce_binomial},
       {OpKind::reduce, "hierarchical", reduce_hierarchical},
@@ -93,7 +95,13 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
   // One host and large buffers: the readers copy straight out of the source's buffer, all at once.
   // Allgather's blocks are sent as direct frames, single copy from kDirectFrom on.
   const bool direct = topo.num_hosts() <= 1 && size > 1 && single_copy_enabled();
-  if (direct && size > 2 && op.kind == OpKind::broadcast && op.bytes() >= single_copy_from()) return *find(op.kind, "flat");
+  const bool crowded = size > online_cpus();
+  // Broadcast: the receivers read most of the root's buffer and the root writes the rest into theirs.
+  // Medians of 5 runs against binomial (2 ranks) and binomial/flat (4 ranks on 2 CPUs): 2 ranks 64 KiB
+  // 8.6 -> 7.5 us, 128 KiB 14.6 -> 10.4 us, 1 MiB 114 -> 45 us, 16 MiB 5.1 -> 2.4 ms; 4 ranks 256 KiB
+  // 110 -> 94 us, 4 MiB 2.5 -> 1.9 ms, but 128 KiB 20 -> 49 us: crowded, from the single-copy size.
+  if (direct && op.kind == OpKind::broadcast && op.bytes() >= (crowded ? single_copy_from() : size_t{64} << 10))
+    return *find(op.kind, "direct");
   if (direct && size > 2 && op.kind == OpKind::allgather && op.bytes() >= std::min(kDirectFrom, single_copy_from()))
     return *find(op.kind, "flat");
   // Several hosts, some with more than one rank: one message per host over the slow links.
@@ -110,7 +118,7 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
     // of 5 runs against flat/ring: 64 KiB 18 -> 14 us, 256 KiB 50 -> 36 us, 1 MiB 249 -> 193 us, 64 MiB
     // in place 29 -> 21 ms. With ranks outnumbering CPUs it loses (4 ranks on 2, 4 MiB: 4.8 ms ring,
     // 12 ms direct): its n-1 reads per piece wait for CPUs the other ranks hold.
-    if (direct && size <= online_cpus() && op.bytes() >= (size_t{64} << 10) && op.count >= static_cast<size_t>(size))
+    if (direct && !crowded && op.bytes() >= (size_t{64} << 10) && op.count >= static_cast<size_t>(size))
       return *find(OpKind::allreduce, "direct");
     // Small: one round of n-1 messages when every rank has a CPU; log2(n) rounds of one message when
     // ranks outnumber CPUs (each message may cost the receiver a wake-up). There, with n a power of
@@ -120,7 +128,7 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
     // 172, 64 KiB 274 vs 240. So: doubling up to 8 KiB * 2(n-1) / log2(n) (4 ranks: 24 KiB).
     // Crowding is judged on one host only: with one rank per host, hosts may differ in CPUs, and every
     // rank must choose the same algorithm.
-    if (size > 2 && topo.num_hosts() <= 1 && size > online_cpus()) {
+    if (size > 2 && topo.num_hosts() <= 1 && crowded) {
       bool doubling = small;
       if ((size & (size - 1)) == 0) {
         int log2n = 0;

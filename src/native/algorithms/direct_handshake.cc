@@ -1,0 +1,43 @@
+// The handshake of the direct algorithms (allreduce_direct, broadcast_direct), which read and write
+// other ranks' buffers themselves (Engine::read_peer/write_peer): before, every pair of ranks that
+// will touch each other's memory swaps addresses and whether it can access the other; after, each
+// tells the other that it is done with the other's buffers, so that no rank returns while another
+// still reads or writes its memory. Both are one round of small collective frames.
+#include "native/algorithms/algorithms.h"
+
+namespace mpcomm::native {
+
+std::vector<DirectDesc> direct_exchange(AlgoCtx& c, const std::vector<int>& peers, const DirectDesc& mine) {
+  std::vector<DirectDesc> got(static_cast<size_t>(c.size));
+  std::vector<DirectDesc> sent(peers.size(), mine);
+  std::vector<Handle> hs;
+  hs.reserve(2 * peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const int q = peers[i];
+    sent[i].can_access = mine.can_access != 0 && c.e.can_access(q) ? 1 : 0;
+    hs.push_back(c.e.recv(q, &got[static_cast<size_t>(q)], sizeof(DirectDesc)));
+    hs.push_back(c.e.send(q, &sent[i], sizeof(DirectDesc)));
+  }
+  c.e.wait_all(hs);
+  // Both sides of a pair now hold the same two flags: the pair's verdict is the same on both.
+  for (size_t i = 0; i < peers.size(); ++i) {
+    DirectDesc& d = got[static_cast<size_t>(peers[i])];
+    d.can_access = d.can_access != 0 && sent[i].can_access != 0 ? 1 : 0;
+  }
+  got[static_cast<size_t>(c.rank)] = mine;
+  return got;
+}
+
+void direct_done(AlgoCtx& c, const std::vector<int>& peers) {
+  std::vector<uint64_t> tokens(peers.size());
+  const uint64_t token = 1;
+  std::vector<Handle> hs;
+  hs.reserve(2 * peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    hs.push_back(c.e.recv(peers[i], &tokens[i], sizeof token));
+    hs.push_back(c.e.send(peers[i], &token, sizeof token));
+  }
+  c.e.wait_all(hs);
+}
+
+}  // namespace mpcomm::native
