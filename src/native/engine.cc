@@ -511,34 +511,33 @@ bool Engine::can_single_copy(int peer, Peer& p) {
 
 bool Engine::can_access(int peer) { return peer == rank_ || can_single_copy(peer, peers_[static_cast<size_t>(peer)]); }
 
-// n bytes between our memory and `peer`'s at `remote`, by process_vm_readv (write: false) or
-// process_vm_writev, in as many calls as the kernel needs.
-static void copy_with_peer(pid_t pid, char* local_buf, uint64_t remote, size_t n, bool write,
-                           const std::function<void(int err)>& failed) {
+// n bytes between our memory and `peer`'s at `remote`, by process_vm_readv or process_vm_writev (the
+// kernel checks the same permission for both: what can_single_copy() probed), in as many calls as the
+// kernel needs.
+void Engine::copy_with_peer(int peer, char* local_buf, uint64_t remote, size_t n, bool write) {
+  const pid_t pid = static_cast<pid_t>(info_[static_cast<size_t>(peer)].pid);
   size_t done = 0;
   while (done < n) {
     iovec local{local_buf + done, n - done}, far{reinterpret_cast<void*>(remote + done), n - done};
     ssize_t r = write ? ::process_vm_writev(pid, &local, 1, &far, 1, 0) : ::process_vm_readv(pid, &local, 1, &far, 1, 0);
-    if (r <= 0) failed(r < 0 ? errno : EIO);
+    if (r <= 0) {
+      const int err = r < 0 ? errno : EIO;
+      fail(err == ESRCH ? ErrorCode::peer_failure : ErrorCode::internal,
+           std::string(write ? "writing " : "reading ") + std::to_string(n) + " bytes straight " + (write ? "into" : "from") +
+               " rank " + std::to_string(peer) + "'s buffer failed: " + std::strerror(err) +
+               " (MPCOMM_SINGLE_COPY=0 turns this off)");
+    }
     done += static_cast<size_t>(r);
   }
 }
 
 void Engine::read_peer(int peer, void* dst, uint64_t remote, size_t n) {
-  copy_with_peer(static_cast<pid_t>(info_[static_cast<size_t>(peer)].pid), static_cast<char*>(dst), remote, n, false, [&](int err) {
-    fail(err == ESRCH ? ErrorCode::peer_failure : ErrorCode::internal,
-         "reading " + std::to_string(n) + " bytes straight from rank " + std::to_string(peer) + "'s buffer failed: " +
-             std::strerror(err) + " (MPCOMM_SINGLE_COPY=0 turns this off)");
-  });
+  copy_with_peer(peer, static_cast<char*>(dst), remote, n, false);
 }
 
 void Engine::write_peer(int peer, uint64_t remote, const void* src, size_t n) {
-  copy_with_peer(static_cast<pid_t>(info_[static_cast<size_t>(peer)].pid), const_cast<char*>(static_cast<const char*>(src)), remote,
-                 n, true, [&](int err) {
-                   fail(err == ESRCH ? ErrorCode::peer_failure : ErrorCode::internal,
-                        "writing " + std::to_string(n) + " bytes straight into rank " + std::to_string(peer) +
-                            "'s buffer failed: " + std::strerror(err) + " (MPCOMM_SINGLE_COPY=0 turns this off)");
-                 });
+  // process_vm_writev only reads the local side.
+  copy_with_peer(peer, const_cast<char*>(static_cast<const char*>(src)), remote, n, true);
 }
 
 // Copies (or reduces) a single-copy frame's payload straight out of the sender's buffer, then

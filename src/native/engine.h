@@ -119,7 +119,7 @@ class Engine {
   bool test(const Handle& h);
 
   // Straight access to a local peer's memory (process_vm_readv/writev), for algorithms that read and
-  // write the other ranks' buffers themselves (allreduce_direct). can_access: single copy is on, the
+  // write the other ranks' buffers themselves (the direct allreduce and broadcast). can_access: single copy is on, the
   // peer is on this host, and reading its memory works (false also while the peer has not yet published
   // its probe: ask again later). Errors name the peer; a peer that is gone is a peer_failure.
   bool can_access(int peer);
@@ -188,6 +188,7 @@ class Engine {
   void finish_payload(Peer& p);
   bool progress_reduce_payload(Peer& p);
   bool can_single_copy(int peer, Peer& p);
+  void copy_with_peer(int peer, char* local_buf, uint64_t remote, size_t n, bool write);
   bool same_host(int peer) const;
   void receive_single_copy(int peer, Peer& p);
   static void deliver(Xfer& x, const char* data);
