@@ -545,15 +545,14 @@ void Engine::write_peer(int peer, uint64_t remote, const void* src, size_t n) {
 void Engine::receive_single_copy(int peer, Peer& p) {
   Xfer& x = *p.rx_target;  // single-copy frames are large collective frames: never unexpected (they stall)
   const size_t total = p.rx_hdr.bytes;
-  // (The descriptor's pid is the one can_single_copy() checked: info_[peer].pid.)
-  auto read = [&](char* dst, uint64_t from, size_t n) { read_peer(peer, dst, from, n); };
+  // (read_peer uses info_[peer].pid, the pid can_single_copy() probed; the descriptor's own pid is not needed.)
   if (x.reduce) {
     // In pieces that stay in the cache between the copy and the reduction.
     const size_t es = dtype_size(x.dtype), piece = (256u << 10) / es * es;
     if (bounce_.size() < piece) bounce_.resize(piece);
     for (size_t off = 0; off < total; off += piece) {
       const size_t n = std::min(piece, total - off);
-      read(bounce_.data(), p.rx_desc[0] + off, n);
+      read_peer(peer, bounce_.data(), p.rx_desc[0] + off, n);
       combine(x, off, bounce_.data(), n);
     }
   } else if (total > 0) {
@@ -562,7 +561,7 @@ void Engine::receive_single_copy(int peer, Peer& p) {
     // in the cache (4 ranks on 2 CPUs, 4 MiB broadcast: 1.97-2.01 ms in one piece, 1.26-1.33 ms so).
     const size_t piece = crowded_ ? size_t{1} << 20 : total;
     for (size_t off = 0; off < total; off += piece) {
-      read(x.rdata + off, p.rx_desc[0] + off, std::min(piece, total - off));
+      read_peer(peer, x.rdata + off, p.rx_desc[0] + off, std::min(piece, total - off));
       if (off + piece < total) sched_yield();
     }
   }
