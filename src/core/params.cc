@@ -23,6 +23,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_JOB_ID", "", "job id used to name shared-memory segments (set by mpcomm launch)"},
       {"MPCOMM_SHM_RING_BYTES", "0", "bytes per shared-memory channel (0: sized from the number of local ranks)"},
       {"MPCOMM_SPIN_US", "1000", "microseconds a waiting native rank keeps polling (yielding the CPU between passes) before it sleeps"},
+      {"MPCOMM_MPI_SPIN_MS", "1000", "milliseconds a waiting mpi rank keeps calling MPI_Test back to back (yielding the CPU between bursts) before it sleeps between calls; Open MPI moves a non-blocking collective on only inside those calls"},
       {"MPCOMM_SINGLE_COPY", "1", "large native collective messages between local ranks are read straight from the sender's buffer (process_vm_readv); 0: through the shared-memory ring"},
       {"MPCOMM_SINGLE_COPY_KB", "256", "smallest native collective message, in KiB, that goes by single copy (0: none)"},
       {"MPCOMM_MAX_UNEXPECTED_MB", "1024", "largest native message buffered before its receive is posted; a larger one fails the job naming the sender"},
