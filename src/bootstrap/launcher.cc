@@ -936,7 +936,7 @@ int launch(const LaunchOptions& o) {
     const std::vector<std::string> inherited = environment_without(overridden);
     plans.resize(static_cast<size_t>(n));
     const std::vector<int> cpus = allowed_cpus();
-    const bool bind = o.bind && !cpus.empty();
+    const bool bind = o.bind && !cpus.empty() && o.backend != "gloo";  // see LaunchOptions::bind
     for (int r = 0; r < n; ++r) {
       const int h = emulated_host_of_rank(r, n, hosts);  // host h runs [h*n/hosts, (h+1)*n/hosts)
       const int first = static_cast<int>(static_cast<long>(h) * n / hosts);

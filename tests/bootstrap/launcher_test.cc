@@ -361,6 +361,16 @@ TEST_F(LauncherTest, EachRankRunsOnItsSlotsCpu) {
   if (cpus.size() > 1) {
     EXPECT_NE(field(r.out, "[0]", "cpus"), std::to_string(cpus[0])) << r.out;
   }
+  // gloo ranks are left unpinned (LaunchOptions::bind says why).
+  o.bind = true;
+  o.backend = "gloo";
+  r = run(o);
+  ASSERT_EQ(r.status, 0) << r.err;
+  if (cpus.size() > 1) {
+    for (int rank = 0; rank < n; ++rank)
+      EXPECT_NE(field(r.out, "[" + std::to_string(rank) + "]", "cpus").find_first_of(",-"), std::string::npos)
+          << "gloo rank " << rank << " is pinned to one CPU: " << r.out;
+  }
 }
 
 TEST_F(LauncherTest, ScriptWithoutShebangRunsUnderSh) {
