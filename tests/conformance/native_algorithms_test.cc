@@ -1,6 +1,6 @@
 // The native backend's algorithm choice, and the algorithms that the whole-matrix conformance suite
 // reaches only at sizes or world shapes it does not run: flat (single-copy) broadcast and allgather on
-// one host, the direct allreduce with more ranks than this machine has CPUs, and the sliced
+// one host, the direct allgather's fallback across hosts, the direct allreduce with more ranks than this machine has CPUs, and the sliced
 // hierarchical allreduce on hosts with equal rank counts.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -36,7 +36,7 @@ std::string chosen(OpKind kind, size_t bytes, const std::vector<int>& host_of_ra
   return native::select_algorithm(op, static_cast<int>(host_of_rank.size()), topology_of(host_of_rank)).name;
 }
 
-TEST(NativeSelect, DirectBroadcastAndFlatAllgatherOnlyForLargeBuffersOnOneHost) {
+TEST(NativeSelect, DirectBroadcastAndAllgatherOnlyForLargeBuffersOnOneHost) {
   if (!native::single_copy_enabled()) GTEST_SKIP() << "single copy is turned off in this environment";
   const bool crowded4 = ::sysconf(_SC_NPROCESSORS_ONLN) < 4;
   const std::vector<int> one_host4 = {0, 0, 0, 0}, one_host2 = {0, 0}, own_hosts4 = {0, 1, 2, 3};
@@ -47,12 +47,13 @@ TEST(NativeSelect, DirectBroadcastAndFlatAllgatherOnlyForLargeBuffersOnOneHost) 
   EXPECT_EQ(chosen(OpKind::broadcast, 64 << 10, one_host2), "direct");
   EXPECT_EQ(chosen(OpKind::broadcast, (64 << 10) - 1, one_host2), "binomial");
   EXPECT_EQ(chosen(OpKind::broadcast, 64 << 20, own_hosts4), "binomial") << "no single copy between hosts";
-  // Allgather's direct frames go by single copy from kDirectFrom.
-  const size_t big = std::min(native::kDirectFrom, native::single_copy_from());
-  EXPECT_EQ(chosen(OpKind::allgather, big, one_host4), "flat");
+  // Allgather: from 32 KiB blocks, crowded or not.
+  const size_t big = native::kDirectAllgatherFrom;
+  EXPECT_EQ(chosen(OpKind::allgather, big, one_host4), "direct");
   EXPECT_EQ(chosen(OpKind::allgather, big - 1, one_host4), "ring");
-  EXPECT_EQ(chosen(OpKind::allgather, big, one_host2), "ring") << "two ranks gain nothing";
-  EXPECT_EQ(chosen(OpKind::allgather, big, own_hosts4), "ring") << "no single copy between hosts";
+  EXPECT_EQ(chosen(OpKind::allgather, big, one_host2), "direct");
+  EXPECT_EQ(chosen(OpKind::allgather, big - 1, one_host2), "ring");
+  EXPECT_EQ(chosen(OpKind::allgather, 64 << 20, own_hosts4), "ring") << "no single copy between hosts";
 }
 
 // Ranks outnumbering CPUs change the small allreduce's algorithm only on one host: with one rank per
@@ -86,13 +87,16 @@ TEST(NativeSelect, DirectAllreduceOnlyOnOneUncrowdedHost) {
 //    must see that and run the ring instead, all of them, or the call would hang;
 //  - the direct broadcast on 2 emulated hosts: each root-receiver pair that cannot reach each other
 //    goes by a plain send, the others (same host) directly;
-//  - the flat broadcast on one host, which the choice no longer reaches there.
+//  - the direct allgather on 2 emulated hosts: every rank must fall back to the flat allgather, all of
+//    them;
+//  - the flat broadcast and the flat allgather on one host, which the choice no longer reaches there.
 TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
   struct Run {
     const char *algo, *shape, *op;
   };
   for (const Run& run : {Run{"allreduce=direct", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=direct", "-n 4 --hosts 2", "allreduce"},
-                         Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast"}, Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"}}) {
+                         Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast"}, Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"},
+                         Run{"allgather=direct", "-n 4 --hosts 2", "allgather"}, Run{"allgather=flat", "-n 3 --hosts 1", "allgather"}}) {
     const std::string what = std::string(run.algo) + " " + run.shape;
     auto r = testing::run_command(std::string("MPCOMM_ALGO=") + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +
                                   " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + run.op);
@@ -118,10 +122,10 @@ void expect_all_right(testing::ThreadWorld& world, const check::Case& c) {
 }
 
 // 4 ranks on one host, buffers just over the single-copy size: every root of the direct broadcast
-// (receivers read from that root, the root writes their tails, which are not whole cache lines); the
-// flat allgather's ranks read each other's blocks, sent as direct frames (single copy from
-// kDirectFrom). The flat broadcast, which the choice no longer reaches on one host: below, forced.
-TEST(NativeAlgorithms, DirectBroadcastEveryRootAndFlatAllgather) {
+// (receivers read from that root, the root writes their tails, which are not whole cache lines). The
+// direct allgather with blocks just over its smallest size and over one 256 KiB piece, tails that are
+// not whole cache lines, in and out of place.
+TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectAllgather) {
   const int n = 4;
   auto& world = testing::shared_world("native", n);
   const size_t count = native::single_copy_from() / sizeof(int32_t) + 3;
@@ -133,14 +137,15 @@ TEST(NativeAlgorithms, DirectBroadcastEveryRootAndFlatAllgather) {
     c.root = root;
     expect_all_right(world, c);
   }
-  for (bool in_place : {false, true}) {
-    check::Case c;
-    c.op = OpKind::allgather;
-    c.dtype = DataType::int32;
-    c.count = std::min(native::kDirectFrom, native::single_copy_from()) / sizeof(int32_t) + 3;
-    c.in_place = in_place;
-    expect_all_right(world, c);
-  }
+  for (size_t block : {native::kDirectAllgatherFrom, size_t{256} << 10})
+    for (bool in_place : {false, true}) {
+      check::Case c;
+      c.op = OpKind::allgather;
+      c.dtype = DataType::int32;
+      c.count = block / sizeof(int32_t) + 3;
+      c.in_place = in_place;
+      expect_all_right(world, c);
+    }
 }
 
 // Even hosts, interleaved: 2 hosts × 2 ranks (recursive doubling between two slices' owners) and

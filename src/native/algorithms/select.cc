@@ -3,7 +3,7 @@
 // chunk from the others' buffers and writes it into theirs), else the ring (bandwidth-optimal);
 // recursive doubling for small ones when ranks outnumber CPUs; for large broadcasts on one host the
 // direct broadcast (receivers read from the root while the root writes into them), for large
-// allgathers the flat one (every rank reads straight from the source's buffer); the hierarchical
+// allgathers the direct one (every rank writes its block straight into the others' results); the hierarchical
 // allreduce/broadcast/reduce across hosts (for large allreduces on hosts with equal rank counts,
 // sliced: every rank carries part of the traffic).
 // MPCOMM_ALGO forces a choice per op, e.g. MPCOMM_ALGO=allreduce=ring. Every rank must pick the same
@@ -35,6 +35,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::reduce, "hierarchical", reduce_hierarchical},
       {OpKind::allgather, "ring", allgather_ring},
       {OpKind::allgather, "flat", allgather_flat},
+      {OpKind::allgather, "direct", allgather_direct},
       {OpKind::reduce_scatter, "ring", reduce_scatter_ring},
       {OpKind::gather, "flat", gather_flat},
       {OpKind::scatter, "flat", scatter_flat},
@@ -102,8 +103,12 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
   // 110 -> 94 us, 4 MiB 2.5 -> 1.9 ms, but 128 KiB 20 -> 49 us: crowded, from the single-copy size.
   if (direct && op.kind == OpKind::broadcast && op.bytes() >= (crowded ? single_copy_from() : size_t{64} << 10))
     return *find(op.kind, "direct");
-  if (direct && size > 2 && op.kind == OpKind::allgather && op.bytes() >= std::min(kDirectFrom, single_copy_from()))
-    return *find(op.kind, "flat");
+  // Allgather: every rank writes its block into every other's result, read once and written n times
+  // out of the cache. Medians of 3 interleaved runs against ring (2 ranks) and ring/flat (4 ranks on
+  // 2 CPUs), out of place, by total size: 2 ranks 64 KiB 8.2 -> 7.7 us, 512 KiB 67 -> 31 us, 4 MiB
+  // 563 -> 452 us, 32 MiB 8.0 -> 7.3 ms; 4 ranks 128 KiB 59 -> 54 us, 512 KiB 165 -> 96 us, 4 MiB 1.37
+  // -> 1.01 ms; but 4 ranks 64 KiB (16 KiB blocks) 31 -> 37 us: from 32 KiB blocks.
+  if (direct && op.kind == OpKind::allgather && op.bytes() >= kDirectAllgatherFrom) return *find(op.kind, "direct");
   // Several hosts, some with more than one rank: one message per host over the slow links.
   const bool multi_host = topo.num_hosts() > 1 && topo.num_hosts() < size;
   if (multi_host && (op.kind == OpKind::broadcast || op.kind == OpKind::reduce))

@@ -1,0 +1,59 @@
+// allgather, direct — for large blocks on one host where every rank may access the others' memory
+// (process_vm_writev, single copy): every rank writes its own block straight into every other rank's
+// result, piece by piece, each piece read from memory once and written n times while it is in cache.
+//
+//   1. every rank sends every other its output address and whether it can access every other rank
+//      (one round of small frames); if any rank cannot, all run the flat allgather (ring at 2 ranks);
+//   2. our block, in pieces: copy the piece into our own slot (out of place), then write it into slot
+//      r of every other rank's result (ranks r+1, r+2, ...: the n ranks start on n different targets);
+//   3. every rank tells every other that it is done (one round of small frames): no rank returns while
+//      another still writes its result.
+//
+// Only rank r writes slot r anywhere, and nobody reads another rank's memory, so in place is safe.
+// Bytes per rank: B read (our block, once), n·B written (B = one block). The flat and ring allgathers
+// read each block from memory at every receiver: n·B read and n·B written per rank.
+// Scratch: none.
+#include <algorithm>
+#include <cstring>
+
+#include "native/algorithms/algorithms.h"
+
+namespace mpcomm::native {
+
+void allgather_direct(AlgoCtx& c) {
+  const auto& op = c.op;
+  const int n = c.size, r = c.rank;
+  const size_t b = op.bytes();
+  char* out = static_cast<char*>(op.recv);
+  char* slot = out + static_cast<size_t>(r) * b;
+  if (n == 1) {
+    allgather_place_own_block(c);
+    return;
+  }
+
+  // 1. Addresses, and whether every rank reaches every other (the same n flags everywhere, so that all
+  // fall back together).
+  DirectDesc mine{reinterpret_cast<uint64_t>(op.send), reinterpret_cast<uint64_t>(out), 1};
+  std::vector<int> others;
+  for (int k = 1; k < n; ++k) others.push_back(mod(r + k, n));
+  for (int q : others)
+    if (!c.e.can_access(q)) mine.can_access = 0;
+  const std::vector<DirectDesc> peer = direct_exchange(c, others, mine);
+  for (const DirectDesc& d : peer)
+    if (d.can_access == 0) return n == 2 ? allgather_ring(c) : allgather_flat(c);
+
+  // 2. Our block, piece by piece: once from memory, n times out of the cache.
+  const char* src = static_cast<const char*>(op.send);
+  const size_t piece = size_t{256} << 10;
+  for (size_t at = 0; at < b; at += piece) {
+    const size_t len = std::min(piece, b - at);
+    if (src != slot) std::memcpy(slot + at, src + at, len);
+    for (int q : others)
+      c.e.write_peer(q, peer[static_cast<size_t>(q)].out + static_cast<size_t>(r) * b + at, slot + at, len);
+  }
+
+  // 3. Done: nobody returns while its result is still being written.
+  direct_done(c, others);
+}
+
+}  // namespace mpcomm::native
