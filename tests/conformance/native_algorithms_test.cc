@@ -1,6 +1,6 @@
 // The native backend's algorithm choice, and the algorithms that the whole-matrix conformance suite
 // reaches only at sizes or world shapes it does not run: flat (single-copy) broadcast and allgather on
-// one host, the direct allgather's fallback across hosts, the direct allreduce with more ranks than this machine has CPUs, and the sliced
+// one host, the direct allgather's and reduce-scatter's fallbacks across hosts, the direct allreduce with more ranks than this machine has CPUs, and the sliced
 // hierarchical allreduce on hosts with equal rank counts.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -36,7 +36,7 @@ std::string chosen(OpKind kind, size_t bytes, const std::vector<int>& host_of_ra
   return native::select_algorithm(op, static_cast<int>(host_of_rank.size()), topology_of(host_of_rank)).name;
 }
 
-TEST(NativeSelect, DirectBroadcastAndAllgatherOnlyForLargeBuffersOnOneHost) {
+TEST(NativeSelect, DirectBroadcastAllgatherAndReduceScatterOnlyForLargeBuffersOnOneHost) {
   if (!native::single_copy_enabled()) GTEST_SKIP() << "single copy is turned off in this environment";
   const bool crowded4 = ::sysconf(_SC_NPROCESSORS_ONLN) < 4;
   const std::vector<int> one_host4 = {0, 0, 0, 0}, one_host2 = {0, 0}, own_hosts4 = {0, 1, 2, 3};
@@ -48,12 +48,17 @@ TEST(NativeSelect, DirectBroadcastAndAllgatherOnlyForLargeBuffersOnOneHost) {
   EXPECT_EQ(chosen(OpKind::broadcast, (64 << 10) - 1, one_host2), "binomial");
   EXPECT_EQ(chosen(OpKind::broadcast, 64 << 20, own_hosts4), "binomial") << "no single copy between hosts";
   // Allgather: from 32 KiB blocks, crowded or not.
-  const size_t big = native::kDirectAllgatherFrom;
+  const size_t big = native::kDirectBlocksFrom;
   EXPECT_EQ(chosen(OpKind::allgather, big, one_host4), "direct");
   EXPECT_EQ(chosen(OpKind::allgather, big - 1, one_host4), "ring");
   EXPECT_EQ(chosen(OpKind::allgather, big, one_host2), "direct");
   EXPECT_EQ(chosen(OpKind::allgather, big - 1, one_host2), "ring");
   EXPECT_EQ(chosen(OpKind::allgather, 64 << 20, own_hosts4), "ring") << "no single copy between hosts";
+  // Reduce-scatter: the same.
+  EXPECT_EQ(chosen(OpKind::reduce_scatter, big, one_host4), "direct");
+  EXPECT_EQ(chosen(OpKind::reduce_scatter, big - 1, one_host4), "ring");
+  EXPECT_EQ(chosen(OpKind::reduce_scatter, big, one_host2), "direct");
+  EXPECT_EQ(chosen(OpKind::reduce_scatter, 64 << 20, own_hosts4), "ring") << "no single copy between hosts";
 }
 
 // Ranks outnumbering CPUs change the small allreduce's algorithm only on one host: with one rank per
@@ -87,8 +92,8 @@ TEST(NativeSelect, DirectAllreduceOnlyOnOneUncrowdedHost) {
 //    must see that and run the ring instead, all of them, or the call would hang;
 //  - the direct broadcast on 2 emulated hosts: each root-receiver pair that cannot reach each other
 //    goes by a plain send, the others (same host) directly;
-//  - the direct allgather on 2 emulated hosts: every rank must fall back to the flat allgather, all of
-//    them;
+//  - the direct allgather and reduce-scatter on 2 emulated hosts: every rank must fall back (to the flat
+//    allgather, to the ring), all of them;
 //  - the flat broadcast and the flat allgather on one host, which the choice no longer reaches there.
 TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
   struct Run {
@@ -96,7 +101,8 @@ TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
   };
   for (const Run& run : {Run{"allreduce=direct", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=direct", "-n 4 --hosts 2", "allreduce"},
                          Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast"}, Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"},
-                         Run{"allgather=direct", "-n 4 --hosts 2", "allgather"}, Run{"allgather=flat", "-n 3 --hosts 1", "allgather"}}) {
+                         Run{"allgather=direct", "-n 4 --hosts 2", "allgather"}, Run{"allgather=flat", "-n 3 --hosts 1", "allgather"},
+                         Run{"reduce_scatter=direct", "-n 4 --hosts 2", "reduce_scatter"}}) {
     const std::string what = std::string(run.algo) + " " + run.shape;
     auto r = testing::run_command(std::string("MPCOMM_ALGO=") + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +
                                   " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + run.op);
@@ -123,9 +129,9 @@ void expect_all_right(testing::ThreadWorld& world, const check::Case& c) {
 
 // 4 ranks on one host, buffers just over the single-copy size: every root of the direct broadcast
 // (receivers read from that root, the root writes their tails, which are not whole cache lines). The
-// direct allgather with blocks just over its smallest size and over one 256 KiB piece, tails that are
-// not whole cache lines, in and out of place.
-TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectAllgather) {
+// direct allgather and reduce-scatter with blocks just over their smallest size and over one 256 KiB
+// piece, tails that are not whole cache lines, in and out of place.
+TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectBlockOps) {
   const int n = 4;
   auto& world = testing::shared_world("native", n);
   const size_t count = native::single_copy_from() / sizeof(int32_t) + 3;
@@ -137,15 +143,17 @@ TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectAllgather) {
     c.root = root;
     expect_all_right(world, c);
   }
-  for (size_t block : {native::kDirectAllgatherFrom, size_t{256} << 10})
-    for (bool in_place : {false, true}) {
-      check::Case c;
-      c.op = OpKind::allgather;
-      c.dtype = DataType::int32;
-      c.count = block / sizeof(int32_t) + 3;
-      c.in_place = in_place;
-      expect_all_right(world, c);
-    }
+  for (OpKind op : {OpKind::allgather, OpKind::reduce_scatter})
+    for (size_t block : {native::kDirectBlocksFrom, size_t{256} << 10})
+      for (bool in_place : {false, true}) {
+        check::Case c;
+        c.op = op;
+        c.dtype = DataType::int32;
+        c.redop = ReduceOp::sum;
+        c.count = block / sizeof(int32_t) + 3;
+        c.in_place = in_place;
+        expect_all_right(world, c);
+      }
 }
 
 // Even hosts, interleaved: 2 hosts × 2 ranks (recursive doubling between two slices' owners) and

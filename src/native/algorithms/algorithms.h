@@ -82,9 +82,11 @@ void allgather_ring(AlgoCtx& c);
 char* allgather_place_own_block(const AlgoCtx& c);
 void allgather_flat(AlgoCtx& c);
 void allgather_direct(AlgoCtx& c);
-// The smallest allgather block the choice gives to allgather_direct (one host, single copy).
-inline constexpr size_t kDirectAllgatherFrom = size_t{32} << 10;
+// The smallest block the choice gives to allgather_direct and reduce_scatter_direct (one host, single
+// copy).
+inline constexpr size_t kDirectBlocksFrom = size_t{32} << 10;
 void reduce_scatter_ring(AlgoCtx& c);
+void reduce_scatter_direct(AlgoCtx& c);
 void gather_flat(AlgoCtx& c);
 void scatter_flat(AlgoCtx& c);
 void alltoall_pairwise(AlgoCtx& c);

@@ -3,7 +3,8 @@
 // chunk from the others' buffers and writes it into theirs), else the ring (bandwidth-optimal);
 // recursive doubling for small ones when ranks outnumber CPUs; for large broadcasts on one host the
 // direct broadcast (receivers read from the root while the root writes into them), for large
-// allgathers the direct one (every rank writes its block straight into the others' results); the hierarchical
+// allgathers and reduce-scatters the direct ones (every rank writes its block straight into the others'
+// results; every rank reduces its block straight out of the others' inputs); the hierarchical
 // allreduce/broadcast/reduce across hosts (for large allreduces on hosts with equal rank counts,
 // sliced: every rank carries part of the traffic).
 // MPCOMM_ALGO forces a choice per op, e.g. MPCOMM_ALGO=allreduce=ring. Every rank must pick the same
@@ -37,6 +38,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allgather, "flat", allgather_flat},
       {OpKind::allgather, "direct", allgather_direct},
       {OpKind::reduce_scatter, "ring", reduce_scatter_ring},
+      {OpKind::reduce_scatter, "direct", reduce_scatter_direct},
       {OpKind::gather, "flat", gather_flat},
       {OpKind::scatter, "flat", scatter_flat},
       {OpKind::alltoall, "pairwise", alltoall_pairwise},
@@ -108,7 +110,13 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
   // 2 CPUs), out of place, by total size: 2 ranks 64 KiB 8.2 -> 7.7 us, 512 KiB 67 -> 31 us, 4 MiB
   // 563 -> 452 us, 32 MiB 8.0 -> 7.3 ms; 4 ranks 128 KiB 59 -> 54 us, 512 KiB 165 -> 96 us, 4 MiB 1.37
   // -> 1.01 ms; but 4 ranks 64 KiB (16 KiB blocks) 31 -> 37 us: from 32 KiB blocks.
-  if (direct && op.kind == OpKind::allgather && op.bytes() >= kDirectAllgatherFrom) return *find(op.kind, "direct");
+  if (direct && op.kind == OpKind::allgather && op.bytes() >= kDirectBlocksFrom) return *find(op.kind, "direct");
+  // Reduce-scatter: rank r reduces block r straight out of the others' inputs (the ring first copies
+  // all n blocks to scratch, then moves partials n-1 times). Medians of 3 interleaved runs against the
+  // ring, out of place, by total size: 2 ranks 64 KiB 13.4 -> 8.9 us, 1 MiB 282 -> 109 us, 8 MiB 4.2 ->
+  // 1.6 ms, 64 MiB 36 -> 17 ms; 4 ranks on 2 CPUs 256 KiB 189 -> 136 us, 4 MiB 5.0 -> 2.8 ms, 64 MiB
+  // 86 -> 46 ms; but 4 ranks 64 KiB (16 KiB blocks) 53 -> 57 us: from 32 KiB blocks, as allgather.
+  if (direct && op.kind == OpKind::reduce_scatter && op.bytes() >= kDirectBlocksFrom) return *find(op.kind, "direct");
   // Several hosts, some with more than one rank: one message per host over the slow links.
   const bool multi_host = topo.num_hosts() > 1 && topo.num_hosts() < size;
   if (multi_host && (op.kind == OpKind::broadcast || op.kind == OpKind::reduce))
