@@ -61,6 +61,13 @@ struct DirectDesc {
   uint64_t can_access = 1;
 };
 std::vector<DirectDesc> direct_exchange(AlgoCtx& c, const std::vector<int>& peers, const DirectDesc& mine);
+// direct_exchange with every other rank (`others`: r+1, r+2, ..., in that order), each sending whether
+// it reaches every other rank. True when all do: the same answer on every rank, so that all fall back
+// together when one cannot.
+bool direct_exchange_all(AlgoCtx& c, DirectDesc mine, std::vector<int>* others, std::vector<DirectDesc>* peer);
+// Bytes per piece and source for the algorithms that reduce pieces read from the other n-1 ranks: the
+// n-1 bounce pieces and the result stay in a core's L2. A whole number of es-byte elements.
+size_t direct_piece_bytes(int n, size_t es);
 void direct_done(AlgoCtx& c, const std::vector<int>& peers);
 void broadcast_binomial(AlgoCtx& c);
 void broadcast_direct(AlgoCtx& c);

@@ -31,16 +31,11 @@ void allgather_direct(AlgoCtx& c) {
     return;
   }
 
-  // 1. Addresses, and whether every rank reaches every other (the same n flags everywhere, so that all
-  // fall back together).
-  DirectDesc mine{reinterpret_cast<uint64_t>(op.send), reinterpret_cast<uint64_t>(out), 1};
+  // 1. Addresses, and whether every rank reaches every other (all fall back together).
   std::vector<int> others;
-  for (int k = 1; k < n; ++k) others.push_back(mod(r + k, n));
-  for (int q : others)
-    if (!c.e.can_access(q)) mine.can_access = 0;
-  const std::vector<DirectDesc> peer = direct_exchange(c, others, mine);
-  for (const DirectDesc& d : peer)
-    if (d.can_access == 0) return n == 2 ? allgather_ring(c) : allgather_flat(c);
+  std::vector<DirectDesc> peer;
+  if (!direct_exchange_all(c, {reinterpret_cast<uint64_t>(op.send), reinterpret_cast<uint64_t>(out), 1}, &others, &peer))
+    return n == 2 ? allgather_ring(c) : allgather_flat(c);
 
   // 2. Our block, piece by piece: once from memory, n times out of the cache.
   const char* src = static_cast<const char*>(op.send);

@@ -27,16 +27,6 @@
 
 namespace mpcomm::native {
 
-namespace {
-
-// Bytes per piece and source: n pieces in flight stay in a core's L2 (n-1 bounces plus the result).
-size_t piece_bytes(int n, size_t es) {
-  const size_t per = std::max<size_t>(size_t{64} << 10, (size_t{512} << 10) / static_cast<size_t>(n - 1));
-  return per / es * es;
-}
-
-}  // namespace
-
 void allreduce_direct(AlgoCtx& c) {
   const auto& op = c.op;
   const int n = c.size, r = c.rank;
@@ -46,18 +36,14 @@ void allreduce_direct(AlgoCtx& c) {
 
   // 1. Addresses, and whether every rank can reach every other: each says whether it reaches all, so
   // that every rank sees the same n flags and all decide alike.
-  DirectDesc mine{reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1};
   std::vector<int> others;
-  for (int k = 1; k < n; ++k) others.push_back(mod(r + k, n));
-  for (int q : others)
-    if (!c.e.can_access(q)) mine.can_access = 0;
-  const std::vector<DirectDesc> peer = direct_exchange(c, others, mine);
-  for (const DirectDesc& d : peer)
-    if (d.can_access == 0) return allreduce_ring(c);
+  std::vector<DirectDesc> peer;
+  if (!direct_exchange_all(c, {reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1}, &others, &peer))
+    return allreduce_ring(c);
 
   // 2. Our chunk, piece by piece.
   const size_t es = c.elem(), first = chunk_offset(op.count, n, r) * es, last = chunk_offset(op.count, n, r + 1) * es;
-  const size_t piece = piece_bytes(n, es);
+  const size_t piece = direct_piece_bytes(n, es);
   char* bounce = c.scratch(piece * static_cast<size_t>(n - 1));
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (size_t at = first; at < last; at += piece) {

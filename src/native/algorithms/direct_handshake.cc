@@ -1,8 +1,11 @@
-// The handshake of the direct algorithms (allreduce_direct, broadcast_direct), which read and write
+// The handshake of the direct algorithms (allreduce_direct, broadcast_direct, allgather_direct,
+// reduce_scatter_direct), which read and write
 // other ranks' buffers themselves (Engine::read_peer/write_peer): before, every pair of ranks that
 // will touch each other's memory swaps addresses and whether it can access the other; after, each
 // tells the other that it is done with the other's buffers, so that no rank returns while another
 // still reads or writes its memory. Both are one round of small collective frames.
+#include <algorithm>
+
 #include "native/algorithms/algorithms.h"
 
 namespace mpcomm::native {
@@ -26,6 +29,22 @@ std::vector<DirectDesc> direct_exchange(AlgoCtx& c, const std::vector<int>& peer
   }
   got[static_cast<size_t>(c.rank)] = mine;
   return got;
+}
+
+bool direct_exchange_all(AlgoCtx& c, DirectDesc mine, std::vector<int>* others, std::vector<DirectDesc>* peer) {
+  others->clear();
+  for (int k = 1; k < c.size; ++k) others->push_back(mod(c.rank + k, c.size));
+  for (int q : *others)
+    if (!c.e.can_access(q)) mine.can_access = 0;
+  *peer = direct_exchange(c, *others, mine);
+  for (const DirectDesc& d : *peer)
+    if (d.can_access == 0) return false;
+  return true;
+}
+
+size_t direct_piece_bytes(int n, size_t es) {
+  const size_t per = std::max<size_t>(size_t{64} << 10, (size_t{512} << 10) / static_cast<size_t>(n - 1));
+  return std::max(es, per / es * es);
 }
 
 void direct_done(AlgoCtx& c, const std::vector<int>& peers) {

@@ -30,18 +30,13 @@ void reduce_scatter_direct(AlgoCtx& c) {
   if (n == 1) return reduce_scatter_ring(c);
 
   // 1. Addresses, and whether every rank reaches every other (all fall back together).
-  DirectDesc mine{reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1};
   std::vector<int> others;
-  for (int k = 1; k < n; ++k) others.push_back(mod(r + k, n));
-  for (int q : others)
-    if (!c.e.can_access(q)) mine.can_access = 0;
-  const std::vector<DirectDesc> peer = direct_exchange(c, others, mine);
-  for (const DirectDesc& d : peer)
-    if (d.can_access == 0) return reduce_scatter_ring(c);
+  std::vector<DirectDesc> peer;
+  if (!direct_exchange_all(c, {reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1}, &others, &peer))
+    return reduce_scatter_ring(c);
 
   // 2. Block r, piece by piece (n pieces in flight stay in a core's L2).
-  const size_t per = std::max<size_t>(size_t{64} << 10, (size_t{512} << 10) / static_cast<size_t>(n - 1));
-  const size_t piece = std::max(es, per / es * es);
+  const size_t piece = direct_piece_bytes(n, es);
   char* bounce = c.scratch(piece * static_cast<size_t>(n - 1));
   const size_t first = static_cast<size_t>(r) * b;
   std::vector<const void*> srcs(static_cast<size_t>(n));
