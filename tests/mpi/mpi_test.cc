@@ -212,6 +212,21 @@ TEST_F(MpiProcesses, FailingRankStatusIsReturned) {
   EXPECT_TRUE(contains(r.output, "mpcomm launch: rank 1 exited with status 5 (reported by mpirun)")) << r.output;
 }
 
+// A wait keeps calling MPI_Test back to back for MPCOMM_MPI_SPIN_MS before it sleeps; the deadline and
+// the abort key are checked all along, also while it spins.
+TEST_F(MpiProcesses, TheDeadlineHoldsWhileAWaitSpins) {
+  RunResult r = run_command("MPCOMM_MPI_SPIN_MS=60000 " + launch("-n 3 --timeout 3 -- " + kTestProg + " stall 2 2"));
+  EXPECT_EQ(r.status, 3) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string tag = "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " failed after ";
+    std::string line = line_with(r.output, tag);
+    ASSERT_FALSE(line.empty()) << r.output;
+    EXPECT_TRUE(contains(line, ": timeout: ")) << line;
+    double after = std::atof(line.c_str() + line.find(tag) + tag.size());
+    EXPECT_LT(after, 10.0) << "the wait spun past its deadline: " << line;
+  }
+}
+
 TEST_F(MpiProcesses, ARankThatNeverCallsGivesATimeoutNamingTheOp) {
   RunResult r = run_command(launch("-n 3 --timeout 3 -- " + kTestProg + " stall 2 2"));
   EXPECT_EQ(r.status, 3) << r.output;

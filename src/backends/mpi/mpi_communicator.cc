@@ -7,7 +7,7 @@
 // Every op starts one or more non-blocking MPI calls and completes them in CommState::wait(): bursts of
 // MPI_Testall, back to back (yielding the core between bursts, as Open MPI's own blocking calls do when
 // ranks outnumber cores) for MPCOMM_MPI_SPIN_MS (1 s), then with sleeps of 50 µs growing to 1 ms between
-// bursts, polling the store's abort key every 500 ms, until the deadline. Open MPI moves a non-blocking
+// bursts; all along it polls the store's abort key every 500 ms and checks the deadline. Open MPI moves a non-blocking
 // collective on only inside those calls, one round at a time: with sleeps after the first 50 µs (as
 // before) a 2-rank 2 MiB MPI_Ireduce took 290 ms instead of 2 ms, and a 4-rank 256 KiB allreduce 2.0 ms
 // instead of 0.33 ms. The sleeps are for long waits only: a straggler, a dead peer, a pipeline bubble.
@@ -59,10 +59,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using detail::Op;
 
-// How long bursts go back to back (sched_yield between): MPCOMM_MPI_SPIN_MS.
-std::chrono::microseconds spin_for() {
-  static const auto spin = std::chrono::microseconds(std::max<int64_t>(0, param_int("MPCOMM_MPI_SPIN_MS")) * 1000);
-  return spin;
+// How long bursts go back to back (sched_yield between): MPCOMM_MPI_SPIN_MS, at most an hour.
+std::chrono::milliseconds spin_setting() {
+  return std::chrono::milliseconds(std::clamp<int64_t>(param_int("MPCOMM_MPI_SPIN_MS"), 0, int64_t{3600} * 1000));
 }
 constexpr auto kFirstSleep = std::chrono::microseconds(50);  // then sleep this long between bursts, doubling ...
 constexpr auto kMaxSleep = std::chrono::microseconds(1000);  // ... up to this
@@ -289,7 +288,8 @@ size_t chunk_elements(size_t elem_size) {
 class CommState {
  public:
   CommState(int rank, int size, Millis timeout, std::shared_ptr<Store> store)
-      : rank_(rank), size_(size), timeout_(timeout), abort_store_(store ? root_store(std::move(store)) : nullptr) {
+      : rank_(rank), size_(size), timeout_(timeout), spin_(spin_setting()),
+        abort_store_(store ? root_store(std::move(store)) : nullptr) {
     Runtime::get().acquire();
   }
   ~CommState() {
@@ -372,16 +372,16 @@ class CommState {
       for (int i = 0; i < kTestsPerBurst; ++i)
         if (test(reqs, statuses, what, call)) return;
       const auto now = Clock::now();
-      if (now - start < spin_for()) {
-        sched_yield();
-        continue;
-      }
       if (now >= deadline)
         throw Timeout("mpcomm: " + what + ": timed out after " + seconds_text(timeout_) + " s waiting for " + call +
                       " to complete (a rank did not make the matching call, or is stuck)");
       if (now >= next_store_check) {
         next_store_check = now + kStoreEvery;
         poll_abort_key(what);
+      }
+      if (now - start < spin_) {
+        sched_yield();
+        continue;
       }
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, kMaxSleep);
@@ -436,6 +436,7 @@ class CommState {
   const int rank_;
   const int size_;
   const Millis timeout_;
+  const std::chrono::milliseconds spin_;
   std::atomic<int> in_flight_{0};  // requests posted and not completed
   mutable std::mutex mu_;          // abort_reason_ and abort_store_: a Request may be used from another thread
   std::string abort_reason_;

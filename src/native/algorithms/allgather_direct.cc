@@ -3,7 +3,8 @@
 // result, piece by piece, each piece read from memory once and written n times while it is in cache.
 //
 //   1. every rank sends every other its output address and whether it can access every other rank
-//      (one round of small frames); if any rank cannot, all run the flat allgather (ring at 2 ranks);
+//      (one round of small frames); if any rank cannot, all run the flat allgather (the ring at 2 ranks
+//      and below kDirectFrom blocks, where flat's frames would go through the rings);
 //   2. our block, in pieces: copy the piece into our own slot (out of place), then write it into slot
 //      r of every other rank's result (ranks r+1, r+2, ...: the n ranks start on n different targets);
 //   3. every rank tells every other that it is done (one round of small frames): no rank returns while
@@ -35,7 +36,7 @@ void allgather_direct(AlgoCtx& c) {
   std::vector<int> others;
   std::vector<DirectDesc> peer;
   if (!direct_exchange_all(c, {reinterpret_cast<uint64_t>(op.send), reinterpret_cast<uint64_t>(out), 1}, &others, &peer))
-    return n == 2 ? allgather_ring(c) : allgather_flat(c);
+    return n == 2 || b < kDirectFrom ? allgather_ring(c) : allgather_flat(c);
 
   // 2. Our block, piece by piece: once from memory, n times out of the cache.
   const char* src = static_cast<const char*>(op.send);

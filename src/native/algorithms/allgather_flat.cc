@@ -7,8 +7,9 @@
 // from rank q into the result, for every q != r, in the order r+1, r+2, ... so that the n ranks start
 // on n different sources.
 // Bytes per rank: (n-1)·B out and in (B = one block), each copied once; one round; no scratch.
-// select.cc picks this only when single copy applies, from kDirectFrom (128 KiB) blocks on: through
-// rings every rank would write its block n-1 times.
+// Not chosen by select.cc any more: it is the direct allgather's fallback (a rank that cannot reach
+// another's memory) for n > 2 and blocks from kDirectFrom (128 KiB), and MPCOMM_ALGO=allgather=flat.
+// Below kDirectFrom its frames would go through the rings, where every rank writes its block n-1 times.
 #include "native/algorithms/algorithms.h"
 
 namespace mpcomm::native {

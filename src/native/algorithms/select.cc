@@ -95,8 +95,8 @@ static bool even_hosts(const Topology& topo) {
 
 const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology& topo) {
   if (const Algorithm* a = forced(op.kind)) return *a;
-  // One host and large buffers: the readers copy straight out of the source's buffer, all at once.
-  // Allgather's blocks are sent as direct frames, single copy from kDirectFrom on.
+  // One host and large buffers: the ranks copy straight out of and into each other's buffers
+  // (single copy; the direct algorithms).
   const bool direct = topo.num_hosts() <= 1 && size > 1 && single_copy_enabled();
   const bool crowded = size > online_cpus();
   // Broadcast: the receivers read most of the root's buffer and the root writes the rest into theirs.
