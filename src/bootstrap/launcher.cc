@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -680,6 +681,58 @@ void remove_shm_segments(const std::string& job_id) {
   ::closedir(dir);
 }
 
+// The launcher's lock, /dev/shm/mpcomm.<job>.launcher, held (flock) for as long as the launcher lives:
+// the kernel releases it however the launcher ends, SIGKILL included, when there is no time to remove
+// the job's /dev/shm entries (remove_shm_segments). Made under another name, locked, then renamed, so
+// that no sweep (sweep_dead_jobs) ever sees it unlocked while its launcher lives.
+class JobLock {
+ public:
+  explicit JobLock(const std::string& job_id) {
+    const std::string path = "/dev/shm/mpcomm." + job_id + ".launcher", made = path + ".new";
+    fd_ = ::open(made.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd_ < 0) return;  // no /dev/shm: then nothing of this job can be left there either
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 || ::rename(made.c_str(), path.c_str()) != 0) {
+      MPCOMM_LOG(warn, "launch: cannot lock %s (%s): a later launch will not know this job ended", path.c_str(),
+                 std::strerror(errno));
+      ::unlink(made.c_str());
+    }
+  }
+  ~JobLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  JobLock(const JobLock&) = delete;
+  JobLock& operator=(const JobLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Removes the /dev/shm entries of every earlier job whose launcher is gone (its lock is free) but
+// left them behind: a launcher killed by SIGKILL, say, with Open MPI's backing folder or segments of
+// ranks killed with it. Jobs without a lock (ranks started by another launcher) are left alone.
+void sweep_dead_jobs() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  std::vector<std::string> dead;
+  const std::string prefix = "mpcomm.", suffix = ".launcher";
+  while (dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const int fd = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;  // another user's, or gone meanwhile
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
+      dead.push_back(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
+    ::close(fd);
+  }
+  ::closedir(dir);
+  for (const std::string& job : dead) {
+    MPCOMM_LOG(info, "launch: job %s ended without cleaning up (its launcher was killed)", job.c_str());
+    remove_shm_segments(job);
+  }
+}
+
 // ---- mpirun --------------------------------------------------------------------------------------
 
 // The CPUs this process may run on, in order.
@@ -912,6 +965,8 @@ int launch(const LaunchOptions& o) {
   const char* env_token = std::getenv("MPCOMM_TOKEN");
   const std::string token = env_token != nullptr && *env_token != '\0' ? env_token : random_hex(16);
   const std::string job_id = random_hex(6);
+  sweep_dead_jobs();
+  JobLock lock(job_id);  // after the sweep, before anything of the job exists; released last
 
   TcpStoreServer store(o.bind_addr, 0, token);
   // Ranks connect to the address the store listens on; a wildcard listener is reached on loopback.

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -450,6 +451,66 @@ TEST_F(LauncherTest, LeakedShmSegmentsOfTheJobAreRemoved) {
   ASSERT_EQ(job.size(), 12u) << r.out;
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
     EXPECT_NE(e.path().filename().string().rfind("mpcomm." + job, 0), 0u) << e.path() << " was left behind";
+}
+
+// A launcher killed by SIGKILL cannot clean up: its job's /dev/shm entries (here two files its ranks
+// made; with --backend mpi, Open MPI's backing folder) stay until the next launch sees that the job's
+// launcher lock is free and removes them. A job whose launcher lives keeps its entries.
+TEST_F(LauncherTest, LeftoversOfAKilledLauncherAreRemovedByTheNextLaunch) {
+  ASSERT_TRUE(std::filesystem::is_directory("/dev/shm"));
+  auto job_entries = [](const std::string& job) {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("mpcomm." + job + ".", 0) == 0) out.push_back(name);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // A launcher (the CLI, a child of ours) whose two ranks each make an entry, print the job, then sleep.
+  char out_path[] = "/tmp/mpcomm_launcher_kill.XXXXXX";
+  const int out_fd = ::mkstemp(out_path);
+  ASSERT_GE(out_fd, 0);
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    ::dup2(out_fd, STDOUT_FILENO);
+    ::execl(MPCOMM_CLI, MPCOMM_CLI, "launch", "-n", "2", "--", "/bin/sh", "-c",
+            "touch /dev/shm/mpcomm.$MPCOMM_JOB_ID.r$RANK && echo job=$MPCOMM_JOB_ID; exec sleep 30", nullptr);
+    ::_exit(127);
+  }
+  ::close(out_fd);
+  std::string job;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    std::ifstream f(out_path);
+    std::stringstream text;
+    text << f.rdbuf();
+    job = field(text.str(), "[1]", "job");
+    if (!job.empty() && job == field(text.str(), "[0]", "job")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::unlink(out_path);
+  const std::vector<std::string> made = {"mpcomm." + job + ".launcher", "mpcomm." + job + ".r0", "mpcomm." + job + ".r1"};
+  EXPECT_EQ(job_entries(job), made) << "job '" << job << "': its launcher's lock and both ranks' files";
+  const std::vector<pid_t> ranks = children_of(launcher);
+  EXPECT_EQ(ranks.size(), 2u);
+
+  // A launch while that job lives leaves the job alone.
+  ASSERT_EQ(run(sh(1, "exit 0")).status, 0);
+  EXPECT_EQ(job_entries(job), made) << "a live job's entries were removed";
+
+  ::kill(launcher, SIGKILL);
+  int ws = 0;
+  ASSERT_EQ(::waitpid(launcher, &ws, 0), launcher);
+  deadline = Clock::now() + std::chrono::seconds(5);  // the ranks die with their launcher (PDEATHSIG)
+  auto any_alive = [&] { return std::any_of(ranks.begin(), ranks.end(), [](pid_t p) { return alive(p); }); };
+  while (any_alive() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(any_alive());
+  EXPECT_EQ(job_entries(job), made) << "SIGKILL left nothing behind: this test shows nothing";
+
+  ASSERT_EQ(run(sh(1, "exit 0")).status, 0);
+  EXPECT_TRUE(job_entries(job).empty()) << "left behind: " << job_entries(job).size() << " entries of job " << job;
 }
 
 // A rank that is this test binary, for the abort test: rank 0 fails, rank 1 reads the abort key.
