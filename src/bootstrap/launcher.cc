@@ -700,6 +700,12 @@ class JobLock {
   ~JobLock() {
     if (fd_ >= 0) ::close(fd_);
   }
+  // Written into the lock: a later sweep removes the session folder of this mpirun.
+  void note_mpirun(pid_t pid) {
+    const std::string text = "mpirun " + std::to_string(static_cast<int>(pid)) + "\n";
+    if (fd_ >= 0 && ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+      MPCOMM_LOG(warn, "launch: cannot note mpirun's pid in the job's lock: %s", std::strerror(errno));
+  }
   JobLock(const JobLock&) = delete;
   JobLock& operator=(const JobLock&) = delete;
 
@@ -707,13 +713,19 @@ class JobLock {
   int fd_ = -1;
 };
 
-// Removes the /dev/shm entries of every earlier job whose launcher is gone (its lock is free) but
-// left them behind: a launcher killed by SIGKILL, say, with Open MPI's backing folder or segments of
-// ranks killed with it. Jobs without a lock (ranks started by another launcher) are left alone.
+void sweep_job_processes(const std::string& job_id);
+void remove_mpirun_session_dir(pid_t mpirun_pid);
+
+// Ends what every earlier job whose launcher is gone (its lock is free) left behind: its processes and
+// its /dev/shm entries. A launcher killed by SIGKILL leaves Open MPI's backing folder, segments of ranks
+// killed with it, and sometimes mpirun's ranks: mpirun gets the launcher's death signal (SIGTERM) once
+// per thread of the launcher that passes it on and per thread of mpirun, and a second SIGTERM makes it
+// exit at once, without ending its ranks. Jobs without a lock (ranks started by another launcher) are
+// left alone.
 void sweep_dead_jobs() {
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return;
-  std::vector<std::string> dead;
+  std::vector<std::pair<std::string, int>> dead;  // job id, its mpirun's pid (0: none)
   const std::string prefix = "mpcomm.", suffix = ".launcher";
   while (dirent* e = ::readdir(dir)) {
     const std::string name = e->d_name;
@@ -722,13 +734,20 @@ void sweep_dead_jobs() {
       continue;
     const int fd = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) continue;  // another user's, or gone meanwhile
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
-      dead.push_back(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      char text[64] = {};
+      int mpirun = 0;
+      if (::pread(fd, text, sizeof text - 1, 0) > 0 && std::sscanf(text, "mpirun %d", &mpirun) != 1) mpirun = 0;
+      dead.emplace_back(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()), mpirun);
+    }
     ::close(fd);
   }
   ::closedir(dir);
-  for (const std::string& job : dead) {
+  for (const auto& [job, mpirun] : dead) {
     MPCOMM_LOG(info, "launch: job %s ended without cleaning up (its launcher was killed)", job.c_str());
+    sweep_job_processes(job);
+    // Its mpirun's session folder, unless that pid is alive again (then it may be another mpirun's).
+    if (mpirun > 0 && ::kill(mpirun, 0) != 0 && errno == ESRCH) remove_mpirun_session_dir(mpirun);
     remove_shm_segments(job);
   }
 }
@@ -1030,6 +1049,7 @@ int launch(const LaunchOptions& o) {
     r.rank = -1;
     r.name = "mpirun";
     start_rank(r, plans[0], /*stdin_fd=*/-1);  // mpirun forwards stdin to rank 0
+    lock.note_mpirun(r.pid);
     r.out.demux = &mpirun_out;
     r.err.demux = &mpirun_err;
   } else {
