@@ -30,27 +30,6 @@ void BM_memcpy(benchmark::State& st) {
 }
 BENCHMARK(BM_memcpy)->Unit(benchmark::kMicrosecond);
 
-// How the direct allreduce writes a large result: a 512 KiB piece, still in the cache, copied into
-// the next 512 KiB of a 64 MiB output, memcpy against copy_streaming. A plain store reads each line
-// of the output from memory before writing it; a streaming one does not. bytes/s counts the output.
-template <bool kStreaming>
-void BM_piece_into_output(benchmark::State& st) {
-  constexpr size_t kPiece = 512u << 10, kOut = 64u << 20;
-  std::vector<char> piece(kPiece, 1), out(kOut, 2);
-  for (auto _ : st) {
-    for (size_t at = 0; at < kOut; at += kPiece) {
-      if (kStreaming)
-        mpcomm::copy_streaming(out.data() + at, piece.data(), kPiece);
-      else
-        std::memcpy(out.data() + at, piece.data(), kPiece);
-    }
-    benchmark::ClobberMemory();
-  }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * kOut));
-}
-BENCHMARK_TEMPLATE(BM_piece_into_output, false)->Name("BM_piece_into_output/memcpy")->Unit(benchmark::kMicrosecond);
-BENCHMARK_TEMPLATE(BM_piece_into_output, true)->Name("BM_piece_into_output/copy_streaming")->Unit(benchmark::kMicrosecond);
-
 void BM_reduce(benchmark::State& st, DataType dt, ReduceOp op) {
   const size_t es = mpcomm::dtype_size(dt), count = kBytes / es;
   std::vector<char> a(kBytes), b(kBytes), out(kBytes);

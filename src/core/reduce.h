@@ -23,11 +23,6 @@ inline void reduce_inplace(void* dst, const void* src, size_t count, DataType dt
 // buf[i] /= n (integer division truncates toward zero), the last step of avg.
 void divide_by(void* buf, size_t count, DataType dt, int n);
 
-// memcpy whose stores bypass the caches (non-temporal) for the 16-byte-aligned part of dst, then a
-// store fence. For outputs too large to stay in the cache: a plain store first reads each line of dst
-// from memory (write-allocate), these do not. dst and src must not overlap.
-void copy_streaming(void* dst, const void* src, size_t bytes);
-
 // Name of the kernel set in use ("avx2+f16c" or "generic").
 const char* reduce_kernel_isa();
 

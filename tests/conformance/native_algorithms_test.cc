@@ -156,23 +156,6 @@ TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectBlockOps) {
       }
 }
 
-// 2 ranks, out of place, just over the size from which the direct allreduce streams its result into
-// the output (scratch, then non-temporal stores): every chunk ends in a tail that is not a whole piece,
-// line or 16 bytes. Sum is exact in int32; avg divides in the scratch piece before it is copied.
-TEST(NativeAlgorithms, DirectAllreduceStreamsLargeResults) {
-  auto& world = testing::shared_world("native", 2);
-  if (chosen(OpKind::allreduce, native::kStreamingStoresFrom, {0, 0}) != "direct")
-    GTEST_SKIP() << "the direct allreduce is not chosen here (single copy off, or one CPU)";
-  for (ReduceOp redop : {ReduceOp::sum, ReduceOp::avg}) {
-    check::Case c;
-    c.op = OpKind::allreduce;
-    c.dtype = redop == ReduceOp::avg ? DataType::float32 : DataType::int32;
-    c.redop = redop;
-    c.count = native::kStreamingStoresFrom / 4 + 3;
-    expect_all_right(world, c);
-  }
-}
-
 // Even hosts, interleaved: 2 hosts × 2 ranks (recursive doubling between two slices' owners) and
 // 3 hosts × 2 ranks (three owners per slice: one folds in first). Counts that do not divide evenly.
 TEST(NativeHierarchical, SlicedAllreduceOnEvenInterleavedHosts) {

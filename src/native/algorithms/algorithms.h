@@ -36,9 +36,6 @@ struct Algorithm {
 
 void allreduce_flat(AlgoCtx& c);
 void allreduce_ring(AlgoCtx& c);
-// From this size, out of place, allreduce_direct streams its own result into the output
-// (copy_streaming) instead of storing it through the cache.
-inline constexpr size_t kStreamingStoresFrom = size_t{16} << 20;
 void allreduce_direct(AlgoCtx& c);
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);

@@ -7,13 +7,7 @@
 //      other rank (one round of small frames); if any rank cannot, all run the ring instead;
 //   2. chunk r, in pieces that stay in the cache: read the piece of every other rank's input into a
 //      bounce buffer, reduce the n pieces (ours first, then r+1, r+2, ...) into our output, divide for avg, then write
-//      the result piece into every other rank's output while it is still in our cache. From
-//      kStreamingStoresFrom out of place, the piece is reduced into scratch instead, written to the
-//      others from there and then into our output with non-temporal stores: a plain store reads each
-//      line of the output from memory before writing it (reduce_bench's BM_piece_into_output: 512 KiB
-//      pieces into 64 MiB, memcpy 9.6 ms, streamed 7.4 ms). 2 ranks, 64 MiB, medians of interleaved
-//      runs: 24.9 -> 24.1, 26.3 -> 24.1 and 29.1 -> 26.1 ms, two more even within their noise (±5%);
-//      16 MiB -7% to +6%. In place the output is the input, already in the cache;
+//      the result piece into every other rank's output while it is still in our cache;
 //   3. every rank tells every other that it is done (one round of small frames): no rank returns while
 //      another still reads its input or writes its output.
 //
@@ -24,7 +18,7 @@
 // read and our own chunk written: the ring's bytes, but the result is written out of the cache it was
 // reduced in, where the ring's all-gather reads it back from memory; 3 rounds, none waiting on another
 // rank's copy. At 2 ranks that is 1/5 fewer bytes through memory than the ring (no read-back of the
-// other rank's result). Scratch: (n-1) pieces, n when streaming.
+// other rank's result). Scratch: (n-1) pieces.
 #include <cstdint>
 #include <cstring>
 
@@ -50,11 +44,7 @@ void allreduce_direct(AlgoCtx& c) {
   // 2. Our chunk, piece by piece.
   const size_t es = c.elem(), first = chunk_offset(op.count, n, r) * es, last = chunk_offset(op.count, n, r + 1) * es;
   const size_t piece = direct_piece_bytes(n, es);
-  // Large and out of place: the piece is reduced in scratch, written to the others from there, and
-  // streamed into our output, which then is never read from memory before it is written.
-  const bool stream = op.send != op.recv && op.bytes() >= kStreamingStoresFrom;
-  char* bounce = c.scratch(piece * static_cast<size_t>(stream ? n : n - 1));
-  char* result = stream ? bounce + static_cast<size_t>(n - 1) * piece : nullptr;
+  char* bounce = c.scratch(piece * static_cast<size_t>(n - 1));
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (size_t at = first; at < last; at += piece) {
     const size_t len = std::min(piece, last - at);
@@ -65,11 +55,9 @@ void allreduce_direct(AlgoCtx& c) {
       c.e.read_peer(q, into, peer[static_cast<size_t>(q)].in + at, len);
       srcs[static_cast<size_t>(k)] = into;
     }
-    char* dst = stream ? result : out + at;
-    reduce_into(dst, srcs.data(), n, len / es, op.dtype, op.redop);
-    if (op.redop == ReduceOp::avg) divide_by(dst, len / es, op.dtype, n);
-    for (int q : others) c.e.write_peer(q, peer[static_cast<size_t>(q)].out + at, dst, len);
-    if (stream) copy_streaming(out + at, dst, len);
+    reduce_into(out + at, srcs.data(), n, len / es, op.dtype, op.redop);
+    if (op.redop == ReduceOp::avg) divide_by(out + at, len / es, op.dtype, n);
+    for (int q : others) c.e.write_peer(q, peer[static_cast<size_t>(q)].out + at, out + at, len);
   }
 
   // 3. Done: nobody returns while its buffers are still in use.
