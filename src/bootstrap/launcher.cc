@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -657,9 +658,10 @@ bool reap(Rank& r) {
   return true;
 }
 
-// Entries of /dev/shm that ranks of this job may have left behind when they were killed.
+// Entries of /dev/shm that ranks of this job may have left behind when they were killed: every name
+// "mpcomm.<job id>." starts (the launcher's lock among them).
 void remove_shm_segments(const std::string& job_id) {
-  const std::string prefix = "mpcomm." + job_id;
+  const std::string prefix = "mpcomm." + job_id + ".";
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return;
   while (dirent* e = ::readdir(dir)) {
@@ -676,79 +678,142 @@ void remove_shm_segments(const std::string& job_id) {
       }
       removed = ::unlinkat(::dirfd(dir), e->d_name, AT_REMOVEDIR) == 0;
     }
-    if (removed) MPCOMM_LOG(info, "launch: removed /dev/shm/%s left behind by job %s", e->d_name, job_id.c_str());
+    if (removed && std::strstr(e->d_name, ".launcher") == nullptr)
+      MPCOMM_LOG(info, "launch: removed /dev/shm/%s left behind by job %s", e->d_name, job_id.c_str());
   }
   ::closedir(dir);
 }
 
+// The start time of process `pid` (field 22 of /proc/<pid>/stat, in clock ticks since boot) and its
+// state letter; false when there is no such process. A pid and its start time name one process.
+bool process_start(pid_t pid, unsigned long long* start, char* state) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(static_cast<int>(pid)) + "/stat").c_str(), "r");
+  if (f == nullptr) return false;
+  char line[1024] = {};
+  const bool got = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  const char* after = got ? std::strrchr(line, ')') : nullptr;  // the command may hold spaces and ')'
+  if (after == nullptr) return false;
+  // fields 3 (state) .. 22 (starttime), after "pid (comm)"
+  unsigned long long v[19] = {};
+  if (std::sscanf(after + 1, " %c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+                  state, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12],
+                  &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) != 20)
+    return false;
+  *start = v[18];
+  return true;
+}
+
 // The launcher's lock, /dev/shm/mpcomm.<job>.launcher, held (flock) for as long as the launcher lives:
-// the kernel releases it however the launcher ends, SIGKILL included, when there is no time to remove
-// the job's /dev/shm entries (remove_shm_segments). Made under another name, locked, then renamed, so
-// that no sweep (sweep_dead_jobs) ever sees it unlocked while its launcher lives.
+// the kernel releases it however the launcher ends, SIGKILL included, when there is no time to clean
+// up. Made under another name, locked, then renamed, so that no sweep (sweep_dead_jobs) ever sees it
+// unlocked while its launcher lives. Destroyed last in launch(), after every rank is gone: removes the
+// job's /dev/shm entries, the lock itself among them (unlinked before it is released, so a sweep that
+// opened it just before can tell that the job ended in order).
 class JobLock {
  public:
-  explicit JobLock(const std::string& job_id) {
-    const std::string path = "/dev/shm/mpcomm." + job_id + ".launcher", made = path + ".new";
+  explicit JobLock(std::string job_id) : job_id_(std::move(job_id)) {
+    const std::string path = "/dev/shm/mpcomm." + job_id_ + ".launcher", made = path + ".new";
     fd_ = ::open(made.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd_ < 0) return;  // no /dev/shm: then nothing of this job can be left there either
+    if (fd_ < 0) {
+      if (errno != ENOENT)  // no /dev/shm: then nothing of this job can be left there either
+        MPCOMM_LOG(warn, "launch: cannot make %s (%s): a later launch will not know if this job was killed",
+                   made.c_str(), std::strerror(errno));
+      return;
+    }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 || ::rename(made.c_str(), path.c_str()) != 0) {
-      MPCOMM_LOG(warn, "launch: cannot lock %s (%s): a later launch will not know this job ended", path.c_str(),
-                 std::strerror(errno));
+      MPCOMM_LOG(warn, "launch: cannot lock %s (%s): a later launch will not know if this job was killed",
+                 path.c_str(), std::strerror(errno));
       ::unlink(made.c_str());
     }
   }
   ~JobLock() {
+    remove_shm_segments(job_id_);
     if (fd_ >= 0) ::close(fd_);
   }
-  // Written into the lock: a later sweep removes the session folder of this mpirun.
+  // Written into the lock, with its start time: a later sweep removes this mpirun's session folder.
   void note_mpirun(pid_t pid) {
-    const std::string text = "mpirun " + std::to_string(static_cast<int>(pid)) + "\n";
-    if (fd_ >= 0 && ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
-      MPCOMM_LOG(warn, "launch: cannot note mpirun's pid in the job's lock: %s", std::strerror(errno));
+    unsigned long long start = 0;
+    char state = 0;
+    if (fd_ < 0 || !process_start(pid, &start, &state)) return;
+    const std::string text = "mpirun " + std::to_string(static_cast<int>(pid)) + " " + std::to_string(start) + "\n";
+    const ssize_t n = ::pwrite(fd_, text.data(), text.size(), 0);
+    if (n != static_cast<ssize_t>(text.size()))
+      MPCOMM_LOG(warn, "launch: cannot note mpirun's pid in the job's lock: %s",
+                 n < 0 ? std::strerror(errno) : "short write");
   }
   JobLock(const JobLock&) = delete;
   JobLock& operator=(const JobLock&) = delete;
 
  private:
+  std::string job_id_;
   int fd_ = -1;
 };
 
 void sweep_job_processes(const std::string& job_id);
 void remove_mpirun_session_dir(pid_t mpirun_pid);
 
-// Ends what every earlier job whose launcher is gone (its lock is free) left behind: its processes and
-// its /dev/shm entries. A launcher killed by SIGKILL leaves Open MPI's backing folder, segments of ranks
-// killed with it, and sometimes mpirun's ranks: mpirun gets the launcher's death signal (SIGTERM) once
-// per thread of the launcher that passes it on and per thread of mpirun, and a second SIGTERM makes it
-// exit at once, without ending its ranks. Jobs without a lock (ranks started by another launcher) are
-// left alone.
+// "mpcomm.<job id>.launcher" (suffix ".launcher") or its ".launcher.new": the job id, 12 hex digits as
+// launch() makes them, or "" for any other name.
+std::string job_of_lock(const std::string& name, const std::string& suffix) {
+  const std::string prefix = "mpcomm.";
+  if (name.size() != prefix.size() + 12 + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return "";
+  const std::string job = name.substr(prefix.size(), 12);
+  return job.find_first_not_of("0123456789abcdef") == std::string::npos ? job : "";
+}
+
+// Ends what every earlier job whose launcher is gone (its lock is free) left behind: its processes, its
+// /dev/shm entries and its mpirun's session folder. A launcher killed by SIGKILL leaves Open MPI's
+// backing folder, segments of ranks killed with it, and sometimes mpirun's ranks: the kernel sends
+// mpirun the launcher's death signal (SIGTERM) again each time a dying launcher thread hands it on to
+// another, and a second SIGTERM makes mpirun exit at once, without ending its ranks. Jobs without a lock
+// (ranks started by another launcher) and other users' are left alone.
 void sweep_dead_jobs() {
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return;
-  std::vector<std::pair<std::string, int>> dead;  // job id, its mpirun's pid (0: none)
-  const std::string prefix = "mpcomm.", suffix = ".launcher";
+  struct Dead {
+    std::string job;
+    int mpirun = 0;  // 0: none noted
+    unsigned long long mpirun_start = 0;
+  };
+  std::vector<Dead> dead;
+  const time_t now = ::time(nullptr);
   while (dirent* e = ::readdir(dir)) {
     const std::string name = e->d_name;
-    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
-    const int fd = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) continue;  // another user's, or gone meanwhile
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      char text[64] = {};
-      int mpirun = 0;
-      if (::pread(fd, text, sizeof text - 1, 0) > 0 && std::sscanf(text, "mpirun %d", &mpirun) != 1) mpirun = 0;
-      dead.emplace_back(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()), mpirun);
+    const std::string job = job_of_lock(name, ".launcher"), made = job_of_lock(name, ".launcher.new");
+    if (job.empty() && made.empty()) continue;
+    // O_NONBLOCK: a FIFO of that name must not stop the launch.
+    const int fd = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;  // gone meanwhile
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        ::fstat(fd, &st) == 0 && st.st_nlink > 0) {  // linked: not a lock its launcher removed on its way out
+      if (!made.empty()) {
+        // A launcher killed between making its lock and renaming it; or one about to lock it now.
+        if (now - st.st_mtime > 60) ::unlinkat(::dirfd(dir), e->d_name, 0);
+      } else {
+        Dead d{job};
+        char text[96] = {};
+        if (::pread(fd, text, sizeof text - 1, 0) <= 0 || std::sscanf(text, "mpirun %d %llu", &d.mpirun, &d.mpirun_start) != 2)
+          d.mpirun = 0;
+        dead.push_back(d);
+      }
     }
     ::close(fd);
   }
   ::closedir(dir);
-  for (const auto& [job, mpirun] : dead) {
-    MPCOMM_LOG(info, "launch: job %s ended without cleaning up (its launcher was killed)", job.c_str());
-    sweep_job_processes(job);
-    // Its mpirun's session folder, unless that pid is alive again (then it may be another mpirun's).
-    if (mpirun > 0 && ::kill(mpirun, 0) != 0 && errno == ESRCH) remove_mpirun_session_dir(mpirun);
-    remove_shm_segments(job);
+  for (const Dead& d : dead) {
+    MPCOMM_LOG(info, "launch: job %s ended without cleaning up (its launcher was killed)", d.job.c_str());
+    sweep_job_processes(d.job);  // mpirun too, if it still ran
+    // Its mpirun's session folder, once that mpirun is gone (or a zombie). A live process with its pid
+    // is another process, perhaps another mpirun with a folder of that name: then the folder stays.
+    unsigned long long start = 0;
+    char state = 0;
+    if (d.mpirun > 0 && (!process_start(d.mpirun, &start, &state) || (start == d.mpirun_start && state == 'Z')))
+      remove_mpirun_session_dir(d.mpirun);
+    remove_shm_segments(d.job);
   }
 }
 
@@ -985,7 +1050,7 @@ int launch(const LaunchOptions& o) {
   const std::string token = env_token != nullptr && *env_token != '\0' ? env_token : random_hex(16);
   const std::string job_id = random_hex(6);
   sweep_dead_jobs();
-  JobLock lock(job_id);  // after the sweep, before anything of the job exists; released last
+  JobLock lock(job_id);  // after the sweep, before anything of the job exists; destroyed last: cleans up
 
   TcpStoreServer store(o.bind_addr, 0, token);
   // Ranks connect to the address the store listens on; a wildcard listener is reached on loopback.
@@ -1213,7 +1278,6 @@ int launch(const LaunchOptions& o) {
     }
     remove_mpirun_session_dir(m.pid);
   }
-  remove_shm_segments(job_id);
   if (interrupted_by != 0) return 128 + interrupted_by;
   return first_failure;
 }

@@ -134,10 +134,12 @@ TEST_F(MpiProcesses, WhatAKilledLauncherLeftIsEndedByTheNextLaunch) {
     return count_processes_running("sleep", seconds) + count_processes_running("/bin/sleep", seconds) +
            count_processes_running("/usr/bin/sleep", seconds);
   };
-  struct Reaper {  // if an assertion ends the test early: no launcher or rank outlives it
+  struct Reaper {  // if an assertion ends the test early: the launcher goes, and a launch sweeps its job
     pid_t pid;
     ~Reaper() {
-      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+      if (pid <= 0) return;
+      if (::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+      run_command(std::string(MPCOMM_CLI) + " launch -n 1 -- true");
     }
   } reaper{launcher};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
