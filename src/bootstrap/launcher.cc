@@ -36,6 +36,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -694,14 +695,11 @@ bool process_start(pid_t pid, unsigned long long* start, char* state) {
   std::fclose(f);
   const char* after = got ? std::strrchr(line, ')') : nullptr;  // the command may hold spaces and ')'
   if (after == nullptr) return false;
-  // fields 3 (state) .. 22 (starttime), after "pid (comm)"
-  unsigned long long v[19] = {};
-  if (std::sscanf(after + 1, " %c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
-                  state, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12],
-                  &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) != 20)
-    return false;
-  *start = v[18];
-  return true;
+  std::istringstream fields(after + 1);  // field 3 (state) on
+  std::string skipped;
+  fields >> *state;
+  for (int field = 4; field < 22; ++field) fields >> skipped;
+  return static_cast<bool>(fields >> *start);
 }
 
 // The launcher's lock, /dev/shm/mpcomm.<job>.launcher, held (flock) for as long as the launcher lives:

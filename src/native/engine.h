@@ -120,8 +120,7 @@ class Engine {
 
   // Straight access to a local peer's memory (process_vm_readv/writev), for algorithms that read and
   // write the other ranks' buffers themselves (the direct allreduce, broadcast, allgather and
-  // reduce-scatter). can_access: single copy is on, the
-  // peer is on this host, and reading its memory works (false also while the peer has not yet published
+  // reduce-scatter). can_access: single copy is on, the peer is on this host, and reading its memory works (false also while the peer has not yet published
   // its probe: ask again later). Errors name the peer; a peer that is gone is a peer_failure.
   bool can_access(int peer);
   void read_peer(int peer, void* dst, uint64_t remote, size_t n);

@@ -7,8 +7,8 @@
 // Every op starts one or more non-blocking MPI calls and completes them in CommState::wait(): bursts of
 // MPI_Testall, back to back (yielding the core between bursts, as Open MPI's own blocking calls do when
 // ranks outnumber cores) for MPCOMM_MPI_SPIN_MS (1 s), then with sleeps of 50 µs growing to 1 ms between
-// bursts; all along it polls the store's abort key every 500 ms and checks the deadline. Open MPI moves a non-blocking
-// collective on only inside those calls, one round at a time: with sleeps after the first 50 µs (as
+// bursts; all along it polls the store's abort key every 500 ms and checks the deadline. Open MPI moves
+// a non-blocking collective on only inside those calls, one round at a time: with sleeps after the first 50 µs (as
 // before) a 2-rank 2 MiB MPI_Ireduce took 290 ms instead of 2 ms, and a 4-rank 256 KiB allreduce 2.0 ms
 // instead of 0.33 ms. The sleeps are for long waits only: a straggler, a dead peer, a pipeline bubble.
 //
