@@ -12,6 +12,8 @@ namespace mpcomm {
 namespace kernels::avx2 {
 void reduce_into(void*, const void* const*, int, size_t, DataType, ReduceOp);
 void divide_by(void*, size_t, DataType, int);
+void reduce_into_streamed(void*, void*, const void* const*, int, size_t, DataType, ReduceOp, int);
+void copy_streamed(void*, const void*, size_t);
 }  // namespace kernels::avx2
 
 // F16C through cpuid (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
@@ -31,6 +33,22 @@ void reduce_into(void* dst, const void* const* srcs, int nsrc, size_t count, Dat
     kernels::avx2::reduce_into(dst, srcs, nsrc, count, dt, op);
   else
     kernels::generic::reduce_into(dst, srcs, nsrc, count, dt, op);
+}
+
+void reduce_into_streamed(void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count, DataType dt,
+                          ReduceOp op, int divide) {
+  if (nsrc < 1) throw Internal("mpcomm: reduce_into_streamed needs at least one source");
+  if (have_avx2())
+    kernels::avx2::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op, divide);
+  else
+    kernels::generic::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op, divide);
+}
+
+void copy_streamed(void* dst, const void* src, size_t bytes) {
+  if (have_avx2())
+    kernels::avx2::copy_streamed(dst, src, bytes);
+  else
+    kernels::generic::copy_streamed(dst, src, bytes);
 }
 
 void divide_by(void* buf, size_t count, DataType dt, int n) {

@@ -20,6 +20,18 @@ inline void reduce_inplace(void* dst, const void* src, size_t count, DataType dt
   reduce_into(dst, srcs, 2, count, dt, op);
 }
 
+// As reduce_into, into `streamed` with non-temporal stores (they write whole cache lines without
+// reading them first, and leave them out of the cache: for outputs too large to stay cached), and
+// also into `cached` unless it is null, to be read again soon. avg reduces as sum; divide > 0 divides
+// the result by it before it is stored. The bits are those of reduce_into (then divide_by). Reduces a
+// block of 1 KiB at a time and streams it while it is in L1 (the two-source float32 and 16-bit float
+// cases in one pass).
+void reduce_into_streamed(void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count, DataType dt,
+                          ReduceOp op, int divide = 0);
+
+// memcpy with non-temporal stores (see reduce_into_streamed).
+void copy_streamed(void* dst, const void* src, size_t bytes);
+
 // buf[i] /= n (integer division truncates toward zero), the last step of avg.
 void divide_by(void* buf, size_t count, DataType dt, int n);
 

@@ -176,16 +176,19 @@ static Handle collective_recv(int peer, const detail::Fingerprint& fp, void* dat
   return x;
 }
 
-Handle Engine::recv(int peer, void* data, size_t bytes) {
+Handle Engine::recv(int peer, void* data, size_t bytes, bool stream) {
   Handle x = collective_recv(peer, fp_, data, bytes);
+  x->stream = stream;
   post_recv(x);
   return x;
 }
 
-Handle Engine::recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op) {
+Handle Engine::recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op,
+                           void* stream_to) {
   Handle x = collective_recv(peer, fp_, dst, bytes);
   x->reduce = true;
   x->own = static_cast<const char*>(own);
+  x->stream_to = static_cast<char*>(stream_to);
   x->dtype = dt;
   x->redop = op;
   post_recv(x);
@@ -195,7 +198,10 @@ Handle Engine::recv_reduce(int peer, void* dst, const void* own, size_t bytes, D
 // Combines `len` bytes (whole elements) of payload at offset `off` into a reducing receive.
 static void combine(Xfer& x, size_t off, const char* src, size_t len) {
   const void* srcs[2] = {x.own + off, src};
-  reduce_into(x.rdata + off, srcs, 2, len / dtype_size(x.dtype), x.dtype, x.redop);
+  if (x.stream_to != nullptr)
+    reduce_into_streamed(x.rdata + off, x.stream_to + off, srcs, 2, len / dtype_size(x.dtype), x.dtype, x.redop);
+  else
+    reduce_into(x.rdata + off, srcs, 2, len / dtype_size(x.dtype), x.dtype, x.redop);
 }
 
 // A whole payload that waited in an unexpected buffer.
@@ -436,8 +442,17 @@ bool Engine::progress_recv(int peer, Peer& p) {
     }
     const size_t total = p.rx_hdr.bytes;
     char* dst = p.rx_target ? p.rx_target->rdata : p.rx_unexp->data.get();
+    const bool stream = p.rx_target && p.rx_target->stream;
     while (p.rx_got < total) {
-      size_t n = p.link->read_some(dst + p.rx_got, total - p.rx_got);
+      const char* src = nullptr;
+      size_t n = stream ? p.link->peek(&src, total - p.rx_got) : 0;
+      if (n > 0) {
+        n = std::min(n, total - p.rx_got);
+        copy_streamed(dst + p.rx_got, src, n);
+        p.link->consume(n);
+      } else {
+        n = p.link->read_some(dst + p.rx_got, total - p.rx_got);
+      }
       if (n == 0) return moved;
       moved = true;
       p.rx_got += n;
@@ -507,6 +522,12 @@ bool Engine::can_single_copy(int peer, Peer& p) {
   if (!ok) MPCOMM_LOG(info, "rank %d: no single-copy transfers with rank %d (%s)", rank_, peer, std::strerror(errno));
   p.single_copy_ok = ok ? 1 : -1;
   return ok;
+}
+
+char* Engine::staging(int peer) const {
+  if (seg_ == nullptr) return nullptr;
+  if (peer == rank_) return my_local_ >= 0 ? seg_->staging(my_local_) : nullptr;
+  return same_host(peer) ? seg_->staging(info_[static_cast<size_t>(peer)].local) : nullptr;
 }
 
 bool Engine::can_access(int peer) { return peer == rank_ || can_single_copy(peer, peers_[static_cast<size_t>(peer)]); }

@@ -76,6 +76,10 @@ struct Xfer {
   // copied. `carry` holds the bytes of an element not yet complete (split by the ring's end, or by TCP).
   bool reduce = false;
   const char* own = nullptr;
+  // recv_reduce: the result also goes here, with streaming stores (reduce_into_streamed); recv: the
+  // payload is copied into rdata with streaming stores where it is read from memory (shared memory).
+  char* stream_to = nullptr;
+  bool stream = false;
   DataType dtype = DataType::uint8;
   ReduceOp redop = ReduceOp::sum;
   size_t combined = 0;
@@ -106,10 +110,14 @@ class Engine {
   // each byte would be copied twice, and with ranks outnumbering CPUs the second copy is the cost
   // (4 ranks on 2 CPUs, 512 KiB blocks: 1750 us through rings, 680-790 us by single copy).
   Handle send(int peer, const void* data, size_t bytes, bool direct = false);
-  Handle recv(int peer, void* data, size_t bytes);        // collective frame
+  // Collective frame. `stream`: written into data with streaming (non-temporal) stores, for
+  // destinations larger than the cache (over shared memory; other paths copy as usual).
+  Handle recv(int peer, void* data, size_t bytes, bool stream = false);
   // Collective frame whose payload is reduced into dst as it arrives: dst = own op payload (own may be
-  // dst). Over shared memory the payload is read straight from the ring, never copied.
-  Handle recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op);
+  // dst). Over shared memory the payload is read straight from the ring, never copied. `stream_to`:
+  // the result also goes there, with streaming stores (dst stays in the cache to be sent on).
+  Handle recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op,
+                     void* stream_to = nullptr);
   Handle send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what);
   Handle recv_p2p(int peer, int tag, void* data, size_t bytes, std::string what);
 
@@ -125,6 +133,10 @@ class Engine {
   bool can_access(int peer);
   void read_peer(int peer, void* dst, uint64_t remote, size_t n);
   void write_peer(int peer, uint64_t remote, const void* src, size_t n);
+
+  // A local rank's staging area in this host's shared memory (ShmSegment::staging; ours for
+  // peer == rank()), or null when that rank is not on this host.
+  char* staging(int peer) const;
 
   // Records the first failure and tells peers (shared-memory abort record, store key mpcomm/abort).
   void publish_abort(ErrorCode code, const std::string& msg);

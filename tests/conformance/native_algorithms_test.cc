@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -72,17 +73,34 @@ TEST(NativeSelect, CrowdingIsJudgedOnOneHostOnly) {
   }
 }
 
-// The direct allreduce: on one host, from 64 KiB, while every rank has a CPU of its own.
+// The direct allreduce: on one host, from 64 KiB, while every rank has a CPU of its own (2 ranks: up to
+// the staged allreduce's size).
 TEST(NativeSelect, DirectAllreduceOnlyOnOneUncrowdedHost) {
   if (!native::single_copy_enabled()) GTEST_SKIP() << "single copy is turned off in this environment";
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   const std::vector<int> two = {0, 0};
   EXPECT_EQ(chosen(OpKind::allreduce, 64 << 10, two), "direct");
-  EXPECT_EQ(chosen(OpKind::allreduce, 64 << 20, two), "direct");
+  EXPECT_EQ(chosen(OpKind::allreduce, native::kStagedFrom - 1, two), "direct");
+  EXPECT_EQ(chosen(OpKind::allreduce, 64 << 20, {0, 0, 0}), cpus >= 3 ? "direct" : "ring");
   EXPECT_EQ(chosen(OpKind::allreduce, (64 << 10) - 1, two), "flat");
   EXPECT_EQ(chosen(OpKind::allreduce, 1 << 20, {0, 1}), "ring") << "no single copy between hosts";
   const std::vector<int> crowded(static_cast<size_t>(cpus + 1), 0);
   EXPECT_EQ(chosen(OpKind::allreduce, 1 << 20, crowded), "ring") << "ranks outnumber CPUs";
+}
+
+// The staged allreduce: 2 ranks on one host with a CPU each, from 16 MiB, in place or not (in place it
+// runs the direct one itself, after asking the other rank).
+TEST(NativeSelect, StagedAllreduceForTwoRanksOnOneHostFrom16MiB) {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const std::vector<int> two = {0, 0};
+  EXPECT_EQ(chosen(OpKind::allreduce, native::kStagedFrom, two), "staged");
+  EXPECT_EQ(chosen(OpKind::allreduce, 64 << 20, two), "staged");
+  EXPECT_NE(chosen(OpKind::allreduce, native::kStagedFrom - 1, two), "staged");
+  EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, {0, 1}), "staged") << "two hosts";
+  EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, {0, 0, 0}), "staged") << "three ranks";
+  if (cpus < 2) {
+    EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, two), "staged") << "ranks outnumber CPUs";
+  }
 }
 
 // Forced (MPCOMM_ALGO), with ranks as processes, the conformance matrix of the op (every dtype, reduce
@@ -94,7 +112,9 @@ TEST(NativeSelect, DirectAllreduceOnlyOnOneUncrowdedHost) {
 //    goes by a plain send, the others (same host) directly;
 //  - the direct allgather and reduce-scatter on 2 emulated hosts: every rank must fall back (to the flat
 //    allgather, to the ring), all of them;
-//  - the flat broadcast and the flat allgather on one host, which the choice no longer reaches there.
+//  - the flat broadcast and the flat allgather on one host, which the choice no longer reaches there;
+//  - the staged allreduce at every size (one piece, fewer elements than ranks: direct), and with 3 ranks
+//    (it runs the direct one).
 TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
   struct Run {
     const char *algo, *shape, *op;
@@ -102,7 +122,8 @@ TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
   for (const Run& run : {Run{"allreduce=direct", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=direct", "-n 4 --hosts 2", "allreduce"},
                          Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast"}, Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"},
                          Run{"allgather=direct", "-n 4 --hosts 2", "allgather"}, Run{"allgather=flat", "-n 3 --hosts 1", "allgather"},
-                         Run{"reduce_scatter=direct", "-n 4 --hosts 2", "reduce_scatter"}}) {
+                         Run{"reduce_scatter=direct", "-n 4 --hosts 2", "reduce_scatter"},
+                         Run{"allreduce=staged", "-n 2 --hosts 1", "allreduce"}, Run{"allreduce=staged", "-n 3 --hosts 1", "allreduce"}}) {
     const std::string what = std::string(run.algo) + " " + run.shape;
     auto r = testing::run_command(std::string("MPCOMM_ALGO=") + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +
                                   " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + run.op);
@@ -154,6 +175,44 @@ TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectBlockOps) {
         c.in_place = in_place;
         expect_all_right(world, c);
       }
+}
+
+// Out of place with more pieces per chunk than staging slots (slots are reused) and chunks of different
+// piece counts (an odd count), every reduce op on int32, avg on float32 and bfloat16 (divided, then
+// streamed), and in place and mixed (one rank in place, the other not: both must run the direct one).
+TEST(NativeAlgorithms, StagedAllreduceReusesSlotsAndFallsBackTogether) {
+  auto& world = testing::shared_world("native", 2);
+  const size_t count = native::kStagedFrom / sizeof(int32_t) + 1;  // 65 and 64 pieces of 128 KiB
+  const ReduceOp redops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::sum};
+  for (size_t i = 0; i < std::size(redops); ++i) {
+    check::Case c;
+    c.op = OpKind::allreduce;
+    c.dtype = DataType::int32;
+    c.redop = redops[i];
+    c.count = count;
+    c.in_place = i + 1 == std::size(redops);  // the second sum: in place
+    expect_all_right(world, c);
+  }
+  for (DataType dt : {DataType::float32, DataType::bfloat16}) {
+    check::Case c;
+    c.op = OpKind::allreduce;
+    c.dtype = dt;
+    c.redop = ReduceOp::avg;
+    c.count = native::kStagedFrom / dtype_size(dt) + 3;
+    expect_all_right(world, c);
+  }
+  // Rank 0 in place, rank 1 not: 1 + 2 everywhere.
+  std::vector<std::vector<float>> in(2), out(2);
+  std::vector<size_t> wrong(2);
+  world.run([&](int r, Communicator& comm) {
+    in[r].assign(count, static_cast<float>(r + 1));
+    out[r].assign(count, -1.0f);
+    float* dst = r == 0 ? in[r].data() : out[r].data();
+    comm.allreduce(in[r].data(), dst, count, DataType::float32, ReduceOp::sum);
+    for (size_t i = 0; i < count; ++i) wrong[r] += dst[i] != 3.0f;
+  });
+  EXPECT_EQ(wrong[0], 0u);
+  EXPECT_EQ(wrong[1], 0u);
 }
 
 // Even hosts, interleaved: 2 hosts × 2 ranks (recursive doubling between two slices' owners) and
