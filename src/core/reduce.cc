@@ -12,7 +12,7 @@ namespace mpcomm {
 namespace kernels::avx2 {
 void reduce_into(void*, const void* const*, int, size_t, DataType, ReduceOp);
 void divide_by(void*, size_t, DataType, int);
-void reduce_into_streamed(void*, void*, const void* const*, int, size_t, DataType, ReduceOp, int);
+void reduce_into_streamed(void*, void*, const void* const*, int, size_t, DataType, ReduceOp);
 void copy_streamed(void*, const void*, size_t);
 }  // namespace kernels::avx2
 
@@ -36,12 +36,12 @@ void reduce_into(void* dst, const void* const* srcs, int nsrc, size_t count, Dat
 }
 
 void reduce_into_streamed(void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count, DataType dt,
-                          ReduceOp op, int divide) {
+                          ReduceOp op) {
   if (nsrc < 1) throw Internal("mpcomm: reduce_into_streamed needs at least one source");
   if (have_avx2())
-    kernels::avx2::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op, divide);
+    kernels::avx2::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
   else
-    kernels::generic::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op, divide);
+    kernels::generic::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
 }
 
 void copy_streamed(void* dst, const void* src, size_t bytes) {

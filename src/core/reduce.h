@@ -22,12 +22,13 @@ inline void reduce_inplace(void* dst, const void* src, size_t count, DataType dt
 
 // As reduce_into, into `streamed` with non-temporal stores (they write whole cache lines without
 // reading them first, and leave them out of the cache: for outputs too large to stay cached), and
-// also into `cached` unless it is null, to be read again soon. avg reduces as sum; divide > 0 divides
-// the result by it before it is stored. The bits are those of reduce_into (then divide_by). Reduces a
-// block of 1 KiB at a time and streams it while it is in L1 (the two-source float32 and 16-bit float
-// cases in one pass).
+// also into `cached` unless it is null, to be read again soon. The bits of reduce_into (avg reduces
+// as sum). Reduces a block of 1 KiB at a time and streams it while it is in L1; the two-source float32
+// and 16-bit float cases in one pass (an 8-lane result stored, then streamed). In a two-process test
+// of the direct allreduce's loop (64 MiB, process_vm_readv/writev), the fused form was about 8% faster
+// than plain stores, and a reduction followed by a separate streaming copy no faster than them.
 void reduce_into_streamed(void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count, DataType dt,
-                          ReduceOp op, int divide = 0);
+                          ReduceOp op);
 
 // memcpy with non-temporal stores (see reduce_into_streamed).
 void copy_streamed(void* dst, const void* src, size_t bytes);

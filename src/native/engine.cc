@@ -128,7 +128,7 @@ void Engine::close() {
 // ---- posting --------------------------------------------------------------------------------------
 
 Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerprint& fp, const void* data,
-                         size_t bytes, bool direct) {
+                         size_t bytes, Route route) {
   auto x = std::make_shared<Xfer>();
   x->peer = peer;
   x->is_send = true;
@@ -137,7 +137,7 @@ Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerpr
   x->fp = fp;
   x->sdata = static_cast<const char*>(data);
   x->bytes = bytes;
-  x->direct = direct;  // set before the eager attempt below: its first pass decides single copy
+  x->route = route;  // set before the eager attempt below: its first pass decides single copy
   x->hdr = FrameHeader{kFrameMagic, kind, {}, tag, 0, fp, bytes};
   Peer& p = peers_[peer];
   if (p.closed) fail(ErrorCode::peer_failure, p.closed_why);
@@ -152,8 +152,8 @@ Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerpr
   return x;
 }
 
-Handle Engine::send(int peer, const void* data, size_t bytes, bool direct) {
-  return post_send(peer, kFrameCollective, 0, fp_, data, bytes, direct);
+Handle Engine::send(int peer, const void* data, size_t bytes, Route route) {
+  return post_send(peer, kFrameCollective, 0, fp_, data, bytes, route);
 }
 
 Handle Engine::send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what) {
@@ -176,9 +176,8 @@ static Handle collective_recv(int peer, const detail::Fingerprint& fp, void* dat
   return x;
 }
 
-Handle Engine::recv(int peer, void* data, size_t bytes, bool stream) {
+Handle Engine::recv(int peer, void* data, size_t bytes) {
   Handle x = collective_recv(peer, fp_, data, bytes);
-  x->stream = stream;
   post_recv(x);
   return x;
 }
@@ -272,8 +271,10 @@ bool Engine::progress_send(int peer, Peer& p) {
   bool moved = false;
   while (!p.sendq.empty()) {
     Xfer& x = *p.sendq.front();
-    if (x.done_bytes == 0 && x.kind == kFrameCollective && x.bytes >= (x.direct ? std::min(kDirectFrom, single_copy_from()) : single_copy_from()) &&
-        can_single_copy(peer, p)) {
+    const size_t single_from = x.route == Route::direct ? std::min(kDirectFrom, single_copy_from())
+                               : x.route == Route::ring   ? SIZE_MAX
+                                                          : single_copy_from();
+    if (x.done_bytes == 0 && x.kind == kFrameCollective && x.bytes >= single_from && can_single_copy(peer, p)) {
       x.single_copy = true;
       x.hdr.pad[0] = kFlagSingleCopy;
       x.hdr.skip = 0;
@@ -442,17 +443,8 @@ bool Engine::progress_recv(int peer, Peer& p) {
     }
     const size_t total = p.rx_hdr.bytes;
     char* dst = p.rx_target ? p.rx_target->rdata : p.rx_unexp->data.get();
-    const bool stream = p.rx_target && p.rx_target->stream;
     while (p.rx_got < total) {
-      const char* src = nullptr;
-      size_t n = stream ? p.link->peek(&src, total - p.rx_got) : 0;
-      if (n > 0) {
-        n = std::min(n, total - p.rx_got);
-        copy_streamed(dst + p.rx_got, src, n);
-        p.link->consume(n);
-      } else {
-        n = p.link->read_some(dst + p.rx_got, total - p.rx_got);
-      }
+      size_t n = p.link->read_some(dst + p.rx_got, total - p.rx_got);
       if (n == 0) return moved;
       moved = true;
       p.rx_got += n;
@@ -524,10 +516,10 @@ bool Engine::can_single_copy(int peer, Peer& p) {
   return ok;
 }
 
-char* Engine::staging(int peer) const {
+char* Engine::results(int peer) const {
   if (seg_ == nullptr) return nullptr;
-  if (peer == rank_) return my_local_ >= 0 ? seg_->staging(my_local_) : nullptr;
-  return same_host(peer) ? seg_->staging(info_[static_cast<size_t>(peer)].local) : nullptr;
+  if (peer == rank_) return my_local_ >= 0 ? seg_->results(my_local_) : nullptr;
+  return same_host(peer) ? seg_->results(info_[static_cast<size_t>(peer)].local) : nullptr;
 }
 
 bool Engine::can_access(int peer) { return peer == rank_ || can_single_copy(peer, peers_[static_cast<size_t>(peer)]); }

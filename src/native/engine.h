@@ -53,8 +53,11 @@ size_t single_copy_from();
 // Whether large frames between local processes may go by single copy at all (MPCOMM_SINGLE_COPY on and
 // MPCOMM_SINGLE_COPY_KB > 0); the same on every rank, so algorithms may choose by it.
 bool single_copy_enabled();
-// Sends marked `direct` go by single copy from this size on (unless MPCOMM_SINGLE_COPY_KB is lower).
+// Sends marked Route::direct go by single copy from this size on (unless MPCOMM_SINGLE_COPY_KB is lower).
 inline constexpr size_t kDirectFrom = size_t{128} << 10;
+// How a collective frame to a local rank travels: usual (single copy from single_copy_from()), direct
+// (single copy from kDirectFrom on), ring (always through the shared-memory ring).
+enum class Route : uint8_t { usual, direct, ring };
 
 // One pending send or receive.
 struct Xfer {
@@ -71,15 +74,13 @@ struct Xfer {
   bool done = false;
   std::string what;       // p2p only: the op, for error messages
   bool single_copy = false;  // send: offered as a descriptor; done when the receiver's ack arrives
-  bool direct = false;       // send: single copy from kDirectFrom on (Engine::send)
+  Route route = Route::usual;  // send: when it goes by single copy (Engine::send)
   // A reducing receive (recv_reduce): rdata = own op payload, combined as the bytes arrive instead of
   // copied. `carry` holds the bytes of an element not yet complete (split by the ring's end, or by TCP).
   bool reduce = false;
   const char* own = nullptr;
-  // recv_reduce: the result also goes here, with streaming stores (reduce_into_streamed); recv: the
-  // payload is copied into rdata with streaming stores where it is read from memory (shared memory).
+  // recv_reduce: the result also goes here, with streaming stores (reduce_into_streamed).
   char* stream_to = nullptr;
-  bool stream = false;
   DataType dtype = DataType::uint8;
   ReduceOp redop = ReduceOp::sum;
   size_t combined = 0;
@@ -105,14 +106,13 @@ class Engine {
   // Marks entry into collective number `seq` (visible to local peers, for "who is behind").
   void entered(uint64_t seq);
 
-  // Collective frame. `direct`: for algorithms in which every reader copies straight from the source
-  // (flat allgather): single copy from kDirectFrom on instead of single_copy_from(); through a ring,
-  // each byte would be copied twice, and with ranks outnumbering CPUs the second copy is the cost
+  // Collective frame. Route::direct: for algorithms in which every reader copies straight from the
+  // source (flat allgather): single copy from kDirectFrom on instead of single_copy_from(); through a
+  // ring, each byte would be copied twice, and with ranks outnumbering CPUs the second copy is the cost
   // (4 ranks on 2 CPUs, 512 KiB blocks: 1750 us through rings, 680-790 us by single copy).
-  Handle send(int peer, const void* data, size_t bytes, bool direct = false);
-  // Collective frame. `stream`: written into data with streaming (non-temporal) stores, for
-  // destinations larger than the cache (over shared memory; other paths copy as usual).
-  Handle recv(int peer, void* data, size_t bytes, bool stream = false);
+  // Route::ring: never by single copy (the two-copy allreduce, whatever MPCOMM_SINGLE_COPY_KB says).
+  Handle send(int peer, const void* data, size_t bytes, Route route = Route::usual);
+  Handle recv(int peer, void* data, size_t bytes);  // collective frame
   // Collective frame whose payload is reduced into dst as it arrives: dst = own op payload (own may be
   // dst). Over shared memory the payload is read straight from the ring, never copied. `stream_to`:
   // the result also goes there, with streaming stores (dst stays in the cache to be sent on).
@@ -134,9 +134,9 @@ class Engine {
   void read_peer(int peer, void* dst, uint64_t remote, size_t n);
   void write_peer(int peer, uint64_t remote, const void* src, size_t n);
 
-  // A local rank's staging area in this host's shared memory (ShmSegment::staging; ours for
-  // peer == rank()), or null when that rank is not on this host.
-  char* staging(int peer) const;
+  // A local rank's result area in this host's shared memory (ShmSegment::results; ours for
+  // peer == rank()), or null when that rank is not on this host or the host has not 2 ranks.
+  char* results(int peer) const;
 
   // Records the first failure and tells peers (shared-memory abort record, store key mpcomm/abort).
   void publish_abort(ErrorCode code, const std::string& msg);
@@ -190,7 +190,7 @@ class Engine {
   };
 
   Handle post_send(int peer, uint8_t kind, int tag, const detail::Fingerprint& fp, const void* data, size_t bytes,
-                   bool direct = false);
+                   Route route = Route::usual);
   void post_recv(const Handle& x);
   bool progress();
   void link_failed(Peer& p, const PeerFailure& e);

@@ -74,13 +74,13 @@ TEST(NativeSelect, CrowdingIsJudgedOnOneHostOnly) {
 }
 
 // The direct allreduce: on one host, from 64 KiB, while every rank has a CPU of its own (2 ranks: up to
-// the staged allreduce's size).
+// the two-copy allreduce's size).
 TEST(NativeSelect, DirectAllreduceOnlyOnOneUncrowdedHost) {
   if (!native::single_copy_enabled()) GTEST_SKIP() << "single copy is turned off in this environment";
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   const std::vector<int> two = {0, 0};
   EXPECT_EQ(chosen(OpKind::allreduce, 64 << 10, two), "direct");
-  EXPECT_EQ(chosen(OpKind::allreduce, native::kStagedFrom - 1, two), "direct");
+  EXPECT_EQ(chosen(OpKind::allreduce, native::kTwoCopyFrom - 1, two), "direct");
   EXPECT_EQ(chosen(OpKind::allreduce, 64 << 20, {0, 0, 0}), cpus >= 3 ? "direct" : "ring");
   EXPECT_EQ(chosen(OpKind::allreduce, (64 << 10) - 1, two), "flat");
   EXPECT_EQ(chosen(OpKind::allreduce, 1 << 20, {0, 1}), "ring") << "no single copy between hosts";
@@ -88,19 +88,20 @@ TEST(NativeSelect, DirectAllreduceOnlyOnOneUncrowdedHost) {
   EXPECT_EQ(chosen(OpKind::allreduce, 1 << 20, crowded), "ring") << "ranks outnumber CPUs";
 }
 
-// The staged allreduce: 2 ranks on one host with a CPU each, from 16 MiB, in place or not (in place it
+// The two-copy allreduce: 2 ranks on one host with a CPU each, from 16 MiB, in place or not (in place it
 // runs the direct one itself, after asking the other rank).
-TEST(NativeSelect, StagedAllreduceForTwoRanksOnOneHostFrom16MiB) {
+TEST(NativeSelect, TwoCopyAllreduceForTwoRanksOnOneHostFrom16MiB) {
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   const std::vector<int> two = {0, 0};
-  EXPECT_EQ(chosen(OpKind::allreduce, native::kStagedFrom, two), "staged");
-  EXPECT_EQ(chosen(OpKind::allreduce, 64 << 20, two), "staged");
-  EXPECT_NE(chosen(OpKind::allreduce, native::kStagedFrom - 1, two), "staged");
-  EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, {0, 1}), "staged") << "two hosts";
-  EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, {0, 0, 0}), "staged") << "three ranks";
   if (cpus < 2) {
-    EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, two), "staged") << "ranks outnumber CPUs";
+    EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, two), "two_copy") << "ranks outnumber CPUs";
+    return;
   }
+  EXPECT_EQ(chosen(OpKind::allreduce, native::kTwoCopyFrom, two), "two_copy");
+  EXPECT_EQ(chosen(OpKind::allreduce, 64 << 20, two), "two_copy");
+  EXPECT_NE(chosen(OpKind::allreduce, native::kTwoCopyFrom - 1, two), "two_copy");
+  EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, {0, 1}), "two_copy") << "two hosts";
+  EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, {0, 0, 0}), "two_copy") << "three ranks";
 }
 
 // Forced (MPCOMM_ALGO), with ranks as processes, the conformance matrix of the op (every dtype, reduce
@@ -113,7 +114,7 @@ TEST(NativeSelect, StagedAllreduceForTwoRanksOnOneHostFrom16MiB) {
 //  - the direct allgather and reduce-scatter on 2 emulated hosts: every rank must fall back (to the flat
 //    allgather, to the ring), all of them;
 //  - the flat broadcast and the flat allgather on one host, which the choice no longer reaches there;
-//  - the staged allreduce at every size (one piece, fewer elements than ranks: direct), and with 3 ranks
+//  - the two-copy allreduce at every size (one piece, fewer elements than ranks: direct), and with 3 ranks
 //    (it runs the direct one).
 TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
   struct Run {
@@ -123,7 +124,7 @@ TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
                          Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast"}, Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"},
                          Run{"allgather=direct", "-n 4 --hosts 2", "allgather"}, Run{"allgather=flat", "-n 3 --hosts 1", "allgather"},
                          Run{"reduce_scatter=direct", "-n 4 --hosts 2", "reduce_scatter"},
-                         Run{"allreduce=staged", "-n 2 --hosts 1", "allreduce"}, Run{"allreduce=staged", "-n 3 --hosts 1", "allreduce"}}) {
+                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce"}, Run{"allreduce=two_copy", "-n 3 --hosts 1", "allreduce"}}) {
     const std::string what = std::string(run.algo) + " " + run.shape;
     auto r = testing::run_command(std::string("MPCOMM_ALGO=") + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +
                                   " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + run.op);
@@ -177,12 +178,13 @@ TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectBlockOps) {
       }
 }
 
-// Out of place with more pieces per chunk than staging slots (slots are reused) and chunks of different
+// Out of place with more pieces per chunk than result slots (slots are reused) and chunks of different
 // piece counts (an odd count), every reduce op on int32, avg on float32 and bfloat16 (divided, then
 // streamed), and in place and mixed (one rank in place, the other not: both must run the direct one).
-TEST(NativeAlgorithms, StagedAllreduceReusesSlotsAndFallsBackTogether) {
+TEST(NativeAlgorithms, TwoCopyAllreduceReusesSlotsAndFallsBackTogether) {
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "one CPU: 2 ranks do not choose the two-copy allreduce";
   auto& world = testing::shared_world("native", 2);
-  const size_t count = native::kStagedFrom / sizeof(int32_t) + 1;  // 65 and 64 pieces of 128 KiB
+  const size_t count = native::kTwoCopyFrom / sizeof(int32_t) + 1;  // 65 and 64 pieces of 128 KiB
   const ReduceOp redops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::sum};
   for (size_t i = 0; i < std::size(redops); ++i) {
     check::Case c;
@@ -198,7 +200,7 @@ TEST(NativeAlgorithms, StagedAllreduceReusesSlotsAndFallsBackTogether) {
     c.op = OpKind::allreduce;
     c.dtype = dt;
     c.redop = ReduceOp::avg;
-    c.count = native::kStagedFrom / dtype_size(dt) + 3;
+    c.count = native::kTwoCopyFrom / dtype_size(dt) + 3;
     expect_all_right(world, c);
   }
   // Rank 0 in place, rank 1 not: 1 + 2 everywhere.

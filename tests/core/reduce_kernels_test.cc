@@ -1,7 +1,7 @@
 // The streaming kernels against the plain ones: reduce_into_streamed must give the bits of reduce_into
-// (then divide_by), in its cached and its streamed destination, for every dtype and reduce op, with NaNs,
-// for counts around the vector and block sizes and destinations at every alignment; copy_streamed the
-// bytes of memcpy.
+// in its cached and its streamed destination, for every dtype and reduce op, with NaNs, 2, 3 and 9
+// sources, for counts around the vector and block sizes and destinations at every alignment, writing
+// nothing around them; copy_streamed the bytes of memcpy.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -54,7 +54,7 @@ TEST(ReduceKernels, StreamedGivesTheBitsOfReduceInto) {
   const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
   for (DataType dt : dtypes)
     for (ReduceOp op : ops)
-      for (int nsrc : {2, 3})
+      for (int nsrc : {2, 3, 9})
         for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{16}, size_t{33}, size_t{255}, size_t{1000}, size_t{4099}})
           for (size_t shift : {size_t{0}, size_t{1}, size_t{3}, size_t{8}})  // elements, plus one byte below
             for (bool byte_off : {false, true})
@@ -70,16 +70,15 @@ TEST(ReduceKernels, StreamedGivesTheBitsOfReduceInto) {
                 for (const auto& s : src) srcs.push_back(s.data());
                 std::vector<unsigned char> want(count * es + 1);
                 reduce_into(want.data(), srcs.data(), nsrc, count, dt, op);
-                const int divide = op == ReduceOp::avg ? nsrc : 0;
-                if (divide > 0) divide_by(want.data(), count, dt, divide);
                 // The streamed destination at `shift` elements (and one byte) past a 64-byte boundary.
-                std::vector<unsigned char> streamed_buf(count * es + 128, 0xab), cached_buf(count * es + 1, 0xcd);
+                std::vector<unsigned char> streamed_buf(count * es + 128, 0xab), cached_buf(count * es + 1, 0xcd);  // +1: guard
                 const size_t base = (64 - reinterpret_cast<uintptr_t>(streamed_buf.data()) % 64) % 64;
                 unsigned char* streamed = streamed_buf.data() + base + shift * es + (byte_off ? 1 : 0);
-                reduce_into_streamed(cached ? cached_buf.data() : nullptr, streamed, srcs.data(), nsrc, count, dt, op, divide);
+                reduce_into_streamed(cached ? cached_buf.data() : nullptr, streamed, srcs.data(), nsrc, count, dt, op);
                 EXPECT_EQ(std::memcmp(streamed, want.data(), count * es), 0) << what;
                 if (cached) {
                   EXPECT_EQ(std::memcmp(cached_buf.data(), want.data(), count * es), 0) << what;
+                  EXPECT_EQ(cached_buf[count * es], 0xcd) << what;
                 }
                 // Nothing written around the destination.
                 for (unsigned char* p = streamed_buf.data(); p < streamed; ++p) ASSERT_EQ(*p, 0xab) << what;

@@ -37,11 +37,12 @@ struct Algorithm {
 void allreduce_flat(AlgoCtx& c);
 void allreduce_ring(AlgoCtx& c);
 void allreduce_direct(AlgoCtx& c);
-// Two ranks on one host: pieces through the shared-memory rings, results left in the staging area for
-// the other rank to copy, outputs written with streaming stores (out of place; in place: direct).
-void allreduce_staged(AlgoCtx& c);
-// allreduce_staged from this buffer size on (2 ranks, one host, each with a CPU).
-inline constexpr size_t kStagedFrom = size_t{16} << 20;
+// Two ranks on one host: pieces through the shared-memory ring, results left in the owner's result
+// area for the other rank to copy, outputs written with streaming stores (out of place; in place:
+// direct).
+void allreduce_two_copy(AlgoCtx& c);
+// allreduce_two_copy from this buffer size on (2 ranks, one host, each with a CPU).
+inline constexpr size_t kTwoCopyFrom = size_t{16} << 20;
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
 void allreduce_hierarchical_sliced(AlgoCtx& c);

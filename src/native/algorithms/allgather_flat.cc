@@ -27,7 +27,7 @@ void allgather_flat(AlgoCtx& c) {
     hs.push_back(c.e.recv(q, out + static_cast<size_t>(q) * b, b));
   }
   // Offered from our own slot of the result: readers copy it from there while we fill the others.
-  for (int k = 1; k < n; ++k) hs.push_back(c.e.send(mod(r - k, n), mine, b, /*direct=*/true));
+  for (int k = 1; k < n; ++k) hs.push_back(c.e.send(mod(r - k, n), mine, b, Route::direct));
   c.e.wait_all(hs);
 }
 

@@ -1,6 +1,6 @@
 // Which algorithm runs: flat exchange for small allreduces (one round of latency); for large ones on
 // one host with single copy, while every rank has a CPU, the direct allreduce (every rank reduces its
-// chunk from the others' buffers and writes it into theirs; two ranks from 16 MiB the staged one,
+// chunk from the others' buffers and writes it into theirs; two ranks from 16 MiB the two-copy one,
 // through shared memory), else the ring (bandwidth-optimal);
 // recursive doubling for small ones when ranks outnumber CPUs; for large broadcasts on one host the
 // direct broadcast (receivers read from the root while the root writes into them), for large
@@ -26,7 +26,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allreduce, "flat", allreduce_flat},
       {OpKind::allreduce, "ring", allreduce_ring},
       {OpKind::allreduce, "direct", allreduce_direct},
-      {OpKind::allreduce, "staged", allreduce_staged},
+      {OpKind::allreduce, "two_copy", allreduce_two_copy},
       {OpKind::allreduce, "recursive_doubling", allreduce_recursive_doubling},
       {OpKind::allreduce, "hierarchical", allreduce_hierarchical},
       {OpKind::allreduce, "hierarchical_sliced", allreduce_hierarchical_sliced},
@@ -128,11 +128,11 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
                        op.count < static_cast<size_t>(size);
     // Large, and every host has as many ranks: every rank carries a slice between the hosts.
     if (multi_host) return *find(OpKind::allreduce, !small && even_hosts(topo) ? "hierarchical_sliced" : "hierarchical");
-    // Two ranks on one host, each with a CPU, from 16 MiB: staged (through shared memory, outputs
+    // Two ranks on one host, each with a CPU, from 16 MiB: two-copy (through shared memory, outputs
     // streamed; in place it runs direct). Out of place, medians of 3 interleaved runs against direct:
     // 8 MiB 1.76 -> 1.83 ms, 16 MiB 5.3 -> 4.3 ms, 32 MiB 10.7 -> 8.8 ms, 64 MiB 22.2 -> 19.0 ms.
-    if (topo.num_hosts() <= 1 && size == 2 && !crowded && op.bytes() >= kStagedFrom)
-      return *find(OpKind::allreduce, "staged");
+    if (topo.num_hosts() <= 1 && size == 2 && !crowded && op.bytes() >= kTwoCopyFrom)
+      return *find(OpKind::allreduce, "two_copy");
     // One host, every rank with a CPU of its own, single copy: from 64 KiB each rank reduces its chunk
     // straight out of the others' buffers and writes the result straight into theirs. 2 ranks, medians
     // of 5 runs against flat/ring: 64 KiB 18 -> 14 us, 256 KiB 50 -> 36 us, 1 MiB 249 -> 193 us, 64 MiB

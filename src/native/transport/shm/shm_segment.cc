@@ -38,7 +38,7 @@ size_t ShmSegment::default_ring_bytes(int nlocal) {
 size_t ShmSegment::layout_size(int nlocal, size_t ring_bytes) {
   size_t n = static_cast<size_t>(nlocal);
   return align_up(sizeof(SegmentHeader), 4096) + align_up(n * sizeof(Doorbell), 4096) +
-         align_up(n * n * (sizeof(RingCtl) + ring_bytes), 4096) + n * kStagingBytes;
+         align_up(n * n * (sizeof(RingCtl) + ring_bytes), 4096) + (n == 2 ? n * kResultBytes : 0);
 }
 
 ShmSegment::ShmSegment(void* base, size_t len, int nlocal, size_t ring_bytes)
@@ -125,11 +125,12 @@ RingCtl* ShmSegment::ring_ctl(int from, int to) const {
 
 char* ShmSegment::ring_data(int from, int to) const { return reinterpret_cast<char*>(ring_ctl(from, to) + 1); }
 
-char* ShmSegment::staging(int local) const {
+char* ShmSegment::results(int local) const {
   const size_t n = static_cast<size_t>(nlocal_);
+  if (n != 2) return nullptr;
   char* b = static_cast<char*>(base_) + align_up(sizeof(SegmentHeader), 4096) + align_up(n * sizeof(Doorbell), 4096) +
             align_up(n * n * (sizeof(RingCtl) + ring_bytes_), 4096);
-  return b + static_cast<size_t>(local) * kStagingBytes;
+  return b + static_cast<size_t>(local) * kResultBytes;
 }
 
 static long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {

@@ -1,6 +1,6 @@
 // One shared-memory segment per host and communicator. It holds, for every ordered pair of local
-// ranks, a single-producer/single-consumer byte ring, plus a doorbell (futex word) and a staging area
-// per local rank and an abort record. The segment is created by the host's lowest rank and unlinked as soon as every
+// ranks, a single-producer/single-consumer byte ring, plus a doorbell (futex word) per local rank, an
+// abort record, and with 2 local ranks a result area per rank. The segment is created by the host's lowest rank and unlinked as soon as every
 // local rank has mapped it, so nothing is left in /dev/shm even if a rank is SIGKILLed afterwards.
 #pragma once
 
@@ -55,10 +55,10 @@ class ShmSegment {
   Doorbell* doorbell(int local) const;
   RingCtl* ring_ctl(int from, int to) const;
   char* ring_data(int from, int to) const;
-  // Each local rank's staging area (kStagingBytes), for algorithms that leave a result in shared
-  // memory for the other local ranks to copy out (allreduce_staged).
-  char* staging(int local) const;
-  static constexpr size_t kStagingBytes = size_t{512} << 10;
+  // A local rank's result area (kResultBytes), where the two-copy allreduce leaves result pieces for
+  // the other rank to copy out; only segments of 2 local ranks have them (else null).
+  char* results(int local) const;
+  static constexpr size_t kResultBytes = size_t{512} << 10;
   size_t ring_bytes() const { return ring_bytes_; }
   int nlocal() const { return nlocal_; }
 

@@ -1,28 +1,31 @@
-// allreduce, staged — for large buffers out of place, 2 ranks on one host, each with a CPU of its own.
-// The bytes cross between the ranks through shared memory, never by process_vm_readv/writev (whose
-// page pinning costs as much as the copy: 32 MiB read from another process took 7 ms, memcpy 3.6 ms),
-// and every byte written into an output is a streaming store, which does not first read the output's
-// line into the cache (write-allocate).
+// allreduce, two-copy — for large buffers out of place, 2 ranks on one host, each with a CPU of its
+// own. The bytes cross between the ranks through shared memory (copied in by one rank, out by the
+// other), never by process_vm_readv/writev, whose page pinning costs as much as the copy (32 MiB read
+// from another process into a cached buffer took 7 ms, memcpy 3.6 ms); and every byte written into an
+// output is a streaming store, which does not first read the output's line into the cache.
 //
 //   0. both ranks say whether they run in place (one round of small frames); if either does, both run
 //      the direct allreduce: in place its outputs are the lines it just read, and it is faster there;
 //   rank r owns chunk r of 2, cut into pieces of kPiece bytes; step k = 0, 1, ...:
-//   A. send piece k of the other rank's chunk of our input (through the shared-memory ring);
+//   A. send piece k of the other rank's chunk of our input (through the shared-memory ring, never by
+//      single copy);
 //   B. reduce the other rank's piece k of our chunk with ours, as it arrives, into slot k mod D of our
-//      staging area (ShmSegment::staging, D slots), and streamed into our output;
+//      result area (ShmSegment::results, D slots) and, streamed, into our output;
 //   C. once piece k-1 is reduced, tell the other rank (a token frame): the result is in our slot;
 //   D. on the other rank's token for its piece k-1, copy that piece from its slot into our output
 //      (streamed) and acknowledge (an ack frame): the slot is free again. A slot is reused D pieces
 //      later, after its ack; the call returns once every slot is acknowledged.
 // Every frame goes through the engine (fingerprints, timeouts, peer failures). Both ranks post sends and
-// receives in the same order (per step: piece, token, ack), as frames from one peer match in order.
-// Only the chunk's owner reduces it, so both ranks get the same bits.
+// receives in the same order (per step: piece, token, ack), as frames from one peer match in order;
+// tokens and acks carry their piece and kind, and a wrong one fails the call. Only the chunk's owner
+// reduces it, so both ranks get the same bits.
 // Bytes per rank: B/2 of our input copied into the ring, B/2 of it and B/2 from the ring reduced, B
 // written into our output (half reduced, half copied from the other's slot), no output line read
 // first; what crosses between the ranks goes from cache to cache. Measured: docs/performance.md.
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/reduce.h"
 #include "mpcomm/error.h"
@@ -32,24 +35,29 @@ namespace mpcomm::native {
 
 namespace {
 
-// Below the single-copy size, so that pieces go through the ring; 4 of them fill a staging area.
 constexpr size_t kPiece = size_t{128} << 10;
+static_assert(ShmSegment::kResultBytes >= 2 * kPiece, "a result area must hold two pieces");
 
-void check_piece(uint64_t got, uint64_t want, const char* what, int peer) {
+// A token says "result piece k is in my slot", an ack "I copied your piece k out".
+uint64_t token(size_t k) { return uint64_t{k} << 1; }
+uint64_t ack(size_t k) { return uint64_t{k} << 1 | 1; }
+
+void check_frame(uint64_t got, uint64_t want, int peer) {
+  auto text = [](uint64_t v) { return std::string(v & 1 ? "an ack" : "a token") + " for piece " + std::to_string(v >> 1); };
   if (got != want)
-    throw Internal("mpcomm: staged allreduce: rank " + std::to_string(peer) + " sent " + what + " for piece " +
-                   std::to_string(got) + " where piece " + std::to_string(want) + " was due");
+    throw Internal("mpcomm: two-copy allreduce: rank " + std::to_string(peer) + " sent " + text(got) + " where " +
+                   text(want) + " was due");
 }
 
 }  // namespace
 
-void allreduce_staged(AlgoCtx& c) {
+void allreduce_two_copy(AlgoCtx& c) {
   const auto& op = c.op;
   const int n = c.size, r = c.rank;
   if (n != 2 || op.count < 2) return allreduce_direct(c);
   const int q = 1 - r;
-  char* mine = c.e.staging(r);
-  const char* theirs = c.e.staging(q);
+  char* mine = c.e.results(r);
+  const char* theirs = c.e.results(q);
   if (mine == nullptr || theirs == nullptr) return allreduce_direct(c);  // the same on both ranks (one host)
 
   char* out = static_cast<char*>(op.recv);
@@ -61,7 +69,7 @@ void allreduce_staged(AlgoCtx& c) {
   if (in_place != 0 || other_in_place != 0) return allreduce_direct(c);
 
   const size_t es = c.elem(), piece = kPiece / es * es;
-  const size_t slots = ShmSegment::kStagingBytes / piece;
+  const size_t slots = ShmSegment::kResultBytes / piece;
   const bool avg = op.redop == ReduceOp::avg;
   const size_t m0 = chunk_offset(op.count, n, r) * es, m1 = chunk_offset(op.count, n, r + 1) * es;
   const size_t t0 = chunk_offset(op.count, n, q) * es, t1 = chunk_offset(op.count, n, q + 1) * es;
@@ -72,15 +80,15 @@ void allreduce_staged(AlgoCtx& c) {
 
   std::vector<Handle> reduced(k_in), acked(k_in), pending;
   std::vector<uint64_t> tok_out(k_in), ack_out(k_out), tok_in(k_out), ack_in(k_in);
-  pending.reserve(2 * k_out + k_in);
+  pending.reserve(2 * k_out + 2 * k_in);
   for (size_t k = 0; k <= std::max(k_in, k_out); ++k) {
     // A.
-    if (k < k_out) pending.push_back(c.e.send(q, in + t0 + k * piece, len_out(k)));
+    if (k < k_out) pending.push_back(c.e.send(q, in + t0 + k * piece, len_out(k), Route::ring));
     // B. (avg: divided in C, then streamed)
     if (k < k_in) {
       if (k >= slots) {
         c.e.wait(acked[k - slots]);
-        check_piece(ack_in[k - slots], k - slots, "an ack", q);
+        check_frame(ack_in[k - slots], ack(k - slots), q);
       }
       reduced[k] = c.e.recv_reduce(q, slot(k), in + m0 + k * piece, len_in(k), op.dtype, op.redop,
                                    avg ? nullptr : out + m0 + k * piece);
@@ -94,24 +102,24 @@ void allreduce_staged(AlgoCtx& c) {
         divide_by(slot(j), len_in(j) / es, op.dtype, n);
         copy_streamed(out + m0 + j * piece, slot(j), len_in(j));
       }
-      tok_out[j] = j;
+      tok_out[j] = token(j);
       pending.push_back(c.e.send(q, &tok_out[j], sizeof(uint64_t)));
     }
     // D.
     if (j < k_out) {
       c.e.wait(c.e.recv(q, &tok_in[j], sizeof(uint64_t)));
-      check_piece(tok_in[j], j, "a result", q);
+      check_frame(tok_in[j], token(j), q);
       copy_streamed(out + t0 + j * piece, theirs + (j % slots) * piece, len_out(j));
-      ack_out[j] = j;
+      ack_out[j] = ack(j);
       pending.push_back(c.e.send(q, &ack_out[j], sizeof(uint64_t)));
     }
     if (j < k_in) acked[j] = c.e.recv(q, &ack_in[j], sizeof(uint64_t));
   }
   // Our slots are free for the next call only once the other rank has copied every piece out.
-  const size_t last_unchecked = k_in > slots ? k_in - slots : 0;
-  for (size_t j = last_unchecked; j < k_in; ++j) pending.push_back(acked[j]);
+  const size_t first_unchecked = k_in > slots ? k_in - slots : 0;
+  for (size_t j = first_unchecked; j < k_in; ++j) pending.push_back(acked[j]);
   c.e.wait_all(pending);
-  for (size_t j = last_unchecked; j < k_in; ++j) check_piece(ack_in[j], j, "an ack", q);
+  for (size_t j = first_unchecked; j < k_in; ++j) check_frame(ack_in[j], ack(j), q);
 }
 
 }  // namespace mpcomm::native
