@@ -88,9 +88,9 @@ TEST(NativeSelect, DirectAllreduceOnlyOnOneUncrowdedHost) {
   EXPECT_EQ(chosen(OpKind::allreduce, 1 << 20, crowded), "ring") << "ranks outnumber CPUs";
 }
 
-// The two-copy allreduce: 2 ranks on one host with a CPU each, from 16 MiB, in place or not (in place it
+// The two-copy allreduce: 2 ranks on one host with a CPU each, from 8 MiB, in place or not (in place it
 // runs the direct one itself, after asking the other rank).
-TEST(NativeSelect, TwoCopyAllreduceForTwoRanksOnOneHostFrom16MiB) {
+TEST(NativeSelect, TwoCopyAllreduceForTwoRanksOnOneHostFrom8MiB) {
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   const std::vector<int> two = {0, 0};
   if (cpus < 2) {
@@ -184,7 +184,7 @@ TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectBlockOps) {
 TEST(NativeAlgorithms, TwoCopyAllreduceReusesSlotsAndFallsBackTogether) {
   if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "one CPU: 2 ranks do not choose the two-copy allreduce";
   auto& world = testing::shared_world("native", 2);
-  const size_t count = native::kTwoCopyFrom / sizeof(int32_t) + 1;  // 65 and 64 pieces of 128 KiB
+  const size_t count = native::kTwoCopyFrom / sizeof(int32_t) + 1;  // 33 and 32 pieces of 128 KiB
   const ReduceOp redops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::sum};
   for (size_t i = 0; i < std::size(redops); ++i) {
     check::Case c;

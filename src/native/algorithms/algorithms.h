@@ -42,7 +42,7 @@ void allreduce_direct(AlgoCtx& c);
 // direct).
 void allreduce_two_copy(AlgoCtx& c);
 // allreduce_two_copy from this buffer size on (2 ranks, one host, each with a CPU).
-inline constexpr size_t kTwoCopyFrom = size_t{16} << 20;
+inline constexpr size_t kTwoCopyFrom = size_t{8} << 20;
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
 void allreduce_hierarchical_sliced(AlgoCtx& c);

@@ -1,6 +1,6 @@
 // Which algorithm runs: flat exchange for small allreduces (one round of latency); for large ones on
 // one host with single copy, while every rank has a CPU, the direct allreduce (every rank reduces its
-// chunk from the others' buffers and writes it into theirs; two ranks from 16 MiB the two-copy one,
+// chunk from the others' buffers and writes it into theirs; two ranks from 8 MiB the two-copy one,
 // through shared memory), else the ring (bandwidth-optimal);
 // recursive doubling for small ones when ranks outnumber CPUs; for large broadcasts on one host the
 // direct broadcast (receivers read from the root while the root writes into them), for large
@@ -128,9 +128,11 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
                        op.count < static_cast<size_t>(size);
     // Large, and every host has as many ranks: every rank carries a slice between the hosts.
     if (multi_host) return *find(OpKind::allreduce, !small && even_hosts(topo) ? "hierarchical_sliced" : "hierarchical");
-    // Two ranks on one host, each with a CPU, from 16 MiB: two-copy (through shared memory, outputs
-    // streamed; in place it runs direct). Out of place, medians of 3 interleaved runs against direct:
-    // 8 MiB 1.76 -> 1.83 ms, 16 MiB 5.3 -> 4.3 ms, 32 MiB 10.7 -> 8.8 ms, 64 MiB 22.2 -> 19.0 ms.
+    // Two ranks on one host, each with a CPU, from 8 MiB: two-copy (through shared memory, outputs
+    // streamed; in place it runs direct). Out of place, medians of interleaved runs against direct
+    // (4-6 runs): 4 MiB 0.83 -> 1.05 ms, 6 MiB 1.62 -> 1.48 ms, 8 MiB 2.87 -> 2.09 ms, 12 MiB 4.31 ->
+    // 3.67 ms, 16 MiB 6.38 -> 4.79 ms, 32 MiB 12.2 -> 10.0 ms, 64 MiB 24.4 -> 19.5 ms (bfloat16 26.5 ->
+    // 21.6 ms); in place unchanged.
     if (topo.num_hosts() <= 1 && size == 2 && !crowded && op.bytes() >= kTwoCopyFrom)
       return *find(OpKind::allreduce, "two_copy");
     // One host, every rank with a CPU of its own, single copy: from 64 KiB each rank reduces its chunk
