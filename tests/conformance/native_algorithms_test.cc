@@ -151,8 +151,9 @@ void expect_all_right(testing::ThreadWorld& world, const check::Case& c) {
 
 // 4 ranks on one host, buffers just over the single-copy size: every root of the direct broadcast
 // (receivers read from that root, the root writes their tails, which are not whole cache lines). The
-// direct allgather and reduce-scatter with blocks just over their smallest size and over one 256 KiB
-// piece, tails that are not whole cache lines, in and out of place.
+// direct allgather and reduce-scatter with blocks just over their smallest size, over one 256 KiB
+// piece and over 4 MiB (the allgather's own block streamed), tails that are not whole cache lines, in
+// and out of place.
 TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectBlockOps) {
   const int n = 4;
   auto& world = testing::shared_world("native", n);
@@ -166,7 +167,7 @@ TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectBlockOps) {
     expect_all_right(world, c);
   }
   for (OpKind op : {OpKind::allgather, OpKind::reduce_scatter})
-    for (size_t block : {native::kDirectBlocksFrom, size_t{256} << 10})
+    for (size_t block : {native::kDirectBlocksFrom, size_t{256} << 10, size_t{4} << 20})
       for (bool in_place : {false, true}) {
         check::Case c;
         c.op = op;
