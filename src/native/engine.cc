@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <utility>
 
 #include "bootstrap/abort_key.h"
 #include "core/log.h"
@@ -183,11 +184,12 @@ Handle Engine::recv(int peer, void* data, size_t bytes) {
 }
 
 Handle Engine::recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op,
-                           void* stream_to) {
+                           void* stream_to, bool own_first) {
   Handle x = collective_recv(peer, fp_, dst, bytes);
   x->reduce = true;
   x->own = static_cast<const char*>(own);
   x->stream_to = static_cast<char*>(stream_to);
+  x->own_first = own_first;
   x->dtype = dt;
   x->redop = op;
   post_recv(x);
@@ -197,6 +199,7 @@ Handle Engine::recv_reduce(int peer, void* dst, const void* own, size_t bytes, D
 // Combines `len` bytes (whole elements) of payload at offset `off` into a reducing receive.
 static void combine(Xfer& x, size_t off, const char* src, size_t len) {
   const void* srcs[2] = {x.own + off, src};
+  if (!x.own_first) std::swap(srcs[0], srcs[1]);
   if (x.stream_to != nullptr)
     reduce_into_streamed(x.rdata + off, x.stream_to + off, srcs, 2, len / dtype_size(x.dtype), x.dtype, x.redop);
   else

@@ -81,6 +81,7 @@ struct Xfer {
   const char* own = nullptr;
   // recv_reduce: the result also goes here, with streaming stores (reduce_into_streamed).
   char* stream_to = nullptr;
+  bool own_first = true;  // recv_reduce: own op incoming (else incoming op own)
   DataType dtype = DataType::uint8;
   ReduceOp redop = ReduceOp::sum;
   size_t combined = 0;
@@ -116,8 +117,10 @@ class Engine {
   // Collective frame whose payload is reduced into dst as it arrives: dst = own op payload (own may be
   // dst). Over shared memory the payload is read straight from the ring, never copied. `stream_to`:
   // the result also goes there, with streaming stores (dst stays in the cache to be sent on).
+  // `own_first`: dst = own op incoming, else incoming op own (so that two ranks reduce in the same
+  // order: min/max of NaNs and NaN payloads depend on it).
   Handle recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op,
-                     void* stream_to = nullptr);
+                     void* stream_to = nullptr, bool own_first = true);
   Handle send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what);
   Handle recv_p2p(int peer, int tag, void* data, size_t bytes, std::string what);
 

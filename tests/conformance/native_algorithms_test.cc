@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -216,6 +217,31 @@ TEST(NativeAlgorithms, TwoCopyAllreduceReusesSlotsAndFallsBackTogether) {
   });
   EXPECT_EQ(wrong[0], 0u);
   EXPECT_EQ(wrong[1], 0u);
+}
+
+// Every rank gets the same bits, also where the order of the operands shows: min and max of a NaN and a
+// number, sums of NaNs with different payloads. 2 ranks: the flat allreduce (reducing straight from
+// the ring in rank order), the direct one and the two-copy one; in and out of place.
+TEST(NativeAlgorithms, TwoRanksGetTheSameBitsWhereOperandOrderShows) {
+  auto& world = testing::shared_world("native", 2);
+  for (size_t count : {size_t{7}, size_t{1000}, size_t{70000}, native::kTwoCopyFrom / sizeof(float) + 5})
+    for (ReduceOp redop : {ReduceOp::min, ReduceOp::max, ReduceOp::sum})
+      for (bool in_place : {false, true}) {
+        std::vector<std::vector<uint32_t>> out(2);
+        world.run([&](int r, Communicator& comm) {
+          std::vector<uint32_t> in(count);
+          for (size_t i = 0; i < count; ++i) {
+            const uint32_t one = 0x3f800000u, nan = 0x7fc00000u | static_cast<uint32_t>(1 + r + (i % 5));
+            in[i] = (i + static_cast<size_t>(r)) % 3 == 0 ? nan : one + static_cast<uint32_t>(i % 7);
+          }
+          out[r].assign(count, 0);
+          uint32_t* dst = in_place ? in.data() : out[r].data();
+          comm.allreduce(in.data(), dst, count, DataType::float32, redop);
+          if (in_place) out[r] = in;
+        });
+        EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), count * sizeof(uint32_t)), 0)
+            << to_string(redop) << " count " << count << (in_place ? " in place" : "");
+      }
 }
 
 // Even hosts, interleaved: 2 hosts × 2 ranks (recursive doubling between two slices' owners) and

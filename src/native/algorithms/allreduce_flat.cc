@@ -4,7 +4,10 @@
 //   1. every rank sends its B bytes to each of the n-1 others and receives theirs into scratch;
 //   2. every rank reduces the n buffers locally, in rank order 0..n-1, so all ranks get the same bits;
 //   3. avg: divide by n.
-// Bytes per rank: (n-1)·B out, (n-1)·B in; one round of latency. Scratch: (n-1)·B.
+// At 2 ranks the other's bytes are reduced straight from the ring into the result, in rank order
+// (unless in place while our send still waits for room: then as above). 2 ranks, 4 KiB: see
+// docs/performance.md.
+// Bytes per rank: (n-1)·B out, (n-1)·B in; one round of latency. Scratch: (n-1)·B (2 ranks: none).
 #include <cstring>
 
 #include "core/reduce.h"
@@ -17,6 +20,21 @@ void allreduce_flat(AlgoCtx& c) {
   const size_t bytes = op.bytes();
   if (c.size == 1 || bytes == 0) {
     if (bytes > 0 && op.send != op.recv) std::memcpy(op.recv, op.send, bytes);
+    if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, c.size);
+    return;
+  }
+  if (c.size == 2) {
+    const int q = 1 - c.rank;
+    Handle sh = c.e.send(q, op.send, bytes);
+    if (op.send != op.recv || sh->done) {  // our bytes are out of op.send (or it is not the result)
+      c.e.wait_all({c.e.recv_reduce(q, op.recv, op.send, bytes, op.dtype, op.redop, nullptr, c.rank < q), sh});
+      if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, c.size);
+      return;
+    }
+    char* other = c.scratch(bytes);
+    c.e.wait_all({c.e.recv(q, other, bytes), sh});
+    const void* srcs[2] = {c.rank < q ? op.send : other, c.rank < q ? other : op.send};
+    reduce_into(op.recv, srcs, 2, op.count, op.dtype, op.redop);
     if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, c.size);
     return;
   }

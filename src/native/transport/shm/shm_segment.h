@@ -19,13 +19,17 @@ struct alignas(64) Doorbell {
   std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> sleeping{0};
   std::atomic<uint32_t> closed{0};  // set when the rank destroyed its communicator
-  std::atomic<uint64_t> entered{0}; // 1 + sequence number of the last collective the rank entered
   int32_t pid = 0;
   int32_t global_rank = -1;
   // Single-copy probe: the rank's address of its own probe_value, so that a peer can check with
   // process_vm_readv() that it may read this process's memory.
   std::atomic<uint64_t> probe_addr{0};
   uint64_t probe_value = 0;
+  // 1 + sequence number of the last collective the rank entered. Written at every collective, so on a
+  // cache line of its own: the peers read `sleeping` after every transfer (ShmSegment::ring), and a
+  // line the owner had just written would cost each of them a miss (2 ranks, 4 KiB allreduce: see
+  // docs/performance.md).
+  alignas(64) std::atomic<uint64_t> entered{0};
 };
 
 struct alignas(64) RingCtl {
