@@ -1,8 +1,9 @@
 // allreduce, two-copy — for large buffers out of place, 2 ranks on one host, each with a CPU of its
 // own. The bytes cross between the ranks through shared memory (copied in by one rank, out by the
 // other), never by process_vm_readv/writev, whose page pinning costs as much as the copy (32 MiB read
-// from another process into a cached buffer took 7 ms, memcpy 3.6 ms); and every byte written into an
-// output is a streaming store, which does not first read the output's line into the cache.
+// from another process into a cached buffer: 6 ms, memcpy 3 ms; build/benchmarks/cross_process_copy);
+// and every byte written into an output is a streaming store, which does not first read the output's
+// line into the cache (32 MiB from a cached buffer: 2.0 ms, memcpy 3.1 ms).
 //
 //   0. both ranks say whether they run in place (one round of small frames); if either does, both run
 //      the direct allreduce: in place its outputs are the lines it just read, and it is faster there;
