@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -23,8 +25,14 @@ namespace {
 
 constexpr size_t kBytes = size_t{32} << 20, kPiece = size_t{512} << 10;
 
+pid_t child = -1;  // ended by die(), so that a failing parent leaves nothing behind
+
 [[noreturn]] void die(const char* what) {
   std::perror(what);
+  if (child > 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
   std::exit(1);
 }
 
@@ -40,16 +48,23 @@ char* map_buffer(size_t bytes, int fill) {
 int main() {
   int to_child[2], from_child[2];
   if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) die("cross_process_copy: pipe");
-  const pid_t child = ::fork();
-  if (child < 0) die("cross_process_copy: fork");
-  if (child == 0) {  // holds its buffer (its own pages, not shared with the parent) until told to go
-    char* mine = map_buffer(kBytes, 2);
-    const uint64_t addr = reinterpret_cast<uint64_t>(mine);
+  const pid_t pid = ::fork();
+  if (pid < 0) die("cross_process_copy: fork");
+  if (pid == 0) {  // holds its buffer (its own pages, not shared with the parent) until the parent goes
+    ::close(to_child[1]);
+    ::close(from_child[0]);
+    void* p = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) _exit(1);  // the parent then reads end-of-file
+    std::memset(p, 2, kBytes);
+    const uint64_t addr = reinterpret_cast<uint64_t>(p);
     if (::write(from_child[1], &addr, sizeof addr) != sizeof addr) _exit(1);
     char c;
-    (void)!::read(to_child[0], &c, 1);
+    (void)!::read(to_child[0], &c, 1);  // a byte, or end-of-file when the parent is gone
     _exit(0);
   }
+  child = pid;
+  ::close(to_child[0]);
+  ::close(from_child[1]);
   uint64_t remote = 0;
   if (::read(from_child[0], &remote, sizeof remote) != sizeof remote) die("cross_process_copy: child address");
   char* local = map_buffer(kBytes, 1);
@@ -75,7 +90,11 @@ int main() {
         if (kind == 2) moved = ::process_vm_writev(child, &near, 1, &far, 1, 0);
         if (kind == 3) std::memcpy(local + at, bounce, kPiece);
         if (kind == 4) mpcomm::copy_streamed(local + at, bounce, kPiece);
-        if (moved != static_cast<ssize_t>(kPiece)) die("cross_process_copy: process_vm_readv/writev");
+        if (moved < 0) die("cross_process_copy: process_vm_readv/writev");
+        if (moved != static_cast<ssize_t>(kPiece)) {
+          errno = EIO;
+          die("cross_process_copy: process_vm_readv/writev moved less than a piece");
+        }
       }
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
@@ -84,5 +103,6 @@ int main() {
   }
   if (::write(to_child[1], "x", 1) != 1) die("cross_process_copy: telling the child");
   ::waitpid(child, nullptr, 0);
+  child = -1;
   return 0;
 }

@@ -4,10 +4,12 @@
 //   1. every rank sends its B bytes to each of the n-1 others and receives theirs into scratch;
 //   2. every rank reduces the n buffers locally, in rank order 0..n-1, so all ranks get the same bits;
 //   3. avg: divide by n.
-// At 2 ranks the other's bytes are reduced straight from the ring into the result, in rank order
-// (unless in place while our send still waits for room: then as above). 2 ranks, 4 KiB: see
+// At 2 ranks the other's bytes are reduced as they arrive into the result, in rank order (over shared
+// memory straight from the ring), unless in place while our send is not done yet (no room in the
+// ring, or a single-copy send, done only on the other's ack): then as above. 2 ranks, 4 KiB: see
 // docs/performance.md.
-// Bytes per rank: (n-1)·B out, (n-1)·B in; one round of latency. Scratch: (n-1)·B (2 ranks: none).
+// Bytes per rank: (n-1)·B out, (n-1)·B in; one round of latency. Scratch: (n-1)·B (2 ranks out of
+// place or with the send done: none).
 #include <cstring>
 
 #include "core/reduce.h"
