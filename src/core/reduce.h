@@ -24,11 +24,8 @@ inline void reduce_inplace(void* dst, const void* src, size_t count, DataType dt
 // reading them first, and leave them out of the cache: for outputs too large to stay cached), and
 // also into `cached` unless it is null, to be read again soon. The bits of reduce_into (avg reduces
 // as sum). Reduces a block of 1 KiB at a time and streams it while it is in L1; the two-source float32
-// and 16-bit float cases in one pass (an 8-lane result stored, then streamed). In a two-process test
-// of the direct allreduce's loop alone (64 MiB, process_vm_readv/writev), the fused form was about 8%
-// faster than plain stores, and a reduction followed by a separate streaming copy no faster than them;
-// in the direct allreduce itself about 3% (docs/performance.md); in the two-copy allreduce, whose
-// copies between the ranks do not go through the kernel, it is most of that algorithm's gain.
+// and 16-bit float cases in one pass (an 8-lane result stored, then streamed). Used by the two-copy
+// allreduce (allreduce_two_copy.cc); what streaming stores gain: docs/performance.md.
 void reduce_into_streamed(void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count, DataType dt,
                           ReduceOp op);
 

@@ -43,10 +43,10 @@ void allgather_direct(AlgoCtx& c) {
   // 2. Our block, piece by piece: once from memory, n times out of the cache.
   const char* src = static_cast<const char*>(op.send);
   const size_t piece = size_t{256} << 10;
-  // Out of place from 4 MiB blocks our own slot is written with streaming stores (its lines are not
-  // read first). Medians of interleaved runs, out of place, by total size: 2 ranks 8 MiB 1.08 -> 0.86
-  // ms, 16 MiB 4.22 -> 3.69 ms, 32 MiB 8.30 -> 7.50 ms, but 4 MiB 386 -> 421 us; 4 ranks on 2 CPUs 32
-  // MiB 15.4 -> 14.3 ms, but 8 MiB 3.54 -> 3.84 ms.
+  // Out of place from 4 MiB blocks our own slot is written with streaming stores (its lines are not read
+  // first). Medians of interleaved runs against commit 3d48c55, out of place, by total size: 2 ranks 8 MiB
+  // 1.08 -> 0.86 ms, 16 MiB 4.22 -> 3.69 ms, 32 MiB 8.30 -> 7.50 ms, but 4 MiB 386 -> 421 us; 4 ranks on 2
+  // CPUs 32 MiB 15.4 -> 14.3 ms, but 8 MiB 3.54 -> 3.84 ms.
   const bool stream = src != slot && b >= (size_t{4} << 20);
   for (size_t at = 0; at < b; at += piece) {
     const size_t len = std::min(piece, b - at);

@@ -22,40 +22,35 @@ void allreduce_flat(AlgoCtx& c) {
   const size_t bytes = op.bytes();
   if (c.size == 1 || bytes == 0) {
     if (bytes > 0 && op.send != op.recv) std::memcpy(op.recv, op.send, bytes);
-    if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, c.size);
-    return;
-  }
-  if (c.size == 2) {
+  } else if (c.size == 2) {
     const int q = 1 - c.rank;
     Handle sh = c.e.send(q, op.send, bytes);
     if (op.send != op.recv || sh->done) {  // our bytes are out of op.send (or it is not the result)
       c.e.wait_all({c.e.recv_reduce(q, op.recv, op.send, bytes, op.dtype, op.redop, nullptr, c.rank < q), sh});
-      if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, c.size);
-      return;
+    } else {
+      char* other = c.scratch(bytes);
+      c.e.wait_all({c.e.recv(q, other, bytes), sh});
+      const void* srcs[2] = {c.rank < q ? op.send : other, c.rank < q ? other : op.send};
+      reduce_into(op.recv, srcs, 2, op.count, op.dtype, op.redop);
     }
-    char* other = c.scratch(bytes);
-    c.e.wait_all({c.e.recv(q, other, bytes), sh});
-    const void* srcs[2] = {c.rank < q ? op.send : other, c.rank < q ? other : op.send};
-    reduce_into(op.recv, srcs, 2, op.count, op.dtype, op.redop);
-    if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, c.size);
-    return;
-  }
-  char* scratch = c.scratch(bytes * static_cast<size_t>(c.size - 1));
-  std::vector<Handle> hs;
-  hs.reserve(2 * static_cast<size_t>(c.size - 1));
-  std::vector<const void*> srcs(static_cast<size_t>(c.size));
-  for (int r = 0, slot = 0; r < c.size; ++r) {
-    if (r == c.rank) {
-      srcs[r] = op.send;
-      continue;
+  } else {
+    char* scratch = c.scratch(bytes * static_cast<size_t>(c.size - 1));
+    std::vector<Handle> hs;
+    hs.reserve(2 * static_cast<size_t>(c.size - 1));
+    std::vector<const void*> srcs(static_cast<size_t>(c.size));
+    for (int r = 0, slot = 0; r < c.size; ++r) {
+      if (r == c.rank) {
+        srcs[r] = op.send;
+        continue;
+      }
+      char* dst = scratch + static_cast<size_t>(slot++) * bytes;
+      srcs[r] = dst;
+      hs.push_back(c.e.recv(r, dst, bytes));
     }
-    char* dst = scratch + static_cast<size_t>(slot++) * bytes;
-    srcs[r] = dst;
-    hs.push_back(c.e.recv(r, dst, bytes));
+    for (int k = 1; k < c.size; ++k) hs.push_back(c.e.send(mod(c.rank + k, c.size), op.send, bytes));
+    c.e.wait_all(hs);  // sends done: op.send may now be overwritten (in place)
+    reduce_into(op.recv, srcs.data(), c.size, op.count, op.dtype, op.redop);
   }
-  for (int k = 1; k < c.size; ++k) hs.push_back(c.e.send(mod(c.rank + k, c.size), op.send, bytes));
-  c.e.wait_all(hs);  // sends done: op.send may now be overwritten (in place)
-  reduce_into(op.recv, srcs.data(), c.size, op.count, op.dtype, op.redop);
   if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, c.size);
 }
 
