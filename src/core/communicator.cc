@@ -254,7 +254,7 @@ void Communicator::verify_fingerprints(const Op& op) {
   const detail::Fingerprint mine = detail::fingerprint(op);
   std::vector<detail::Fingerprint> all(static_cast<size_t>(size_));
   Op probe{.kind = OpKind::allgather, .seq = op.seq, .send = &mine, .recv = all.data(), .count = sizeof mine,
-           .dtype = DataType::uint8};
+           .dtype = DataType::uint8, .fingerprint_probe = true};
   run(probe);
   for (int r = 0; r < size_; ++r)
     if (!(all[static_cast<size_t>(r)] == mine))

@@ -20,6 +20,7 @@ struct Op {
   int root = -1;              // rooted collectives
   int peer = -1;              // send/recv
   int tag = 0;                // send/recv
+  bool fingerprint_probe = false;  // MPCOMM_CHECK's allgather of fingerprints, which shares the op's seq
 
   size_t bytes() const { return count * dtype_size(dtype); }
   bool reduces() const {

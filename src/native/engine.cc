@@ -519,6 +519,59 @@ bool Engine::can_single_copy(int peer, Peer& p) {
   return ok;
 }
 
+const ShmSegment* Engine::board() const {
+  if (seg_ == nullptr || my_local_ < 0 || seg_->nlocal() != size_ || seg_->board_ctl() == nullptr) return nullptr;
+  return seg_;
+}
+
+void Engine::wake_local_peers() const {
+  if (seg_ == nullptr) return;
+  for (int i = 0; i < seg_->nlocal(); ++i)
+    if (i != my_local_) seg_->ring(i);
+}
+
+void Engine::wait_shared(const std::function<bool()>& done, const std::function<std::vector<int>()>& pending,
+                         const std::function<std::string()>& what) {
+  const SharedWait shared{pending, what};
+  wait_until(done, {}, &shared);
+}
+
+// Collective frames already here (buffered, or a large one waiting in its link) that belong to this
+// op's sequence number but to another call: the sender runs another collective.
+void Engine::check_frames_match_op() {
+  if (op_ == nullptr) return;
+  for (int r = 0; r < size_; ++r) {
+    const Peer& p = peers_[static_cast<size_t>(r)];
+    auto check = [&](const FrameHeader& h) {
+      if (h.kind == kFrameCollective && h.fp.seq == fp_.seq && !(h.fp == fp_))
+        fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + frame_name(h) + " but this rank called " +
+                                      detail::describe(fp_));
+    };
+    for (const auto& u : p.unexpected) check(u->hdr);
+    if (p.rx_stalled) check(p.rx_hdr);
+  }
+}
+
+// Local peers whose board tag says they left their input for this op's sequence number but for
+// another call: they run the arrival allreduce while we run something else (or the same with other
+// arguments). Not for point-to-point ops (their seq counts something else) nor MPCOMM_CHECK's probe
+// (it shares the op's seq, and a rank past it may already be on the board).
+void Engine::check_board_tags() {
+  const ShmSegment* b = board();
+  if (b == nullptr || op_ == nullptr || op_->fingerprint_probe || op_->kind == OpKind::send || op_->kind == OpKind::recv)
+    return;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const BoardTag* t = b->board_tag(local_of(r));
+    if (t->seq.load(std::memory_order_acquire) != fp_.seq + 1) continue;
+    detail::Fingerprint theirs;
+    std::memcpy(&theirs, t->fingerprint, sizeof theirs);
+    if (!(theirs == fp_))
+      fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
+                                    " but this rank called " + detail::describe(fp_));
+  }
+}
+
 char* Engine::results(int peer) const {
   if (seg_ == nullptr) return nullptr;
   if (peer == rank_) return my_local_ >= 0 ? seg_->results(my_local_) : nullptr;
@@ -651,7 +704,8 @@ bool Engine::peer_alive(int peer) const {
   return true;
 }
 
-void Engine::check_health(const std::vector<Handle>& hs) {
+void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* shared) {
+  check_board_tags();
   std::string msg;
   if (seg_ != nullptr) {
     if (int code = seg_->aborted(&msg); code > 0 && msg != abort_msg_) {
@@ -666,13 +720,18 @@ void Engine::check_health(const std::vector<Handle>& hs) {
   auto now = Clock::now();
   if (now >= next_liveness_) {
     next_liveness_ = now + kLivenessEvery;
-    for (const auto& h : hs) {
-      if (h->done || peer_alive(h->peer)) continue;
-      const PeerInfo& in = info_[h->peer];
+    std::vector<int> watched;
+    for (const auto& h : hs)
+      if (!h->done) watched.push_back(h->peer);
+    if (shared != nullptr)
+      for (int r : shared->pending()) watched.push_back(r);
+    for (int peer : watched) {
+      if (peer_alive(peer)) continue;
+      const PeerInfo& in = info_[peer];
       bool closed = seg_ != nullptr && in.local >= 0 && seg_->doorbell(in.local)->closed.load() != 0;
       fail(ErrorCode::peer_failure,
-           "rank " + std::to_string(h->peer) + (closed ? " destroyed its communicator"
-                                                        : " (pid " + std::to_string(in.pid) + ", this host) died") +
+           "rank " + std::to_string(peer) + (closed ? " destroyed its communicator"
+                                                     : " (pid " + std::to_string(in.pid) + ", this host) died") +
                " while this rank waited for it");
     }
   }
@@ -701,7 +760,7 @@ void Engine::check_health(const std::vector<Handle>& hs) {
 
 bool Engine::me_sleeps_on_futex() const { return seg_ != nullptr && my_local_ >= 0; }
 
-void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs) {
+void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std::function<bool()>& done) {
   // What we wait for decides how we sleep: only on this host → the futex doorbell (a poll() cannot see
   // shared-memory bytes, and a 1 ms poll slice costs 1 ms per message); anything remote → poll() on the
   // sockets, in 1 ms slices when local peers exist too.
@@ -719,7 +778,9 @@ void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs) {
     me->sleeping.store(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with ShmSegment::ring()
   }
-  if (!progress()) {  // re-check after announcing the sleep, so no wake-up is lost
+  // Re-check after announcing the sleep, so that no wake-up is lost: frames, and shared memory that a
+  // peer writes before it wakes us (wait_shared).
+  if (!progress() && !done()) {
     if (only_local) {
       // A remote transfer in flight still gets drained every millisecond.
       seg_->sleep(my_local_, seen, tcp_busy ? 1 : max_ms);
@@ -741,9 +802,10 @@ void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs) {
   if (me != nullptr) me->sleeping.store(0, std::memory_order_relaxed);
 }
 
-void Engine::wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs) {
+void Engine::wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs, const SharedWait* shared) {
   if (done()) return;
   if (!abort_msg_.empty()) throw_error(abort_code_, "mpcomm: " + context() + ": communicator was aborted: " + abort_msg_);
+  if (shared != nullptr) check_frames_match_op();
   const auto deadline = Clock::now() + timeout_;
   Clock::time_point spin_until{};
   int idle = 0;
@@ -751,6 +813,7 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
     if (progress()) {
       idle = 0;
       if (done()) return;
+      if (shared != nullptr) check_frames_match_op();
       continue;
     }
     if (done()) return;
@@ -769,7 +832,7 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
       sched_yield();
       continue;
     }
-    check_health(hs);
+    check_health(hs, shared);
     if (Clock::now() >= deadline) {
       std::string who;
       for (const auto& h : hs) {
@@ -778,10 +841,11 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
         who += "rank " + std::to_string(h->peer) + " (" + (h->is_send ? "send" : "recv") + " " +
                std::to_string(h->done_bytes) + "/" + std::to_string(h->bytes) + " bytes)";
       }
+      if (shared != nullptr) who += (who.empty() ? "" : ", ") + shared->what();
       fail(ErrorCode::timeout, "timed out after " + std::to_string(timeout_.count() / 1000.0).substr(0, 6) +
                                    " s waiting for " + who + who_is_behind());
     }
-    sleep_a_little(kSleepMs, hs);
+    sleep_a_little(kSleepMs, hs, done);
   }
 }
 

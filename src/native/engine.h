@@ -141,6 +141,23 @@ class Engine {
   // peer == rank()), or null when that rank is not on this host or the host has not 2 ranks.
   char* results(int peer) const;
 
+  // This host's shared memory when every rank of the communicator is on this host (its board serves
+  // the arrival allreduce), else null; and the slot (local index) of a rank in it.
+  const ShmSegment* board() const;
+  int local_of(int rank) const { return rank == rank_ ? my_local_ : info_[static_cast<size_t>(rank)].local; }
+  // Waits until done() holds, for shared memory that local peers write outside frames (the board).
+  // `pending()` gives the ranks still awaited, watched for liveness; `what()` says what a timeout waited
+  // for. Frames keep moving meanwhile, and a collective frame of this op's sequence number but another
+  // fingerprint is a Mismatch: its sender runs another collective, one that waits for frames. (The
+  // other way round, every wait checks the board's tags: see check_board_tags.)
+  void wait_shared(const std::function<bool()>& done, const std::function<std::vector<int>()>& pending,
+                   const std::function<std::string()>& what);
+  // Wakes every local peer that sleeps (after writing shared memory that it waits for).
+  void wake_local_peers() const;
+
+  // Fails the current op: "mpcomm: <op on this rank>: msg", published as this communicator's abort
+  // reason (so that the other ranks fail too), then thrown as the error of `code`.
+  [[noreturn]] void fail(ErrorCode code, const std::string& msg);
   // Records the first failure and tells peers (shared-memory abort record, store key mpcomm/abort).
   void publish_abort(ErrorCode code, const std::string& msg);
   std::string abort_reason() const { return abort_msg_; }
@@ -207,12 +224,18 @@ class Engine {
   bool same_host(int peer) const;
   void receive_single_copy(int peer, Peer& p);
   static void deliver(Xfer& x, const char* data);
-  void wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs);
-  void sleep_a_little(int max_ms, const std::vector<Handle>& hs);
+  // What wait_shared() waits for besides handles.
+  struct SharedWait {
+    const std::function<std::vector<int>()>& pending;
+    const std::function<std::string()>& what;
+  };
+  void wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs, const SharedWait* shared = nullptr);
+  void sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std::function<bool()>& done);
   bool me_sleeps_on_futex() const;
-  void check_health(const std::vector<Handle>& hs);
+  void check_health(const std::vector<Handle>& hs, const SharedWait* shared);
+  void check_frames_match_op();
+  void check_board_tags();
   bool peer_alive(int peer) const;
-  [[noreturn]] void fail(ErrorCode code, const std::string& msg);
   std::string context() const;
   std::string first_reported_failure();
   std::string who_is_behind() const;

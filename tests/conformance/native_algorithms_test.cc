@@ -70,7 +70,7 @@ TEST(NativeSelect, CrowdingIsJudgedOnOneHostOnly) {
   for (int r = 0; r < 64; ++r) own_hosts[static_cast<size_t>(r)] = r;
   EXPECT_EQ(chosen(OpKind::allreduce, 1 << 10, own_hosts), "flat");
   if (::sysconf(_SC_NPROCESSORS_ONLN) < 64) {
-    EXPECT_EQ(chosen(OpKind::allreduce, 1 << 10, std::vector<int>(64, 0)), "recursive_doubling");
+    EXPECT_EQ(chosen(OpKind::allreduce, 1 << 10, std::vector<int>(64, 0)), "arrival");
   }
 }
 
@@ -105,6 +105,23 @@ TEST(NativeSelect, TwoCopyAllreduceForTwoRanksOnOneHostFrom8MiB) {
   EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, {0, 0, 0}), "two_copy") << "three ranks";
 }
 
+// The arrival allreduce: on one host whose ranks outnumber its CPUs, from 1 byte up to kArrivalUpTo;
+// not beyond, not with a CPU per rank, not across hosts.
+TEST(NativeSelect, ArrivalAllreduceForSmallBuffersOnACrowdedHost) {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const std::vector<int> crowded(static_cast<size_t>(std::max<long>(3, cpus + 1)), 0);
+  EXPECT_EQ(chosen(OpKind::allreduce, 1, crowded), "arrival");
+  EXPECT_EQ(chosen(OpKind::allreduce, native::kArrivalUpTo, crowded), "arrival");
+  EXPECT_NE(chosen(OpKind::allreduce, native::kArrivalUpTo + 1, crowded), "arrival");
+  EXPECT_NE(chosen(OpKind::allreduce, 0, crowded), "arrival") << "nothing to reduce";
+  if (cpus >= 3) {
+    EXPECT_EQ(chosen(OpKind::allreduce, 64, {0, 0, 0}), "flat") << "a CPU per rank";
+  }
+  std::vector<int> two_hosts(crowded.size());
+  for (size_t r = 0; r < two_hosts.size(); ++r) two_hosts[r] = static_cast<int>(r % 2);
+  EXPECT_NE(chosen(OpKind::allreduce, 64, two_hosts), "arrival") << "two hosts";
+}
+
 // Forced (MPCOMM_ALGO), with ranks as processes, the conformance matrix of the op (every dtype, reduce
 // op, root, count, also fewer elements than ranks, and placement):
 //  - the direct allreduce with 3 ranks, which read and write each other's buffers by
@@ -116,7 +133,9 @@ TEST(NativeSelect, TwoCopyAllreduceForTwoRanksOnOneHostFrom8MiB) {
 //    allgather, to the ring), all of them;
 //  - the flat broadcast and the flat allgather on one host, which the choice no longer reaches there;
 //  - the two-copy allreduce at every size (one piece, fewer elements than ranks: direct), and with 3 ranks
-//    (it runs the direct one).
+//    (it runs the direct one);
+//  - the arrival allreduce with 3 processes (above its size it runs the flat one), and on 2 emulated
+//    hosts (no board: flat, all of them).
 TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
   struct Run {
     const char *algo, *shape, *op;
@@ -125,7 +144,8 @@ TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
                          Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast"}, Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"},
                          Run{"allgather=direct", "-n 4 --hosts 2", "allgather"}, Run{"allgather=flat", "-n 3 --hosts 1", "allgather"},
                          Run{"reduce_scatter=direct", "-n 4 --hosts 2", "reduce_scatter"},
-                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce"}, Run{"allreduce=two_copy", "-n 3 --hosts 1", "allreduce"}}) {
+                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce"}, Run{"allreduce=two_copy", "-n 3 --hosts 1", "allreduce"},
+                         Run{"allreduce=arrival", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=arrival", "-n 4 --hosts 2", "allreduce"}}) {
     const std::string what = std::string(run.algo) + " " + run.shape;
     auto r = testing::run_command(std::string("MPCOMM_ALGO=") + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +
                                   " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + run.op);
@@ -217,6 +237,46 @@ TEST(NativeAlgorithms, TwoCopyAllreduceReusesSlotsAndFallsBackTogether) {
   });
   EXPECT_EQ(wrong[0], 0u);
   EXPECT_EQ(wrong[1], 0u);
+}
+
+// The arrival allreduce with ranks as threads, one more than this machine has CPUs (so the choice
+// takes it): the conformance matrix up to its size (every dtype and reduce op, 1 to 1000 elements, in
+// and out of place); then 300 calls back to back, of 4 B up to kArrivalUpTo, in place or not, with
+// frame collectives (a larger allreduce, a broadcast) in between: the board is reused without
+// handshakes, and every rank must get the exact result of every call.
+TEST(NativeAlgorithms, ArrivalAllreduceReusesTheBoardAmongOtherCollectives) {
+  const int n = static_cast<int>(std::max<long>(3, ::sysconf(_SC_NPROCESSORS_ONLN) + 1));
+  if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
+  ASSERT_EQ(chosen(OpKind::allreduce, 64, std::vector<int>(static_cast<size_t>(n), 0)), "arrival");
+  testing::ThreadWorld world("native", n);
+  for (const check::Case& c : check::conformance_cases(OpKind::allreduce, n))
+    if (c.count > 0 && c.count * dtype_size(c.dtype) <= native::kArrivalUpTo) expect_all_right(world, c);
+
+  const size_t counts[] = {1, 7, 1000, native::kArrivalUpTo / sizeof(int32_t)};
+  const int32_t tri = n * (n + 1) / 2;
+  std::vector<size_t> wrong(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    size_t& bad = wrong[static_cast<size_t>(r)];
+    for (int it = 0; it < 300; ++it) {
+      const size_t count = counts[it % 4];
+      const ReduceOp redop = it % 5 == 4 ? ReduceOp::max : ReduceOp::sum;
+      std::vector<int32_t> in(count), out(count, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = (r + 1) * static_cast<int32_t>(i + 1 + static_cast<size_t>(it));
+      int32_t* dst = it % 3 == 0 ? in.data() : out.data();
+      comm.allreduce(in.data(), dst, count, DataType::int32, redop);
+      for (size_t i = 0; i < count; ++i)
+        bad += dst[i] != static_cast<int32_t>(i + 1 + static_cast<size_t>(it)) * (redop == ReduceOp::sum ? tri : n);
+      if (it % 7 == 0) {
+        std::vector<int32_t> big(native::kArrivalUpTo / sizeof(int32_t) + 1, r + 1);
+        comm.allreduce(big.data(), big.data(), big.size(), DataType::int32, ReduceOp::sum);
+        for (int32_t v : big) bad += v != tri;
+        int32_t v = r == 0 ? it : -1;
+        comm.broadcast(&v, 1, DataType::int32, 0);
+        bad += v != it;
+      }
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(wrong[static_cast<size_t>(r)], 0u) << "rank " << r;
 }
 
 // Every rank gets the same bits, also where the order of the operands shows: min and max of a NaN and a

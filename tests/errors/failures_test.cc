@@ -2,8 +2,10 @@
 // sequence number, the rank and the peer: mismatched calls, a peer that never calls, a rank that
 // never joins, a rank killed with SIGKILL (processes, through `mpcomm launch`).
 #include <dirent.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -89,6 +91,33 @@ TEST(Mismatch, SameOpDifferentCountOrDtypeFailsOnEveryRank) {
       } else {
         EXPECT_TRUE(contains(m, "int64") || contains(m, "float64")) << m;
       }
+    }
+  }
+}
+
+// On a host whose ranks outnumber its CPUs (threads: one more than the CPUs), small allreduces meet on
+// the shared board (the arrival allreduce) and send no frames. A rank that calls something else must
+// still fail at once, and so must every rank on the board: a broadcast whose rank waits for frames
+// that never come (it reads the others' board tags), and an allreduce with another count (the last to
+// arrive compares the tags).
+TEST(Mismatch, OnTheBoardEveryRankFailsAtOnce) {
+  const int n = static_cast<int>(std::max<long>(3, ::sysconf(_SC_NPROCESSORS_ONLN) + 1));
+  if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
+  for (int variant = 0; variant < 2; ++variant) {
+    testing::ThreadWorld world("native", n, quick(20000));
+    auto t0 = steady_clock::now();
+    auto errs = world.run_collect([&](int r, Communicator& c) {
+      float buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+      if (r == 1 && variant == 0)
+        c.broadcast(buf, 4, DataType::float32, 0);
+      else
+        c.allreduce(buf, buf, r == 1 ? 5 : 4, DataType::float32, ReduceOp::sum);
+    });
+    EXPECT_LT(seconds_since(t0), 5.0) << "a mismatch must not wait for the timeout";
+    for (int r = 0; r < n; ++r) {
+      std::string m = expect_error<Mismatch>(errs[static_cast<size_t>(r)], "rank " + std::to_string(r));
+      EXPECT_TRUE(contains(m, "allreduce #0 (count 4, float32, sum)")) << m;
+      EXPECT_TRUE(contains(m, variant == 0 ? "broadcast #0 (count 4, float32, root 0)" : "allreduce #0 (count 5")) << m;
     }
   }
 }
@@ -206,14 +235,17 @@ TEST(Processes, SelftestPassesAcrossProcessesAndHosts) {
   }
 }
 
-// (backend, emulated hosts). MPI's variant lives with the MPI tests (it runs under mpirun).
-class KilledRank : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+// (backend, emulated hosts, forced native algorithm). MPI's variant lives with the MPI tests (it runs
+// under mpirun). With the arrival allreduce (16 floats) the survivors wait on the shared board, not
+// for frames, and must still notice the dead rank.
+class KilledRank : public ::testing::TestWithParam<std::tuple<std::string, int, std::string>> {};
 
 TEST_P(KilledRank, SurvivorsFailFastAndNothingIsLeftBehind) {
-  const auto& [backend, hosts] = GetParam();
+  const auto& [backend, hosts, algo] = GetParam();
   const std::string tag = testing::unique_tag();
-  RunResult r = run_command(kLaunch + " -n 4 --backend " + backend + " --hosts " + std::to_string(hosts) +
-                            " --timeout 20 -- " + kProg + " kill 2 5 " + tag);
+  RunResult r = run_command((algo.empty() ? "" : "MPCOMM_ALGO=allreduce=" + algo + " ") + kLaunch + " -n 4 --backend " +
+                            backend + " --hosts " + std::to_string(hosts) + " --timeout 20 -- " + kProg + " kill 2 5 " +
+                            tag + (algo.empty() ? "" : " 16"));
   // The launcher reports the killed rank's status (128 + SIGKILL) and every survivor its error.
   EXPECT_EQ(r.status, 137) << r.output;
   EXPECT_LT(r.seconds, 30.0) << r.output;
@@ -234,26 +266,35 @@ TEST_P(KilledRank, SurvivorsFailFastAndNothingIsLeftBehind) {
   EXPECT_EQ(count_processes_running(kProg, tag), 0) << "orphaned ranks";
 }
 
-std::vector<std::tuple<std::string, int>> killed_rank_params() {
-  std::vector<std::tuple<std::string, int>> ps = {{"native", 1}, {"native", 2}};
+std::vector<std::tuple<std::string, int, std::string>> killed_rank_params() {
+  std::vector<std::tuple<std::string, int, std::string>> ps = {{"native", 1, ""}, {"native", 2, ""}, {"native", 1, "arrival"}};
   for (const auto& b : available_backends())
-    if (b == "gloo") ps.emplace_back("gloo", 1);
+    if (b == "gloo") ps.emplace_back("gloo", 1, "");
   return ps;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, KilledRank, ::testing::ValuesIn(killed_rank_params()), [](const auto& info) {
-  return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "hosts";
+  const std::string& algo = std::get<2>(info.param);
+  return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "hosts" + (algo.empty() ? "" : "_" + algo);
 });
 
+// Frames (1 MiB allreduces), then the board (the arrival allreduce of 16 floats, where the report also
+// says whose input is missing).
 TEST(Processes, AStalledRankMakesTheOthersTimeOut) {
-  const std::string tag = testing::unique_tag();
-  RunResult r = run_command(kLaunch + " -n 3 --timeout 2 --grace 5 -- " + kProg + " stall 1 2 " + tag);
-  EXPECT_NE(r.status, 0) << r.output;
-  EXPECT_LT(r.seconds, 20.0) << r.output;
-  EXPECT_TRUE(contains(r.output, "timeout")) << r.output;
-  // The rank everybody ends up waiting for may be a bystander; the report names the one behind.
-  EXPECT_TRUE(contains(r.output, "behind: rank 1 is still before it")) << r.output;
-  EXPECT_EQ(count_processes_running(kProg, tag), 0) << "orphaned ranks";
+  for (bool board : {false, true}) {
+    const std::string tag = testing::unique_tag();
+    RunResult r = run_command((board ? "MPCOMM_ALGO=allreduce=arrival " : "") + kLaunch + " -n 3 --timeout 2 --grace 5 -- " +
+                              kProg + " stall 1 2 " + tag + (board ? " 16" : ""));
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_LT(r.seconds, 20.0) << r.output;
+    EXPECT_TRUE(contains(r.output, "timeout")) << r.output;
+    // The rank everybody ends up waiting for may be a bystander; the report names the one behind.
+    EXPECT_TRUE(contains(r.output, "behind: rank 1 is still before it")) << r.output;
+    if (board) {
+      EXPECT_TRUE(contains(r.output, "rank 1 to leave its input on the board")) << r.output;
+    }
+    EXPECT_EQ(count_processes_running(kProg, tag), 0) << "orphaned ranks";
+  }
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // A rank program for the multi-process tests, run under `mpcomm launch`.
 //   testprog topology            print "rank R host H local L/S hosts N"
-//   testprog kill VICTIM AT      loop allreduces of 1 MiB; rank VICTIM SIGKILLs itself at iteration AT.
+//   testprog kill VICTIM AT [TAG [N]]  loop allreduces of N floats (default 2^18, 1 MiB); rank VICTIM
+//                                SIGKILLs itself at iteration AT. TAG is not read: tests find their
+//                                processes by it.
 //                                Survivors print "rank R failed after S s: <error>" and exit 3.
-//   testprog stall VICTIM AT     rank VICTIM sleeps forever instead of calling allreduce.
+//   testprog stall VICTIM AT [TAG [N]]  rank VICTIM sleeps forever instead of calling allreduce.
 //   testprog abort VICTIM AT     rank VICTIM calls Communicator::abort("testing") instead.
 #include <signal.h>
 #include <unistd.h>
@@ -33,7 +35,7 @@ int main(int argc, char** argv) {
   }
   const int victim = argc > 2 ? std::atoi(argv[2]) : 1;
   const int at = argc > 3 ? std::atoi(argv[3]) : 3;
-  std::vector<float> buf(1 << 18, 1.0f);
+  std::vector<float> buf(argc > 5 ? static_cast<size_t>(std::atol(argv[5])) : size_t{1} << 18, 1.0f);
   auto t0 = std::chrono::steady_clock::now();
   try {
     for (int it = 0; it < 1000000; ++it) {

@@ -43,6 +43,12 @@ void allreduce_direct(AlgoCtx& c);
 void allreduce_two_copy(AlgoCtx& c);
 // allreduce_two_copy from this buffer size on (2 ranks, one host, each with a CPU).
 inline constexpr size_t kTwoCopyFrom = size_t{8} << 20;
+// One host whose ranks outnumber its CPUs, small messages: every rank leaves its input on the host's
+// board (shared memory) and the last to arrive reduces them all (up to ShmSegment::kBoardBytes; larger,
+// or on several hosts: flat).
+void allreduce_arrival(AlgoCtx& c);
+// allreduce_arrival up to this buffer size (one host, ranks outnumbering CPUs).
+inline constexpr size_t kArrivalUpTo = size_t{16} << 10;
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
 void allreduce_hierarchical_sliced(AlgoCtx& c);

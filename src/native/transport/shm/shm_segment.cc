@@ -35,10 +35,15 @@ size_t ShmSegment::default_ring_bytes(int nlocal) {
   return b;
 }
 
+// Board layout: BoardCtl, the n tags, then n input slots and the result slot.
+static size_t board_size(size_t n) {
+  return n < 2 ? 0 : align_up(sizeof(BoardCtl) + n * sizeof(BoardTag), 4096) + (n + 1) * ShmSegment::kBoardBytes;
+}
+
 size_t ShmSegment::layout_size(int nlocal, size_t ring_bytes) {
   size_t n = static_cast<size_t>(nlocal);
   return align_up(sizeof(SegmentHeader), 4096) + align_up(n * sizeof(Doorbell), 4096) +
-         align_up(n * n * (sizeof(RingCtl) + ring_bytes), 4096) + (n == 2 ? n * kResultBytes : 0);
+         align_up(n * n * (sizeof(RingCtl) + ring_bytes), 4096) + (n == 2 ? n * kResultBytes : 0) + board_size(n);
 }
 
 ShmSegment::ShmSegment(void* base, size_t len, int nlocal, size_t ring_bytes)
@@ -82,6 +87,10 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int nloc
   for (int i = 0; i < nlocal; ++i) new (seg->doorbell(i)) Doorbell{};
   for (int i = 0; i < nlocal; ++i)
     for (int j = 0; j < nlocal; ++j) new (seg->ring_ctl(i, j)) RingCtl{};
+  if (nlocal >= 2) {
+    new (seg->board_ctl()) BoardCtl{};
+    for (int i = 0; i < nlocal; ++i) new (seg->board_tag(i)) BoardTag{};
+  }
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
   return seg;
@@ -132,6 +141,29 @@ char* ShmSegment::results(int local) const {
             align_up(n * n * (sizeof(RingCtl) + ring_bytes_), 4096);
   return b + static_cast<size_t>(local) * kResultBytes;
 }
+
+char* ShmSegment::board_base() const {
+  const size_t n = static_cast<size_t>(nlocal_);
+  if (n < 2) return nullptr;
+  return static_cast<char*>(base_) + align_up(sizeof(SegmentHeader), 4096) + align_up(n * sizeof(Doorbell), 4096) +
+         align_up(n * n * (sizeof(RingCtl) + ring_bytes_), 4096) + (n == 2 ? n * kResultBytes : 0);
+}
+
+BoardCtl* ShmSegment::board_ctl() const { return reinterpret_cast<BoardCtl*>(board_base()); }
+
+BoardTag* ShmSegment::board_tag(int local) const {
+  char* b = board_base();
+  return b == nullptr ? nullptr : reinterpret_cast<BoardTag*>(b + sizeof(BoardCtl)) + local;
+}
+
+char* ShmSegment::board_input(int local) const {
+  char* b = board_base();
+  const size_t n = static_cast<size_t>(nlocal_);
+  return b == nullptr ? nullptr
+                      : b + align_up(sizeof(BoardCtl) + n * sizeof(BoardTag), 4096) + static_cast<size_t>(local) * kBoardBytes;
+}
+
+char* ShmSegment::board_result() const { return nlocal_ < 2 ? nullptr : board_input(nlocal_); }
 
 static long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
   // Not FUTEX_PRIVATE: the word is shared between processes (and between mappings in one process).

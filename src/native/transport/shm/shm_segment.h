@@ -1,7 +1,8 @@
 // One shared-memory segment per host and communicator. It holds, for every ordered pair of local
 // ranks, a single-producer/single-consumer byte ring, plus a doorbell (futex word) per local rank, an
-// abort record, and with 2 local ranks a result area per rank. The segment is created by the host's lowest rank and unlinked as soon as every
-// local rank has mapped it, so nothing is left in /dev/shm even if a rank is SIGKILLed afterwards.
+// abort record, with 2 local ranks a result area per rank, and a board (below). The segment is created
+// by the host's lowest rank and unlinked as soon as every local rank has mapped it, so nothing is left
+// in /dev/shm even if a rank is SIGKILLed afterwards.
 #pragma once
 
 #include <atomic>
@@ -37,6 +38,19 @@ struct alignas(64) RingCtl {
   alignas(64) std::atomic<uint64_t> tail{0};  // bytes ever read (consumer)
 };
 
+// The board: one input slot per local rank and one result slot (kBoardBytes each), for collectives in
+// which every local rank leaves its input and the last one to arrive computes the result for all (the
+// arrival allreduce). Its control words, each on a cache line of its own:
+struct alignas(64) BoardCtl {
+  std::atomic<uint32_t> arrived{0};                 // ranks whose input for the current op is in place
+  alignas(64) std::atomic<uint64_t> published{0};  // 1 + sequence number of the last op whose result is in place
+};
+// Per local rank, written before it arrives: which op its input belongs to.
+struct alignas(64) BoardTag {
+  std::atomic<uint64_t> seq{0};  // 1 + the op's sequence number (read by waiters, for messages)
+  char fingerprint[56];          // the op's fingerprint (detail::Fingerprint), checked by the last to arrive
+};
+
 struct SegmentHeader {
   uint64_t magic;
   uint32_t nlocal;
@@ -63,6 +77,12 @@ class ShmSegment {
   // the other rank to copy out; only segments of 2 local ranks have them (else null).
   char* results(int local) const;
   static constexpr size_t kResultBytes = size_t{512} << 10;
+  // The board (segments of 2 local ranks and more).
+  BoardCtl* board_ctl() const;
+  BoardTag* board_tag(int local) const;
+  char* board_input(int local) const;
+  char* board_result() const;
+  static constexpr size_t kBoardBytes = size_t{64} << 10;
   size_t ring_bytes() const { return ring_bytes_; }
   int nlocal() const { return nlocal_; }
 
@@ -81,6 +101,7 @@ class ShmSegment {
  private:
   ShmSegment(void* base, size_t len, int nlocal, size_t ring_bytes);
   static size_t layout_size(int nlocal, size_t ring_bytes);
+  char* board_base() const;
   void* base_;
   size_t len_;
   int nlocal_;
