@@ -562,10 +562,8 @@ void Engine::check_board_tags() {
     return;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    const BoardTag* t = b->board_tag(local_of(r));
-    if (t->seq.load(std::memory_order_acquire) != fp_.seq + 1) continue;
     detail::Fingerprint theirs;
-    std::memcpy(&theirs, t->fingerprint, sizeof theirs);
+    if (!b->board_tag(local_of(r))->read(fp_.seq + 1, &theirs, sizeof theirs)) continue;
     if (!(theirs == fp_))
       fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
                                     " but this rank called " + detail::describe(fp_));
@@ -704,7 +702,7 @@ bool Engine::peer_alive(int peer) const {
   return true;
 }
 
-void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* shared) {
+void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* shared, const std::function<bool()>& done) {
   check_board_tags();
   std::string msg;
   if (seg_ != nullptr) {
@@ -727,6 +725,9 @@ void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* share
       for (int r : shared->pending()) watched.push_back(r);
     for (int peer : watched) {
       if (peer_alive(peer)) continue;
+      // A peer on the board may have published what we wait for, then left (it is done with this op):
+      // its exit or `closed` (release) comes after the publication, so done() sees it now.
+      if (shared != nullptr && done()) return;
       const PeerInfo& in = info_[peer];
       bool closed = seg_ != nullptr && in.local >= 0 && seg_->doorbell(in.local)->closed.load() != 0;
       fail(ErrorCode::peer_failure,
@@ -832,7 +833,7 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
       sched_yield();
       continue;
     }
-    check_health(hs, shared);
+    check_health(hs, shared, done);
     if (Clock::now() >= deadline) {
       std::string who;
       for (const auto& h : hs) {

@@ -232,7 +232,7 @@ class Engine {
   void wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs, const SharedWait* shared = nullptr);
   void sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std::function<bool()>& done);
   bool me_sleeps_on_futex() const;
-  void check_health(const std::vector<Handle>& hs, const SharedWait* shared);
+  void check_health(const std::vector<Handle>& hs, const SharedWait* shared, const std::function<bool()>& done);
   void check_frames_match_op();
   void check_board_tags();
   bool peer_alive(int peer) const;

@@ -258,6 +258,11 @@ TEST_P(KilledRank, SurvivorsFailFastAndNothingIsLeftBehind) {
     double after = std::atof(line.c_str() + line.find(tag) + tag.size());
     EXPECT_LT(after, 20.0) << line;  // within the timeout
   }
+  // On the board the survivors watch the ranks whose input is missing themselves (the launcher's abort
+  // notice may come first, so at least one of them names the dead rank).
+  if (!algo.empty()) {
+    EXPECT_TRUE(contains(r.output, "rank 2 (pid ")) << r.output;
+  }
   // This job's segments (named after its job id) must all be gone.
   std::string job = testing::line_with(r.output, "[0] job ");
   ASSERT_FALSE(job.empty()) << r.output;
@@ -295,6 +300,43 @@ TEST(Processes, AStalledRankMakesTheOthersTimeOut) {
     }
     EXPECT_EQ(count_processes_running(kProg, tag), 0) << "orphaned ranks";
   }
+}
+
+// A rank that returns (destroying its communicator, exit status 0: the launcher sees nothing wrong)
+// while the others wait for it: they fail with a peer failure naming it, long before the timeout. By
+// frames (1 MiB allreduces) and on the board (the arrival allreduce of 16 floats: the others watch the
+// ranks whose input is missing).
+TEST(Processes, ARankThatLeavesIsNamedByTheOthers) {
+  for (bool board : {false, true}) {
+    const std::string tag = testing::unique_tag();
+    RunResult r = run_command((board ? "MPCOMM_ALGO=allreduce=arrival " : "") + kLaunch + " -n 3 --timeout 60 -- " +
+                              kProg + " leave 1 3 " + tag + (board ? " 16" : ""));
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_LT(r.seconds, 30.0) << r.output;
+    for (int s : {0, 2}) {
+      std::string line = testing::line_with(r.output, "[" + std::to_string(s) + "] rank " + std::to_string(s) + " failed after ");
+      EXPECT_TRUE(contains(line, "rank 1 destroyed its communicator while this rank waited for it")) << r.output;
+    }
+    EXPECT_EQ(count_processes_running(kProg, tag), 0) << "orphaned ranks";
+  }
+}
+
+// The same as Mismatch.OnTheBoardEveryRankFailsAtOnce, as processes with the arrival allreduce forced
+// (whatever this machine's CPU count): after 3 good calls rank 1 calls broadcast; every rank reports
+// the mismatch, naming both calls.
+TEST(Processes, AMismatchOnTheBoardFailsEveryRank) {
+  const std::string tag = testing::unique_tag();
+  RunResult r = run_command("MPCOMM_ALGO=allreduce=arrival " + kLaunch + " -n 3 --timeout 60 -- " + kProg +
+                            " mismatch 1 3 " + tag + " 16");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+  for (int s : {0, 1, 2}) {
+    std::string line = testing::line_with(r.output, "[" + std::to_string(s) + "] rank " + std::to_string(s) + " failed after ");
+    EXPECT_TRUE(contains(line, ": mismatch: ")) << r.output;
+    EXPECT_TRUE(contains(line, "broadcast #")) << line;
+    EXPECT_TRUE(contains(line, "allreduce #")) << line;
+  }
+  EXPECT_EQ(count_processes_running(kProg, tag), 0) << "orphaned ranks";
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 //                                Survivors print "rank R failed after S s: <error>" and exit 3.
 //   testprog stall VICTIM AT [TAG [N]]  rank VICTIM sleeps forever instead of calling allreduce.
 //   testprog abort VICTIM AT     rank VICTIM calls Communicator::abort("testing") instead.
+//   testprog leave VICTIM AT [TAG [N]]     rank VICTIM returns 0 instead (its communicator is destroyed).
+//   testprog mismatch VICTIM AT [TAG [N]]  rank VICTIM calls broadcast (root 0) instead.
 #include <signal.h>
 #include <unistd.h>
 
@@ -39,8 +41,13 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   try {
     for (int it = 0; it < 1000000; ++it) {
+      if (rank == victim && it == at && mode == "mismatch") {
+        comm->broadcast(buf.data(), buf.size(), mpcomm::DataType::float32, 0);
+        continue;
+      }
       if (rank == victim && it == at) {
         if (mode == "kill") ::raise(SIGKILL);
+        if (mode == "leave") return 0;
         if (mode == "abort") {
           comm->abort("testing");  // publishes mpcomm/abort; the others see it while they wait
           std::this_thread::sleep_for(std::chrono::seconds(30));

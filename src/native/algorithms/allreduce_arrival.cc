@@ -28,7 +28,7 @@
 
 namespace mpcomm::native {
 
-static_assert(sizeof(detail::Fingerprint) <= sizeof(BoardTag::fingerprint));
+static_assert(sizeof(detail::Fingerprint) <= sizeof(BoardTag::words));
 
 void allreduce_arrival(AlgoCtx& c) {
   const auto& op = c.op;
@@ -44,16 +44,18 @@ void allreduce_arrival(AlgoCtx& c) {
   // 1-2. Our input and tag, then arrive (release: they are visible to whoever arrives last).
   BoardTag* tag = seg->board_tag(c.e.local_of(c.rank));
   std::memcpy(seg->board_input(c.e.local_of(c.rank)), op.send, bytes);
-  std::memcpy(tag->fingerprint, &fp, sizeof fp);
-  tag->seq.store(stamp, std::memory_order_release);  // with the fingerprint: see Engine::check_board_tags
+  tag->write(stamp, &fp, sizeof fp);
   char* result = seg->board_result();
   if (ctl->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(n)) {
     // 3. Last to arrive (acquire: every input and tag is visible).
     std::vector<const void*> srcs(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
       const int local = c.e.local_of(r);
-      detail::Fingerprint theirs;
-      std::memcpy(&theirs, seg->board_tag(local)->fingerprint, sizeof theirs);
+      detail::Fingerprint theirs{};
+      // Every tag holds this op's stamp now (no rank may go on before we publish), unless a rank runs
+      // another op: then its fingerprint, read under a stamp that differs, shows which.
+      const BoardTag* t = seg->board_tag(local);
+      if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
       if (!(theirs == fp))
         c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
                                           " but this rank called " + detail::describe(fp));

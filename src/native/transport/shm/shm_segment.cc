@@ -142,6 +142,25 @@ char* ShmSegment::results(int local) const {
   return b + static_cast<size_t>(local) * kResultBytes;
 }
 
+void BoardTag::write(uint64_t stamp, const void* fp, size_t bytes) {
+  uint64_t w[kWords] = {};
+  std::memcpy(w, fp, std::min(bytes, sizeof w));
+  seq.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);  // readers that see a word below see seq = 0
+  for (size_t i = 0; i < kWords; ++i) words[i].store(w[i], std::memory_order_relaxed);
+  seq.store(stamp, std::memory_order_release);
+}
+
+bool BoardTag::read(uint64_t stamp, void* fp, size_t bytes) const {
+  if (seq.load(std::memory_order_acquire) != stamp) return false;
+  uint64_t w[kWords];
+  for (size_t i = 0; i < kWords; ++i) w[i] = words[i].load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);  // the words were read before seq is read again
+  if (seq.load(std::memory_order_relaxed) != stamp) return false;
+  std::memcpy(fp, w, std::min(bytes, sizeof w));
+  return true;
+}
+
 char* ShmSegment::board_base() const {
   const size_t n = static_cast<size_t>(nlocal_);
   if (n < 2) return nullptr;

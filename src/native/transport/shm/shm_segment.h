@@ -45,10 +45,16 @@ struct alignas(64) BoardCtl {
   std::atomic<uint32_t> arrived{0};                 // ranks whose input for the current op is in place
   alignas(64) std::atomic<uint64_t> published{0};  // 1 + sequence number of the last op whose result is in place
 };
-// Per local rank, written before it arrives: which op its input belongs to.
+// Per local rank, written before it arrives: which op its input belongs to (1 + its sequence number,
+// and its fingerprint, detail::Fingerprint, as opaque words). Other ranks read it at any time, also while
+// its owner rewrites it for its next op: a seqlock (seq is 0 while the words change).
 struct alignas(64) BoardTag {
-  std::atomic<uint64_t> seq{0};  // 1 + the op's sequence number (read by waiters, for messages)
-  char fingerprint[56];          // the op's fingerprint (detail::Fingerprint), checked by the last to arrive
+  static constexpr size_t kWords = 6;
+  std::atomic<uint64_t> seq{0};
+  std::atomic<uint64_t> words[kWords] = {};
+  void write(uint64_t stamp, const void* fp, size_t bytes);
+  // Copies the fingerprint out when the tag holds `stamp` (and still did after the copy).
+  bool read(uint64_t stamp, void* fp, size_t bytes) const;
 };
 
 struct SegmentHeader {
