@@ -283,13 +283,18 @@ INSTANTIATE_TEST_SUITE_P(Backends, KilledRank, ::testing::ValuesIn(killed_rank_p
   return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "hosts" + (algo.empty() ? "" : "_" + algo);
 });
 
-// Frames (1 MiB allreduces), then the board (the arrival allreduce of 16 floats, where the report also
-// says whose input is missing).
+// `testprog MODE VICTIM AT TAG` on 3 ranks under `mpcomm launch LAUNCH_ARGS`: by frames (allreduces of
+// 1 MiB), or on the board (the arrival allreduce forced, allreduces of 16 floats).
+RunResult run_three(const std::string& launch_args, const std::string& prog_args, const std::string& tag, bool board) {
+  return run_command((board ? "MPCOMM_ALGO=allreduce=arrival " : "") + kLaunch + " -n 3 " + launch_args + " -- " + kProg +
+                     " " + prog_args + " " + tag + (board ? " 16" : ""));
+}
+
+// Frames, then the board (where the report also says whose input is missing).
 TEST(Processes, AStalledRankMakesTheOthersTimeOut) {
   for (bool board : {false, true}) {
     const std::string tag = testing::unique_tag();
-    RunResult r = run_command((board ? "MPCOMM_ALGO=allreduce=arrival " : "") + kLaunch + " -n 3 --timeout 2 --grace 5 -- " +
-                              kProg + " stall 1 2 " + tag + (board ? " 16" : ""));
+    RunResult r = run_three("--timeout 2 --grace 5", "stall 1 2", tag, board);
     EXPECT_NE(r.status, 0) << r.output;
     EXPECT_LT(r.seconds, 20.0) << r.output;
     EXPECT_TRUE(contains(r.output, "timeout")) << r.output;
@@ -304,13 +309,11 @@ TEST(Processes, AStalledRankMakesTheOthersTimeOut) {
 
 // A rank that returns (destroying its communicator, exit status 0: the launcher sees nothing wrong)
 // while the others wait for it: they fail with a peer failure naming it, long before the timeout. By
-// frames (1 MiB allreduces) and on the board (the arrival allreduce of 16 floats: the others watch the
-// ranks whose input is missing).
+// frames and on the board (there the others watch the ranks whose input is missing).
 TEST(Processes, ARankThatLeavesIsNamedByTheOthers) {
   for (bool board : {false, true}) {
     const std::string tag = testing::unique_tag();
-    RunResult r = run_command((board ? "MPCOMM_ALGO=allreduce=arrival " : "") + kLaunch + " -n 3 --timeout 60 -- " +
-                              kProg + " leave 1 3 " + tag + (board ? " 16" : ""));
+    RunResult r = run_three("--timeout 60", "leave 1 3", tag, board);
     EXPECT_NE(r.status, 0) << r.output;
     EXPECT_LT(r.seconds, 30.0) << r.output;
     for (int s : {0, 2}) {
@@ -326,8 +329,7 @@ TEST(Processes, ARankThatLeavesIsNamedByTheOthers) {
 // the mismatch, naming both calls.
 TEST(Processes, AMismatchOnTheBoardFailsEveryRank) {
   const std::string tag = testing::unique_tag();
-  RunResult r = run_command("MPCOMM_ALGO=allreduce=arrival " + kLaunch + " -n 3 --timeout 60 -- " + kProg +
-                            " mismatch 1 3 " + tag + " 16");
+  RunResult r = run_three("--timeout 60", "mismatch 1 3", tag, /*board=*/true);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, 30.0) << r.output;
   for (int s : {0, 1, 2}) {
