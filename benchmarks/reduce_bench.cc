@@ -5,6 +5,9 @@
 // Every case reduces two 16 MiB-per-source inputs into an output the way the native backend's ring does
 // (dst = a op b, out of cache), so bytes/s counts the two reads and one write, as memcpy's counts one read
 // and one write. "memcpy" is the ceiling a bandwidth-bound kernel can approach.
+//
+// BM_reduce_sources: n sources of 32 KiB each, in the cache, reduced into a 32 KiB output (the flat and
+// arrival allreduces' case: every rank's input at once); bytes/s counts n reads and one write.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -52,6 +55,24 @@ BENCHMARK_CAPTURE(BM_reduce, int32_sum, DataType::int32, ReduceOp::sum)->Unit(be
 BENCHMARK_CAPTURE(BM_reduce, int8_sum, DataType::int8, ReduceOp::sum)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_reduce, float32_max, DataType::float32, ReduceOp::max)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_reduce, bfloat16_max, DataType::bfloat16, ReduceOp::max)->Unit(benchmark::kMicrosecond);
+
+void BM_reduce_sources(benchmark::State& st, DataType dt, ReduceOp op) {
+  const int n = static_cast<int>(st.range(0));
+  const size_t bytes = 32u << 10, count = bytes / mpcomm::dtype_size(dt);
+  std::vector<std::vector<char>> in(static_cast<size_t>(n), std::vector<char>(bytes, 0));
+  std::vector<char> out(bytes);
+  std::vector<const void*> srcs;
+  for (const auto& v : in) srcs.push_back(v.data());
+  for (auto _ : st) {
+    mpcomm::reduce_into(out.data(), srcs.data(), n, count, dt, op);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * (n + 1) * static_cast<int64_t>(bytes));
+  st.SetLabel(mpcomm::reduce_kernel_isa());
+}
+BENCHMARK_CAPTURE(BM_reduce_sources, float32_sum, DataType::float32, ReduceOp::sum)->Arg(3)->Arg(4)->Arg(8);
+BENCHMARK_CAPTURE(BM_reduce_sources, int32_max, DataType::int32, ReduceOp::max)->Arg(4);
+BENCHMARK_CAPTURE(BM_reduce_sources, bfloat16_sum, DataType::bfloat16, ReduceOp::sum)->Arg(4);
 
 }  // namespace
 
