@@ -39,13 +39,17 @@ void allreduce_arrival(AlgoCtx& c) {
   const int n = c.size;
   BoardCtl* ctl = seg->board_ctl();
   const uint64_t stamp = op.seq + 1;
+  // Slots and result alternate between two sets by the op's parity: one set would be just as safe (see
+  // the top), but a call that rewrites the lines the other ranks have just read waits for each one to
+  // come back (4 ranks on 2 CPUs, 32 KiB: see docs/performance.md).
+  const int par = static_cast<int>(op.seq & 1);
   const detail::Fingerprint fp = detail::fingerprint(op);
 
   // 1-2. Our input and tag, then arrive (release: they are visible to whoever arrives last).
   BoardTag* tag = seg->board_tag(c.e.local_of(c.rank));
-  std::memcpy(seg->board_input(c.e.local_of(c.rank)), op.send, bytes);
+  std::memcpy(seg->board_input(par, c.e.local_of(c.rank)), op.send, bytes);
   tag->write(stamp, &fp, sizeof fp);
-  char* result = seg->board_result();
+  char* result = seg->board_result(par);
   if (ctl->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(n)) {
     // 3. Last to arrive (acquire: every input and tag is visible).
     std::vector<const void*> srcs(static_cast<size_t>(n));
@@ -59,7 +63,7 @@ void allreduce_arrival(AlgoCtx& c) {
       if (!(theirs == fp))
         c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
                                           " but this rank called " + detail::describe(fp));
-      srcs[static_cast<size_t>(r)] = seg->board_input(local);
+      srcs[static_cast<size_t>(r)] = seg->board_input(par, local);
     }
     reduce_into(result, srcs.data(), n, op.count, op.dtype, op.redop);
     if (op.redop == ReduceOp::avg) divide_by(result, op.count, op.dtype, n);

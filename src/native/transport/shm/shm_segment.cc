@@ -35,9 +35,9 @@ size_t ShmSegment::default_ring_bytes(int nlocal) {
   return b;
 }
 
-// Board layout: BoardCtl, the n tags, then n input slots and the result slot.
+// Board layout: BoardCtl, the n tags, then for each parity n input slots and the result slot.
 static size_t board_size(size_t n) {
-  return n < 2 ? 0 : align_up(sizeof(BoardCtl) + n * sizeof(BoardTag), 4096) + (n + 1) * ShmSegment::kBoardBytes;
+  return n < 2 ? 0 : align_up(sizeof(BoardCtl) + n * sizeof(BoardTag), 4096) + 2 * (n + 1) * ShmSegment::kBoardBytes;
 }
 
 size_t ShmSegment::layout_size(int nlocal, size_t ring_bytes) {
@@ -175,14 +175,14 @@ BoardTag* ShmSegment::board_tag(int local) const {
   return b == nullptr ? nullptr : reinterpret_cast<BoardTag*>(b + sizeof(BoardCtl)) + local;
 }
 
-char* ShmSegment::board_input(int local) const {
+char* ShmSegment::board_input(int parity, int local) const {
   char* b = board_base();
   const size_t n = static_cast<size_t>(nlocal_);
-  return b == nullptr ? nullptr
-                      : b + align_up(sizeof(BoardCtl) + n * sizeof(BoardTag), 4096) + static_cast<size_t>(local) * kBoardBytes;
+  const size_t slot = static_cast<size_t>(parity & 1) * (n + 1) + static_cast<size_t>(local);
+  return b == nullptr ? nullptr : b + align_up(sizeof(BoardCtl) + n * sizeof(BoardTag), 4096) + slot * kBoardBytes;
 }
 
-char* ShmSegment::board_result() const { return nlocal_ < 2 ? nullptr : board_input(nlocal_); }
+char* ShmSegment::board_result(int parity) const { return nlocal_ < 2 ? nullptr : board_input(parity, nlocal_); }
 
 static long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
   // Not FUTEX_PRIVATE: the word is shared between processes (and between mappings in one process).

@@ -38,7 +38,8 @@ struct alignas(64) RingCtl {
   alignas(64) std::atomic<uint64_t> tail{0};  // bytes ever read (consumer)
 };
 
-// The board: one input slot per local rank and one result slot (kBoardBytes each), for collectives in
+// The board: two sets (by parity of the op's sequence number) of one input slot per local rank and
+// one result slot (kBoardBytes each), for collectives in
 // which every local rank leaves its input and the last one to arrive computes the result for all (the
 // arrival allreduce). Its control words, each on a cache line of its own:
 struct alignas(64) BoardCtl {
@@ -86,8 +87,8 @@ class ShmSegment {
   // The board (segments of 2 local ranks and more).
   BoardCtl* board_ctl() const;
   BoardTag* board_tag(int local) const;
-  char* board_input(int local) const;
-  char* board_result() const;
+  char* board_input(int parity, int local) const;
+  char* board_result(int parity) const;
   static constexpr size_t kBoardBytes = size_t{64} << 10;
   size_t ring_bytes() const { return ring_bytes_; }
   int nlocal() const { return nlocal_; }
