@@ -105,15 +105,21 @@ TEST(NativeSelect, TwoCopyAllreduceForTwoRanksOnOneHostFrom8MiB) {
   EXPECT_NE(chosen(OpKind::allreduce, 64 << 20, {0, 0, 0}), "two_copy") << "three ranks";
 }
 
-// The arrival allreduce: on one host whose ranks outnumber its CPUs, from 1 byte up to kArrivalUpTo;
-// not beyond, not with a CPU per rank, not across hosts.
+// The arrival allreduce: on one host whose ranks outnumber its CPUs, from 1 byte up to kArrivalUpTo
+// with at least two ranks per CPU, up to kArrivalMildUpTo with fewer; not beyond, not with a CPU per
+// rank, not across hosts.
 TEST(NativeSelect, ArrivalAllreduceForSmallBuffersOnACrowdedHost) {
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  const std::vector<int> crowded(static_cast<size_t>(std::max<long>(3, cpus + 1)), 0);
+  const std::vector<int> crowded(static_cast<size_t>(std::max<long>(4, 2 * cpus)), 0);
   EXPECT_EQ(chosen(OpKind::allreduce, 1, crowded), "arrival");
   EXPECT_EQ(chosen(OpKind::allreduce, native::kArrivalUpTo, crowded), "arrival");
   EXPECT_NE(chosen(OpKind::allreduce, native::kArrivalUpTo + 1, crowded), "arrival");
   EXPECT_NE(chosen(OpKind::allreduce, 0, crowded), "arrival") << "nothing to reduce";
+  if (cpus >= 2) {
+    const std::vector<int> mild(static_cast<size_t>(cpus + 1), 0);
+    EXPECT_EQ(chosen(OpKind::allreduce, native::kArrivalMildUpTo, mild), "arrival");
+    EXPECT_NE(chosen(OpKind::allreduce, native::kArrivalMildUpTo + 1, mild), "arrival");
+  }
   if (cpus >= 3) {
     EXPECT_EQ(chosen(OpKind::allreduce, 64, {0, 0, 0}), "flat") << "a CPU per rank";
   }
@@ -239,20 +245,21 @@ TEST(NativeAlgorithms, TwoCopyAllreduceReusesSlotsAndFallsBackTogether) {
   EXPECT_EQ(wrong[1], 0u);
 }
 
-// The arrival allreduce with ranks as threads, one more than this machine has CPUs (so the choice
-// takes it): the conformance matrix up to its size (every dtype and reduce op, 1 to 1000 elements, in
-// and out of place); then 300 calls back to back, of 4 B up to kArrivalUpTo, in place or not, with
-// frame collectives (a larger allreduce, a broadcast) in between: the board is reused without
-// handshakes, and every rank must get the exact result of every call.
+// The arrival allreduce with ranks as threads, two per CPU of this machine (so the choice takes it up
+// to kArrivalUpTo): the conformance matrix up to that size (every dtype and reduce op, 1 to 1000
+// elements, in and out of place); then 300 calls back to back, of 4 B up to kArrivalUpTo (one chunk or
+// several, the last one short), in place or not, with frame collectives (a larger allreduce, a
+// broadcast) in between: the board is reused without handshakes, and every rank must get the exact
+// result of every call.
 TEST(NativeAlgorithms, ArrivalAllreduceReusesTheBoardAmongOtherCollectives) {
-  const int n = static_cast<int>(std::max<long>(3, ::sysconf(_SC_NPROCESSORS_ONLN) + 1));
+  const int n = static_cast<int>(std::max<long>(4, 2 * ::sysconf(_SC_NPROCESSORS_ONLN)));
   if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
   ASSERT_EQ(chosen(OpKind::allreduce, 64, std::vector<int>(static_cast<size_t>(n), 0)), "arrival");
   testing::ThreadWorld world("native", n);
   for (const check::Case& c : check::conformance_cases(OpKind::allreduce, n))
     if (c.count > 0 && c.count * dtype_size(c.dtype) <= native::kArrivalUpTo) expect_all_right(world, c);
 
-  const size_t counts[] = {1, 7, 1000, native::kArrivalUpTo / sizeof(int32_t)};
+  const size_t counts[] = {1, 7, 3000, native::kArrivalUpTo / sizeof(int32_t)};
   const int32_t tri = n * (n + 1) / 2;
   std::vector<size_t> wrong(static_cast<size_t>(n));
   world.run([&](int r, Communicator& comm) {

@@ -47,8 +47,10 @@ inline constexpr size_t kTwoCopyFrom = size_t{8} << 20;
 // board (shared memory) and the last to arrive reduces them all (up to ShmSegment::kBoardBytes; larger,
 // or on several hosts: flat).
 void allreduce_arrival(AlgoCtx& c);
-// allreduce_arrival up to this buffer size (one host, ranks outnumbering CPUs).
-inline constexpr size_t kArrivalUpTo = size_t{16} << 10;
+// allreduce_arrival up to this buffer size on one host with at least twice as many ranks as CPUs; with
+// fewer (some ranks have a CPU of their own), up to kArrivalMildUpTo.
+inline constexpr size_t kArrivalUpTo = size_t{32} << 10;
+inline constexpr size_t kArrivalMildUpTo = size_t{4} << 10;
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
 void allreduce_hierarchical_sliced(AlgoCtx& c);

@@ -2,25 +2,30 @@
 //
 // There, a rank that waits for a peer yields its CPU, often to the very rank it waits for. Exchanges
 // that take turns (recursive doubling's rounds, a frame per pair) cost several such switches per call.
-// Here no rank waits for a particular other one: the last to arrive does the whole reduction, and
-// every other rank only arrives and later picks the result up. With two ranks per CPU each rank then
-// runs once per call (it picks up call k's result and arrives at call k+1 in one turn).
+// Here no rank waits for a particular other one: every rank arrives, the result is reduced once every
+// input is there, and every rank picks it up. With two ranks per CPU each rank then runs about once per
+// call (it picks up call k's result and arrives at call k+1 in one turn).
 //
-// Steps (n ranks, all on this host, B <= ShmSegment::kBoardBytes bytes per rank):
+// Steps (n ranks, all on this host, B <= ShmSegment::kBoardBytes bytes per rank; the board has two sets
+// of slots, used by the parity of the op's sequence number):
 //   1. copy our B bytes into our input slot on the host's board (shared memory), and our op's
 //      fingerprint and sequence number into our tag;
 //   2. arrive: add one to the board's count;
 //   3. the rank that brings the count to n checks every tag against its own fingerprint (a Mismatch,
-//      reported by every rank, otherwise), reduces the n input slots in rank order into the result slot
-//      (avg: then divides it), resets the count, publishes the op's sequence number and wakes the
-//      sleepers; every other rank waits for that publication;
+//      reported by every rank, otherwise). Up to kChunkBytes it reduces the n input slots in rank order
+//      into the result slot (avg: then divides) and publishes: resets the count, stores the op's
+//      sequence number, wakes the sleepers. Larger, it opens the result's chunks: every rank that waits
+//      claims chunks one at a time and reduces them the same way (ranks on other CPUs in parallel), and
+//      whoever completes the last chunk publishes. Every other rank waits for the publication;
 //   4. every rank copies the result slot into its output.
 // Reuse of the board by the next call is safe without further handshakes: a rank enters the next call
-// only once this one's result is published, i.e. once every input slot was read; and the result slot
-// is overwritten only when every rank has arrived at the next call, i.e. has copied this result out.
-// The reset count is published along with the result.
+// only once this one's result is published, i.e. once every input slot was read; the result slot is
+// overwritten only when every rank has arrived at the next call, i.e. has copied this result out; the
+// reset count is published along with the result; chunks are claimed only under this op's sequence
+// number, and the result is published only once every claimed chunk is reduced.
 //
-// Bytes per rank: B in, B out; the last to arrive also reads n·B and writes B. Scratch: none.
+// Bytes per rank: B in, B out; the ranks that reduce read n·B and write B between them. Scratch: none.
+#include <algorithm>
 #include <cstring>
 
 #include "core/reduce.h"
@@ -29,6 +34,10 @@
 namespace mpcomm::native {
 
 static_assert(sizeof(detail::Fingerprint) <= sizeof(BoardTag::words));
+
+// Results of more than this are reduced in chunks of it, claimed by every rank that waits.
+static constexpr size_t kChunkBytes = size_t{4} << 10;
+static_assert(ShmSegment::kBoardBytes / kChunkBytes < (1u << 16));
 
 void allreduce_arrival(AlgoCtx& c) {
   const auto& op = c.op;
@@ -50,29 +59,55 @@ void allreduce_arrival(AlgoCtx& c) {
   std::memcpy(seg->board_input(par, c.e.local_of(c.rank)), op.send, bytes);
   tag->write(stamp, &fp, sizeof fp);
   char* result = seg->board_result(par);
+  const size_t es = c.elem(), chunk = kChunkBytes / es, chunks = (op.count + chunk - 1) / chunk;
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) srcs[static_cast<size_t>(r)] = seg->board_input(par, c.e.local_of(r));
+  auto publish = [&] {
+    ctl->arrived.store(0, std::memory_order_relaxed);
+    ctl->published.store(stamp, std::memory_order_release);
+    c.e.wake_local_peers();
+  };
+  // Claims and reduces chunks of the result while any is left; whoever reduces the last one publishes.
+  std::vector<const void*> at(srcs.size());
+  auto help = [&] {
+    uint64_t w = ctl->work.load(std::memory_order_acquire);
+    while ((w >> 16) == stamp && (w & 0xffff) < chunks) {
+      if (!ctl->work.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      const size_t first = (w & 0xffff) * chunk, count = std::min(chunk, op.count - first);
+      for (size_t r = 0; r < srcs.size(); ++r) at[r] = static_cast<const char*>(srcs[r]) + first * es;
+      reduce_into(result + first * es, at.data(), n, count, op.dtype, op.redop);
+      if (op.redop == ReduceOp::avg) divide_by(result + first * es, count, op.dtype, n);
+      if (ctl->chunks_done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) publish();
+      w = ctl->work.load(std::memory_order_acquire);
+    }
+  };
   if (ctl->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(n)) {
     // 3. Last to arrive (acquire: every input and tag is visible).
-    std::vector<const void*> srcs(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
-      const int local = c.e.local_of(r);
       detail::Fingerprint theirs{};
       // Every tag holds this op's stamp now (no rank may go on before we publish), unless a rank runs
       // another op: then its fingerprint, read under a stamp that differs, shows which.
-      const BoardTag* t = seg->board_tag(local);
+      const BoardTag* t = seg->board_tag(c.e.local_of(r));
       if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
       if (!(theirs == fp))
         c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
                                           " but this rank called " + detail::describe(fp));
-      srcs[static_cast<size_t>(r)] = seg->board_input(par, local);
     }
-    reduce_into(result, srcs.data(), n, op.count, op.dtype, op.redop);
-    if (op.redop == ReduceOp::avg) divide_by(result, op.count, op.dtype, n);
-    ctl->arrived.store(0, std::memory_order_relaxed);
-    ctl->published.store(stamp, std::memory_order_release);
-    c.e.wake_local_peers();
-  } else {
-    // Ranks not yet arrived, for liveness checks and a timeout's message; once all have arrived, the
-    // one computing the result is among all the others.
+    if (chunks == 1) {
+      reduce_into(result, srcs.data(), n, op.count, op.dtype, op.redop);
+      if (op.redop == ReduceOp::avg) divide_by(result, op.count, op.dtype, n);
+      publish();
+    } else {
+      // Open the chunks to every rank (release: a rank that sees them open sees every input, through
+      // our acquire above), and start on them.
+      ctl->chunks_done.store(0, std::memory_order_relaxed);
+      ctl->work.store(stamp << 16, std::memory_order_release);
+      help();
+    }
+  }
+  if (ctl->published.load(std::memory_order_acquire) != stamp) {
+    // Ranks not yet arrived, for liveness checks and a timeout's message; once all have arrived, those
+    // reducing the result are among all the others.
     auto pending = [&] {
       std::vector<int> late, others;
       for (int r = 0; r < n; ++r) {
@@ -86,12 +121,18 @@ void allreduce_arrival(AlgoCtx& c) {
       std::vector<int> late;
       for (int r = 0; r < n; ++r)
         if (r != c.rank && seg->board_tag(c.e.local_of(r))->seq.load(std::memory_order_relaxed) != stamp) late.push_back(r);
-      if (late.empty()) return std::string("the last rank to arrive to publish the result (arrival allreduce)");
+      if (late.empty()) return std::string("the ranks reducing the result to publish it (arrival allreduce)");
       std::string s = late.size() == 1 ? "rank" : "ranks";
       for (size_t i = 0; i < late.size(); ++i) s += (i ? ", " : " ") + std::to_string(late[i]);
       return s + " to leave " + (late.size() == 1 ? "its" : "their") + " input on the board (arrival allreduce)";
     };
-    c.e.wait_shared([&] { return ctl->published.load(std::memory_order_acquire) == stamp; }, pending, what);
+    // While we wait, we take a share of the chunks (ranks on other CPUs reduce in parallel).
+    c.e.wait_shared(
+        [&] {
+          if (chunks > 1) help();
+          return ctl->published.load(std::memory_order_acquire) == stamp;
+        },
+        pending, what);
   }
   // 4.
   std::memcpy(op.recv, result, bytes);

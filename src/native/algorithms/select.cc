@@ -151,13 +151,17 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
     // 172, 64 KiB 274 vs 240. So: doubling up to 8 KiB * 2(n-1) / log2(n) (4 ranks: 24 KiB).
     // Crowding is judged on one host only: with one rank per host, hosts may differ in CPUs, and every
     // rank must choose the same algorithm.
-    // Up to 16 KiB, crowded: the arrival allreduce (no rank waits for a particular other; the last to
-    // arrive reduces for all). Medians of 3 interleaved runs against the choice before (recursive
-    // doubling), 4 ranks on 2 CPUs, -n 200: 8 B 13.3 -> 6.5 us, 512 B 15.2 -> 7.5 us, 4 KiB 22.8 ->
-    // 13.0 us, 16 KiB 32.7 -> 29.4 us, but 32 KiB 41.7 (ring) -> 49.9 us (the last to arrive reads all n
-    // inputs). 8 ranks, 2 runs: 8 B 34 -> 14 us, 4 KiB 45 -> 28 us.
+    // Small and crowded: the arrival allreduce (no rank waits for a particular other; the last to arrive
+    // opens the reduction to all). Medians of 3 interleaved runs against the choice before (recursive
+    // doubling), 4 ranks on 2 CPUs, -n 200: 8 B 13.3 -> 6.5 us, 512 B 15.2 -> 7.5 us, 4 KiB 22.8 -> 13.0
+    // us, 16 KiB 32.7 -> 29.4 us. With the result reduced in chunks by every waiting rank (5 runs, against
+    // the ring, mpi in the same run): 16 KiB 19 vs 34 us (mpi 29), 32 KiB 27 vs 31 us (mpi 39), 64 KiB
+    // 43 vs 46 us: up to 32 KiB. 8 ranks: 8 B 34 -> 14 us, 4 KiB 45 -> 28 us, 32 KiB 111 (doubling) ->
+    // 46 us. But 3 ranks on 2 CPUs (one rank has a CPU of its own): 4 KiB 8.9 vs 9.2 us doubling, 16 KiB
+    // 13.5 vs 10.1 us: only up to 4 KiB while ranks are fewer than twice the CPUs.
     if (size > 2 && topo.num_hosts() <= 1 && crowded) {
-      if (op.bytes() > 0 && op.bytes() <= kArrivalUpTo) return *find(OpKind::allreduce, "arrival");
+      const size_t upto = size >= 2 * online_cpus() ? kArrivalUpTo : kArrivalMildUpTo;
+      if (op.bytes() > 0 && op.bytes() <= upto) return *find(OpKind::allreduce, "arrival");
       bool doubling = small;
       if ((size & (size - 1)) == 0) {
         int log2n = 0;

@@ -45,6 +45,10 @@ struct alignas(64) RingCtl {
 struct alignas(64) BoardCtl {
   std::atomic<uint32_t> arrived{0};                 // ranks whose input for the current op is in place
   alignas(64) std::atomic<uint64_t> published{0};  // 1 + sequence number of the last op whose result is in place
+  // Once every input is in place, for results of several chunks: (1 + sequence number) << 16 | the next
+  // chunk to claim, and how many chunks are reduced.
+  alignas(64) std::atomic<uint64_t> work{0};
+  alignas(64) std::atomic<uint32_t> chunks_done{0};
 };
 // Per local rank, written before it arrives: which op its input belongs to (1 + its sequence number,
 // and its fingerprint, detail::Fingerprint, as opaque words). Other ranks read it at any time, also while
