@@ -253,7 +253,7 @@ TEST(NativeAlgorithms, TwoCopyAllreduceReusesSlotsAndFallsBackTogether) {
 // result of every call.
 TEST(NativeAlgorithms, ArrivalAllreduceReusesTheBoardAmongOtherCollectives) {
   const int n = static_cast<int>(std::max<long>(4, 2 * ::sysconf(_SC_NPROCESSORS_ONLN)));
-  if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
+  if (n > 64) GTEST_SKIP() << "too many CPUs to crowd with threads";
   ASSERT_EQ(chosen(OpKind::allreduce, 64, std::vector<int>(static_cast<size_t>(n), 0)), "arrival");
   testing::ThreadWorld world("native", n);
   for (const check::Case& c : check::conformance_cases(OpKind::allreduce, n))

@@ -284,10 +284,11 @@ INSTANTIATE_TEST_SUITE_P(Backends, KilledRank, ::testing::ValuesIn(killed_rank_p
 });
 
 // `testprog MODE VICTIM AT TAG` on 3 ranks under `mpcomm launch LAUNCH_ARGS`: by frames (allreduces of
-// 1 MiB), or on the board (the arrival allreduce forced, allreduces of 16 floats).
+// 1 MiB), or on the board (the arrival allreduce forced, allreduces of 3000 floats: a result of 3
+// chunks that the waiting ranks share).
 RunResult run_three(const std::string& launch_args, const std::string& prog_args, const std::string& tag, bool board) {
   return run_command((board ? "MPCOMM_ALGO=allreduce=arrival " : "") + kLaunch + " -n 3 " + launch_args + " -- " + kProg +
-                     " " + prog_args + " " + tag + (board ? " 16" : ""));
+                     " " + prog_args + " " + tag + (board ? " 3000" : ""));
 }
 
 // Frames, then the board (where the report also says whose input is missing).

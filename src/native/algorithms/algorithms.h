@@ -44,8 +44,9 @@ void allreduce_two_copy(AlgoCtx& c);
 // allreduce_two_copy from this buffer size on (2 ranks, one host, each with a CPU).
 inline constexpr size_t kTwoCopyFrom = size_t{8} << 20;
 // One host whose ranks outnumber its CPUs, small messages: every rank leaves its input on the host's
-// board (shared memory) and the last to arrive reduces them all (up to ShmSegment::kBoardBytes; larger,
-// or on several hosts: flat).
+// board (shared memory); once all are there the result is reduced, by the last to arrive alone up to
+// 4 KiB, in chunks by every waiting rank above (up to ShmSegment::kBoardBytes; larger, or on several
+// hosts: flat).
 void allreduce_arrival(AlgoCtx& c);
 // allreduce_arrival up to this buffer size on one host with at least twice as many ranks as CPUs; with
 // fewer (some ranks have a CPU of their own), up to kArrivalMildUpTo.

@@ -102,6 +102,7 @@ void allreduce_arrival(AlgoCtx& c) {
       // our acquire above), and start on them.
       ctl->chunks_done.store(0, std::memory_order_relaxed);
       ctl->work.store(stamp << 16, std::memory_order_release);
+      c.e.wake_local_peers();  // a rank that already sleeps would help only after its 50 ms slice
       help();
     }
   }

@@ -151,8 +151,8 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
     // 172, 64 KiB 274 vs 240. So: doubling up to 8 KiB * 2(n-1) / log2(n) (4 ranks: 24 KiB).
     // Crowding is judged on one host only: with one rank per host, hosts may differ in CPUs, and every
     // rank must choose the same algorithm.
-    // Small and crowded: the arrival allreduce (no rank waits for a particular other; the last to arrive
-    // opens the reduction to all). Medians of 3 interleaved runs against the choice before (recursive
+    // Small and crowded: the arrival allreduce (no rank waits for a particular other; once all inputs are
+    // there, the last to arrive reduces them, above 4 KiB in chunks shared with every waiting rank). Medians of 3 interleaved runs against the choice before (recursive
     // doubling), 4 ranks on 2 CPUs, -n 200: 8 B 13.3 -> 6.5 us, 512 B 15.2 -> 7.5 us, 4 KiB 22.8 -> 13.0
     // us, 16 KiB 32.7 -> 29.4 us. With the result reduced in chunks by every waiting rank (5 runs, against
     // the ring, mpi in the same run): 16 KiB 19 vs 34 us (mpi 29), 32 KiB 27 vs 31 us (mpi 39), 64 KiB

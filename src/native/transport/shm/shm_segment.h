@@ -39,9 +39,9 @@ struct alignas(64) RingCtl {
 };
 
 // The board: two sets (by parity of the op's sequence number) of one input slot per local rank and
-// one result slot (kBoardBytes each), for collectives in
-// which every local rank leaves its input and the last one to arrive computes the result for all (the
-// arrival allreduce). Its control words, each on a cache line of its own:
+// one result slot (kBoardBytes each), for collectives in which every local rank leaves its input and the
+// result is computed for all once every input is there (the arrival allreduce). Its control words, each
+// on a cache line of its own:
 struct alignas(64) BoardCtl {
   std::atomic<uint32_t> arrived{0};                 // ranks whose input for the current op is in place
   alignas(64) std::atomic<uint64_t> published{0};  // 1 + sequence number of the last op whose result is in place
