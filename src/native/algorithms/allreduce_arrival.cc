@@ -60,23 +60,26 @@ void allreduce_arrival(AlgoCtx& c) {
   tag->write(stamp, &fp, sizeof fp);
   char* result = seg->board_result(par);
   const size_t es = c.elem(), chunk = kChunkBytes / es, chunks = (op.count + chunk - 1) / chunk;
-  std::vector<const void*> srcs(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) srcs[static_cast<size_t>(r)] = seg->board_input(par, c.e.local_of(r));
+  // The n sources of the elements [first, first + count), in rank order (pointer array in the reused
+  // scratch: no allocation per call).
+  const void** srcs = reinterpret_cast<const void**>(c.scratch(static_cast<size_t>(n) * sizeof(void*)));
+  auto reduce_range = [&](size_t first, size_t count) {
+    for (int r = 0; r < n; ++r) srcs[r] = seg->board_input(par, c.e.local_of(r)) + first * es;
+    reduce_into(result + first * es, srcs, n, count, op.dtype, op.redop);
+    if (op.redop == ReduceOp::avg) divide_by(result + first * es, count, op.dtype, n);
+  };
   auto publish = [&] {
     ctl->arrived.store(0, std::memory_order_relaxed);
     ctl->published.store(stamp, std::memory_order_release);
     c.e.wake_local_peers();
   };
   // Claims and reduces chunks of the result while any is left; whoever reduces the last one publishes.
-  std::vector<const void*> at(srcs.size());
   auto help = [&] {
     uint64_t w = ctl->work.load(std::memory_order_acquire);
     while ((w >> 16) == stamp && (w & 0xffff) < chunks) {
       if (!ctl->work.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      const size_t first = (w & 0xffff) * chunk, count = std::min(chunk, op.count - first);
-      for (size_t r = 0; r < srcs.size(); ++r) at[r] = static_cast<const char*>(srcs[r]) + first * es;
-      reduce_into(result + first * es, at.data(), n, count, op.dtype, op.redop);
-      if (op.redop == ReduceOp::avg) divide_by(result + first * es, count, op.dtype, n);
+      const size_t first = (w & 0xffff) * chunk;
+      reduce_range(first, std::min(chunk, op.count - first));
       if (ctl->chunks_done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) publish();
       w = ctl->work.load(std::memory_order_acquire);
     }
@@ -94,8 +97,7 @@ void allreduce_arrival(AlgoCtx& c) {
                                           " but this rank called " + detail::describe(fp));
     }
     if (chunks == 1) {
-      reduce_into(result, srcs.data(), n, op.count, op.dtype, op.redop);
-      if (op.redop == ReduceOp::avg) divide_by(result, op.count, op.dtype, n);
+      reduce_range(0, op.count);
       publish();
     } else {
       // Open the chunks to every rank (release: a rank that sees them open sees every input, through
@@ -107,21 +109,21 @@ void allreduce_arrival(AlgoCtx& c) {
     }
   }
   if (ctl->published.load(std::memory_order_acquire) != stamp) {
-    // Ranks not yet arrived, for liveness checks and a timeout's message; once all have arrived, those
-    // reducing the result are among all the others.
+    // Ranks not yet arrived (their tag lacks our stamp), or with `all`, every other rank.
+    auto others = [&](bool all) {
+      std::vector<int> out;
+      for (int r = 0; r < n; ++r)
+        if (r != c.rank && (all || seg->board_tag(c.e.local_of(r))->seq.load(std::memory_order_relaxed) != stamp))
+          out.push_back(r);
+      return out;
+    };
+    // For liveness checks: once all have arrived, those reducing the result are among all the others.
     auto pending = [&] {
-      std::vector<int> late, others;
-      for (int r = 0; r < n; ++r) {
-        if (r == c.rank) continue;
-        others.push_back(r);
-        if (seg->board_tag(c.e.local_of(r))->seq.load(std::memory_order_relaxed) != stamp) late.push_back(r);
-      }
-      return late.empty() ? others : late;
+      std::vector<int> late = others(false);
+      return late.empty() ? others(true) : late;
     };
     auto what = [&] {
-      std::vector<int> late;
-      for (int r = 0; r < n; ++r)
-        if (r != c.rank && seg->board_tag(c.e.local_of(r))->seq.load(std::memory_order_relaxed) != stamp) late.push_back(r);
+      const std::vector<int> late = others(false);
       if (late.empty()) return std::string("the ranks reducing the result to publish it (arrival allreduce)");
       std::string s = late.size() == 1 ? "rank" : "ranks";
       for (size_t i = 0; i < late.size(); ++i) s += (i ? ", " : " ") + std::to_string(late[i]);
