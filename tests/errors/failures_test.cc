@@ -237,7 +237,8 @@ TEST(Processes, SelftestPassesAcrossProcessesAndHosts) {
 
 // (backend, emulated hosts, forced native algorithm). MPI's variant lives with the MPI tests (it runs
 // under mpirun). With the arrival allreduce (16 floats) the survivors wait on the shared board, not
-// for frames, and must still notice the dead rank.
+// for frames, and must still fail fast. (Who notices first, their own watch or the launcher's notice,
+// varies: Processes.ARankThatLeavesIsNamedByTheOthers checks the watch alone.)
 class KilledRank : public ::testing::TestWithParam<std::tuple<std::string, int, std::string>> {};
 
 TEST_P(KilledRank, SurvivorsFailFastAndNothingIsLeftBehind) {
@@ -257,11 +258,6 @@ TEST_P(KilledRank, SurvivorsFailFastAndNothingIsLeftBehind) {
     EXPECT_TRUE(contains(line, "allreduce #")) << line;
     double after = std::atof(line.c_str() + line.find(tag) + tag.size());
     EXPECT_LT(after, 20.0) << line;  // within the timeout
-  }
-  // On the board the survivors watch the ranks whose input is missing themselves (the launcher's abort
-  // notice may come first, so at least one of them names the dead rank).
-  if (!algo.empty()) {
-    EXPECT_TRUE(contains(r.output, "rank 2 (pid ")) << r.output;
   }
   // This job's segments (named after its job id) must all be gone.
   std::string job = testing::line_with(r.output, "[0] job ");
