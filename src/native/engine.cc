@@ -749,16 +749,17 @@ void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* share
       abort_store_.reset();
     }
     if (aborted && msg != abort_msg_) {
-      // A rank of this host publishes to the segment (with its error's code) before the store: if it
-      // was this host's, the segment has it now, though it did not when we looked above.
+      // A rank of this host publishes to the segment (with its error's code) before the store, so a
+      // failure here may be in the segment now though it was not when we looked above: it came first,
+      // and it keeps its code.
       std::string local;
-      if (int code = seg_ != nullptr ? seg_->aborted(&local) : 0; code > 0 && local == msg) {
+      if (int code = seg_ != nullptr ? seg_->aborted(&local) : 0; code > 0) {
         auto ec = static_cast<ErrorCode>(code - 1);
         if (abort_msg_.empty()) {
-          abort_msg_ = msg;
+          abort_msg_ = local;
           abort_code_ = ec;
         }
-        throw_error(ec, "mpcomm: " + context() + ": aborted because another rank failed: " + msg);
+        throw_error(ec, "mpcomm: " + context() + ": aborted because another rank failed: " + local);
       }
       if (abort_msg_.empty()) {
         abort_msg_ = msg;
