@@ -753,7 +753,7 @@ void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* share
       // failure here may be in the segment now though it was not when we looked above: it came first,
       // and it keeps its code.
       std::string local;
-      if (int code = seg_ != nullptr ? seg_->aborted(&local) : 0; code > 0) {
+      if (int code = seg_ != nullptr ? seg_->aborted(&local) : 0; code > 0 && local != abort_msg_) {
         auto ec = static_cast<ErrorCode>(code - 1);
         if (abort_msg_.empty()) {
           abort_msg_ = local;
