@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -83,6 +84,57 @@ TEST(Bench, EveryBackendEveryOpCheckedRowsInJson) {
   EXPECT_GT(rows, 0u);
   for (const auto& b : available_backends())
     EXPECT_EQ(ops_per_backend[b].size(), bench::all_ops().size()) << "backend " << b << " is missing ops";
+  std::remove(json.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// Several backends take turns: every backend's row k is measured before anyone's row k+1, no two
+// backends measure at once, and the order of the backends is reversed every other row. With
+// --sequential each backend's whole sweep comes before the next backend's.
+std::vector<nlohmann::json> rows_by_start(const std::string& json) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream f(json);
+  for (std::string line; std::getline(f, line);) rows.push_back(nlohmann::json::parse(line));
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a["start_s"] < b["start_s"]; });
+  return rows;
+}
+
+TEST(Bench, BackendsTakeTurnsRowByRow) {
+  const std::string dir = temp_dir(), json = dir + "/out.jsonl";
+  auto r = run_command(kCli + " bench --ranks 2 --backends native,mpi,gloo --ops allreduce,broadcast -b 8 -e 4K -f 8 -n 3"
+                              " -w 1 --json " + json);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto rows = rows_by_start(json);
+  const std::vector<std::string> backends = {"native", "mpi", "gloo"};
+  ASSERT_EQ(rows.size(), 3u * 4 * 3) << "3 backends x 4 sizes x (2 allreduce + 1 broadcast rows)";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    const size_t k = i / 3, pos = i % 3;  // the k-th turn of every backend, in this position
+    const std::string want = backends[k % 2 == 0 ? pos : 2 - pos];
+    EXPECT_EQ(row["backend"], want) << "row " << i << " of the run, turn " << k + 1;
+    const auto& first = rows[k * 3];  // every backend's k-th row is the same op, size and placement
+    EXPECT_EQ(row["op"], first["op"]) << i;
+    EXPECT_EQ(row["bytes"], first["bytes"]) << i;
+    EXPECT_EQ(row["inplace"], first["inplace"]) << i;
+    EXPECT_LE(static_cast<double>(row["start_s"]), static_cast<double>(row["end_s"])) << i;
+    if (i > 0) {
+      EXPECT_GE(static_cast<double>(row["start_s"]), static_cast<double>(rows[i - 1]["end_s"]))
+          << "rows " << i - 1 << " and " << i << " overlap";
+    }
+  }
+  // The tables come out whole, one backend after the other.
+  const size_t native = r.output.find("backend native"), mpi = r.output.find("backend mpi"), gloo = r.output.find("backend gloo");
+  ASSERT_NE(gloo, std::string::npos) << r.output;
+  EXPECT_LT(native, mpi);
+  EXPECT_LT(mpi, gloo);
+  EXPECT_EQ(r.output.find("backend native", mpi), std::string::npos) << r.output;
+
+  auto s = run_command(kCli + " bench --ranks 2 --backends native,gloo --ops allreduce -b 8 -e 64 -f 8 -n 3 -w 1"
+                              " --sequential --json " + json);
+  ASSERT_EQ(s.status, 0) << s.output;
+  const auto seq = rows_by_start(json);
+  ASSERT_EQ(seq.size(), 8u);
+  for (size_t i = 0; i < seq.size(); ++i) EXPECT_EQ(seq[i]["backend"], i < 4 ? "native" : "gloo") << i;
   std::remove(json.c_str());
   ::rmdir(dir.c_str());
 }

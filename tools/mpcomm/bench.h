@@ -1,8 +1,10 @@
 // mpcomm bench: nccl-tests-style measurements of every backend side by side.
 //
-// The driver (`mpcomm bench`) starts the ranks of one backend at a time through launch(), each rank
-// running the worker (`mpcomm bench-worker`), which measures every op × size and writes one JSON
-// line per measured row. The driver then prints the side-by-side comparison and the JSON file.
+// The driver (`mpcomm bench`) starts the ranks of every backend through launch(), each rank running
+// the worker (`mpcomm bench-worker`), which measures every op × size and writes one JSON line per
+// measured row. With several backends they all run at once and take turns row by row (bench_turns.h),
+// unless --sequential. The driver then prints each backend's table, the side-by-side comparison and
+// the JSON file.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,11 @@ struct Config {
   int root = 0;
   double timeout_s = 120;
   std::string device = "cpu";  // where the buffers live: cpu or cuda (each rank its local GPU)
+  bool sequential = false;     // several backends: one after the other instead of in turns
+  // Set by the driver for each backend's workers when backends take turns: the board's path and this
+  // backend's slot on it ("" = measure without waiting).
+  std::string turns;
+  int turn_slot = 0, turn_backends = 0;
 };
 
 // One measured row (one backend, op, size and placement).
@@ -47,6 +54,9 @@ struct Row {
   double busbw_gbs = 0;    // algbw × the nccl-tests factor of the op
   uint64_t wrong = 0;      // wrong elements in the checked run (-c 1), summed over ranks
   double p50_us = 0, p99_us = 0;  // per-iteration latency percentiles (slowest rank per iteration)
+  // When rank 0's timed calls began and ended, in seconds of CLOCK_MONOTONIC (one clock for every
+  // process of the machine): which rows of which backends were measured when.
+  double start_s = 0, end_s = 0;
 };
 
 // All ops bench knows, in nccl-tests order.
@@ -69,9 +79,9 @@ Row row_from_json(const std::string& line);
 // appends JSON lines to json_path.
 int run_worker(Communicator& comm, const Config& c, const std::string& json_path);
 
-// Driver side: run every backend of c (each through launch()), print the per-backend tables as the
-// workers print them and then the side-by-side table; returns all rows. Throws on a failed backend run
-// unless keep_going.
+// Driver side: run every backend of c (each through launch(); several at once, taking turns row by
+// row, unless c.sequential) and print each backend's table as its rank 0 prints it; returns all rows.
+// A failed backend sets *status and ends the others unless keep_going.
 std::vector<Row> run_bench(const Config& c, const std::string& self_exe, bool keep_going, int* status);
 void print_side_by_side(const std::vector<Row>& rows, FILE* out);
 // The backends `--backends all` means for a device: every available one, nccl only for cuda.

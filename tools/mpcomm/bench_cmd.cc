@@ -1,7 +1,14 @@
 // mpcomm bench (the driver) and mpcomm bench-worker (what each rank runs).
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -9,6 +16,7 @@
 #include "progress.h"
 
 #include "bench.h"
+#include "bench_turns.h"
 #include "bootstrap/launcher.h"
 #include "core/device.h"
 #include "commands.h"
@@ -22,7 +30,8 @@ nlohmann::json config_to_json(const Config& c) {
   return {{"ranks", c.ranks},   {"hosts", c.hosts},   {"backends", c.backends}, {"ops", c.ops},
           {"min_bytes", c.min_bytes}, {"max_bytes", c.max_bytes}, {"factor", c.factor}, {"extra_sizes", c.extra_sizes}, {"iters", c.iters},
           {"warmup", c.warmup}, {"check", c.check},   {"dtypes", c.dtypes},     {"redop", c.redop},
-          {"root", c.root},     {"timeout_s", c.timeout_s}, {"device", c.device}};
+          {"root", c.root},     {"timeout_s", c.timeout_s}, {"device", c.device}, {"turns", c.turns},
+          {"turn_slot", c.turn_slot}, {"turn_backends", c.turn_backends}};
 }
 
 Config config_from_json(const std::string& s) {
@@ -44,6 +53,9 @@ Config config_from_json(const std::string& s) {
   c.root = j.at("root");
   c.timeout_s = j.at("timeout_s");
   c.device = j.value("device", "cpu");
+  c.turns = j.value("turns", "");
+  c.turn_slot = j.value("turn_slot", 0);
+  c.turn_backends = j.value("turn_backends", 0);
   return c;
 }
 
@@ -116,41 +128,222 @@ std::string make_temp_file(const std::string& what) {
   return path;
 }
 
-std::vector<Row> run_bench(const Config& c, const std::string& exe, bool keep_going, int* status) {
-  validate(c);
+namespace {
+
+// One backend's run: its workers' configuration and launch options, and where its rank 0 writes.
+struct Job {
+  std::string backend;
+  LaunchOptions lo;
+  std::string json_tmp;  // the rows, one JSON line each
+  std::string out_tmp;   // taking turns: the tables rank 0 prints (shown when every backend is done)
+  pid_t pid = -1;        // taking turns: the child process that runs launch()
+  bool ended = false, finished = false;
+  int status = 0;
+};
+
+Job make_job(const Config& c, const std::string& exe, size_t slot, const std::string& turns) {
+  Job j;
+  j.backend = c.backends[slot];
+  j.json_tmp = make_temp_file("bench");
+  Config one = c;
+  one.backends = {j.backend};
+  one.turns = turns;
+  one.turn_slot = static_cast<int>(slot);
+  one.turn_backends = turns.empty() ? 0 : static_cast<int>(c.backends.size());
+  j.lo.nranks = c.ranks;
+  j.lo.hosts = nccl_hosts(c, j.backend);
+  one.hosts = j.lo.hosts;
+  j.lo.timeout_s = c.timeout_s;
+  j.lo.backend = j.backend;
+  j.lo.grace_s = 5;
+  j.lo.prefix_output = false;  // only rank 0 prints: its lines are the table
+  j.lo.argv = {exe, "bench-worker", "--config", config_to_json(one).dump(), "--json-out", j.json_tmp};
+  return j;
+}
+
+// The job's rows; removes its files. Reports a failed job.
+void collect(Job& j, std::vector<Row>* rows, int* status) {
+  std::ifstream f(j.json_tmp);
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) rows->push_back(row_from_json(line));
+  ::unlink(j.json_tmp.c_str());
+  if (!j.out_tmp.empty()) ::unlink(j.out_tmp.c_str());
+  if (j.status != 0) {
+    std::fprintf(stderr, "mpcomm bench: backend %s failed (status %d)\n", j.backend.c_str(), j.status);
+    if (*status == 0) *status = j.status;
+  }
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+// launch(j.lo) in a child process (launch() owns its process's signals and ranks), its stdout into
+// j.out_tmp; the child dies with the driver.
+pid_t start_job(const Job& j) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t driver = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Internal("mpcomm bench: cannot fork the launcher of backend " + j.backend + ": " + std::strerror(errno));
+  if (pid > 0) return pid;
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != driver) ::_exit(128 + SIGTERM);
+  int fd = ::open(j.out_tmp.c_str(), O_WRONLY | O_TRUNC);
+  if (fd < 0 || ::dup2(fd, STDOUT_FILENO) < 0) ::_exit(127);
+  ::close(fd);
+  int st = 1;
+  try {
+    st = launch(j.lo);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpcomm bench: backend %s: %s\n", j.backend.c_str(), e.what());
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(st & 0xff);
+}
+
+// Whether the job's child has ended (waiting up to wait_s for it); records its status.
+bool reap(Job& j, double wait_s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  while (!j.ended) {
+    int ws = 0;
+    const pid_t r = ::waitpid(j.pid, &ws, WNOHANG);
+    if (r == j.pid || (r < 0 && errno == ECHILD)) {
+      j.ended = true;
+      j.status = r != j.pid ? 1 : WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= until) break;
+    ::usleep(2000);
+  }
+  return j.ended;
+}
+
+// Ends the job: SIGTERM to its launcher (which ends its ranks), and waits for it.
+void end_job(Job& j, const std::string& why) {
+  if (j.ended) return;
+  std::fprintf(stderr, "mpcomm bench: ending backend %s: %s\n", j.backend.c_str(), why.c_str());
+  ::kill(j.pid, SIGTERM);
+  if (!reap(j, 15)) {
+    ::kill(j.pid, SIGKILL);
+    reap(j, 1e9);
+  }
+  if (j.status == 0) j.status = 1;
+}
+
+std::vector<Row> run_sequential(const Config& c, const std::string& exe, bool keep_going, int* status) {
   std::vector<Row> rows;
-  *status = 0;
-  for (const auto& backend : c.backends) {
-    const std::string tmp = make_temp_file("bench");
-    Config one = c;
-    one.backends = {backend};
-    LaunchOptions lo;
-    lo.nranks = c.ranks;
-    lo.hosts = nccl_hosts(c, backend);
-    one.hosts = lo.hosts;
-    lo.timeout_s = c.timeout_s;
-    lo.backend = backend;
-    lo.grace_s = 5;
-    lo.prefix_output = false;  // only rank 0 prints: its lines are the table
-    lo.argv = {exe, "bench-worker", "--config", config_to_json(one).dump(), "--json-out", tmp};
-    ::setenv("MPCOMM_DEVICE", c.device.c_str(), 1);  // the ranks' Options::device
-    int st;
+  for (size_t b = 0; b < c.backends.size(); ++b) {
+    Job j = make_job(c, exe, b, "");
     {
-      cli::ProgressBar progress(backend, expected_rows(c), [&] { return std::make_pair(count_lines(tmp), std::string(" rows")); });
-      st = launch(lo);
+      cli::ProgressBar progress(j.backend, expected_rows(c), [&] { return std::make_pair(count_lines(j.json_tmp), std::string(" rows")); });
+      j.status = launch(j.lo);
     }
-    std::ifstream f(tmp);
-    std::string line;
-    while (std::getline(f, line))
-      if (!line.empty()) rows.push_back(row_from_json(line));
-    ::unlink(tmp.c_str());
-    if (st != 0) {
-      std::fprintf(stderr, "mpcomm bench: backend %s failed (status %d)\n", backend.c_str(), st);
-      if (*status == 0) *status = st;
-      if (!keep_going) break;
-    }
+    collect(j, &rows, status);
+    if (j.status != 0 && !keep_going) break;
   }
   return rows;
+}
+
+// Every backend's ranks at once, measuring in turns: row k of each backend (in backend order for odd
+// k, reversed for even k, so that no backend always follows the same other), and only then row k+1.
+std::vector<Row> run_in_turns(const Config& c, const std::string& exe, bool keep_going, int* status) {
+  const size_t nb = c.backends.size();
+  const std::string board_path = make_temp_file("turns");
+  TurnBoard board = TurnBoard::create(board_path, static_cast<int>(nb));
+  std::vector<Job> jobs;
+  for (size_t b = 0; b < nb; ++b) {
+    jobs.push_back(make_job(c, exe, b, board_path));
+    jobs.back().out_tmp = make_temp_file("bench-out");
+  }
+  for (auto& j : jobs) j.pid = start_job(j);
+  bool stop = false;  // a backend failed and !keep_going: end the others
+  auto ended = [&](Job& j) {
+    if (j.status != 0 && !keep_going && !stop) {
+      stop = true;
+      for (auto& o : jobs) end_job(o, "backend " + j.backend + " failed (status " + std::to_string(j.status) + ")");
+    }
+  };
+  // A row is at most check + warm-up + timed calls, each bounded by the ranks' timeout.
+  const double row_bound_s = c.timeout_s * (c.iters + c.warmup + 3);
+  {
+    cli::ProgressBar progress(joined(c.backends), expected_rows(c) * nb, [&] {
+      size_t n = 0;
+      for (const auto& j : jobs) n += count_lines(j.json_tmp);
+      return std::make_pair(n, std::string(" rows"));
+    });
+    // 1. Every backend's ranks set up (communicator, buffers) before anyone measures.
+    const auto setup_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(c.timeout_s + 60);
+    for (bool waiting = true; waiting && !stop;) {
+      waiting = false;
+      for (size_t b = 0; b < nb; ++b) {
+        Job& j = jobs[b];
+        if (j.ended || board.ready_count(static_cast<int>(b)) >= static_cast<uint32_t>(c.ranks)) continue;
+        if (reap(j, 0)) {
+          ended(j);
+        } else if (std::chrono::steady_clock::now() > setup_until) {
+          end_job(j, "its ranks were not set up after " + std::to_string(static_cast<int>(c.timeout_s + 60)) + " s");
+          ended(j);
+        } else {
+          waiting = true;
+        }
+      }
+      if (waiting) ::usleep(10000);
+    }
+    ::unlink(board_path.c_str());  // every rank that will map it has
+    // 2. The turns.
+    for (uint32_t k = 1; !stop; ++k) {
+      bool any = false;
+      for (size_t i = 0; i < nb && !stop; ++i) {
+        const size_t b = k % 2 == 1 ? i : nb - 1 - i;
+        Job& j = jobs[b];
+        if (j.ended || j.finished) continue;
+        any = true;
+        board.give_turn(static_cast<int>(b), k);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(row_bound_s);
+        for (;;) {
+          const uint32_t d = board.done(static_cast<int>(b));
+          if (d == TurnBoard::kAllDone) {  // its last turn: it exits now; the next turn waits for that
+            j.finished = true;
+            if (!reap(j, c.timeout_s + 30)) end_job(j, "it did not exit after its last row");
+            break;
+          }
+          if (d >= k || reap(j, 0)) break;
+          if (std::chrono::steady_clock::now() > until) {
+            end_job(j, "row " + std::to_string(k) + " took longer than " + std::to_string(static_cast<int>(row_bound_s)) + " s");
+            break;
+          }
+          board.wait_done_change(static_cast<int>(b), d, 100);
+        }
+        if (j.ended) ended(j);
+      }
+      if (!any) break;
+    }
+  }
+  for (auto& j : jobs) reap(j, 1e9);
+  std::vector<Row> rows;
+  for (auto& j : jobs) {
+    std::ifstream out(j.out_tmp);
+    std::string line;
+    while (std::getline(out, line)) std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    collect(j, &rows, status);
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::vector<Row> run_bench(const Config& c, const std::string& exe, bool keep_going, int* status) {
+  validate(c);
+  *status = 0;
+  ::setenv("MPCOMM_DEVICE", c.device.c_str(), 1);  // the ranks' Options::device
+  return c.sequential || c.backends.size() < 2 ? run_sequential(c, exe, keep_going, status)
+                                               : run_in_turns(c, exe, keep_going, status);
 }
 
 void print_side_by_side(const std::vector<Row>& rows, FILE* out) {
@@ -234,7 +427,10 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--json", o->json, "write one JSON object per measured row to this file");
   app.add_option("--device", o->c.device, "where the buffers live: cpu, or cuda (each rank its local GPU; the CPU "
                                           "backends stage through pinned host memory)");
-  app.add_flag("--keep-going", o->keep_going, "go on with the next backend when one fails");
+  app.add_flag("--keep-going", o->keep_going, "go on with the other backends when one fails");
+  app.add_flag("--sequential", o->c.sequential,
+               "run the backends one after the other, each its whole sweep (default: all at once, taking turns "
+               "row by row, so that every row of every backend sees the machine in the same state)");
   return [o] {
     auto& c = o->c;
     c.backends = o->backends == "all" ? bench::all_backends_for(o->c.device) : bench::split_list(o->backends);

@@ -83,7 +83,7 @@ std::string to_json(const Row& r) {
                       {"dtype", r.dtype},     {"redop", r.redop},   {"root", r.root},           {"ranks", r.ranks},
                       {"hosts", r.hosts},     {"inplace", r.inplace}, {"time_us", r.time_us},   {"algbw_gbs", r.algbw_gbs},
                       {"busbw_gbs", r.busbw_gbs}, {"wrong", r.wrong}, {"p50_us", r.p50_us},     {"p99_us", r.p99_us},
-                      {"device", r.device}};
+                      {"device", r.device},   {"start_s", r.start_s}, {"end_s", r.end_s}};
   if (!r.transport.empty()) j["transport"] = r.transport;
   return j.dump();
 }
@@ -107,6 +107,8 @@ Row row_from_json(const std::string& line) {
   r.wrong = j.at("wrong");
   r.p50_us = j.at("p50_us");
   r.p99_us = j.at("p99_us");
+  r.start_s = j.value("start_s", 0.0);
+  r.end_s = j.value("end_s", 0.0);
   r.device = j.value("device", "cpu");
   r.transport = j.value("transport", "");
   return r;

@@ -1,13 +1,16 @@
 // The measuring side of mpcomm bench: runs inside every rank (under launch), times each op × size the
 // way nccl-tests does (warm-up, then `iters` back-to-back calls; the slowest rank's mean counts) and
-// records per-iteration latency for p50/p99. Rank 0 prints the table and writes the JSON lines.
+// records per-iteration latency for p50/p99. Rank 0 prints the table and writes the JSON lines. When
+// backends take turns (Config::turns), every row waits for its turn on the driver's board.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "bench.h"
+#include "bench_turns.h"
 #include "core/device.h"
 #include "testing/collective_check.h"
 
@@ -152,6 +155,17 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
   b.recv = device::Buffer(dev, largest + es_max * static_cast<size_t>(n));
   device::fill(dev, b.send.data(), 0, b.send.size());
   device::fill(dev, b.recv.data(), 0, b.recv.size());
+  // Backends taking turns: this rank is ready once its communicator and buffers are.
+  std::optional<TurnBoard> turns;
+  uint32_t turn = 0;
+  const std::string who = "rank " + std::to_string(comm.rank()) + " of backend " + std::string(comm.backend());
+  // A bound, not an estimate: each other backend's row is at most this many calls, each bounded by the
+  // ranks' timeout (the driver's death ends the ranks sooner: the launchers' PR_SET_PDEATHSIG).
+  const double turn_timeout_s = c.timeout_s * (c.iters + c.warmup + 3) * std::max(1, c.turn_backends - 1);
+  if (!c.turns.empty()) {
+    turns.emplace(TurnBoard::attach(c.turns, c.turn_slot));
+    turns->ready();
+  }
   // One GPU shared by ranks that are each an emulated host: say what carried the bytes.
   std::string transport;
   if (comm.backend() == "nccl" && comm.topology().num_hosts() == n && n > 1 && device::cuda_devices() < n)
@@ -178,6 +192,7 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
       for (int ip = 0; ip < (has_inplace(op) ? 2 : 1); ++ip) {
         Row& row = rows[ip];
         Call call{comm, c, op, dt, red, count, ip == 1, b};
+        if (turns) turns->wait_turn(++turn, turn_timeout_s, who);
         row.wrong = c.check ? check_once(comm, c, op, dt, red, count, ip == 1) : 0;
         for (int w = 0; w < c.warmup; ++w) call();
         comm.barrier();
@@ -188,7 +203,10 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
           call();
           lat[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(clock_type::now() - a).count();
         }
-        double mean = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count() / c.iters, slowest = 0;
+        const auto t1 = clock_type::now();
+        row.start_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
+        row.end_s = std::chrono::duration<double>(t1.time_since_epoch()).count();
+        double mean = std::chrono::duration<double, std::micro>(t1 - t0).count() / c.iters, slowest = 0;
         comm.allreduce(&mean, &slowest, 1, DataType::float64, ReduceOp::max);
         comm.allreduce(lat.data(), lat_max.data(), lat.size(), DataType::float64, ReduceOp::max);
         row.backend = std::string(comm.backend());
@@ -210,6 +228,7 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
         row.p99_us = percentile(lat_max, 0.99);
         total_wrong += row.wrong;
         if (json != nullptr) std::fprintf(json, "%s\n", to_json(row).c_str());
+        if (turns && lead) turns->finish(turn);
       }
       busbw_sum += rows[0].busbw_gbs;
       ++busbw_rows;
@@ -231,6 +250,12 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
                           std::string(comm.backend()).c_str(), op.c_str(), dname.c_str());
   }
   if (json != nullptr) std::fclose(json);
+  // Taking turns: the last turn is the one to exit in, so that no backend's teardown runs while another
+  // measures (the driver waits for this backend's processes to end before the next turn).
+  if (turns) {
+    turns->wait_turn(++turn, turn_timeout_s, who);
+    if (lead) turns->finish(TurnBoard::kAllDone);
+  }
   comm.barrier();
   return total_wrong == 0 ? 0 : 1;
 }
