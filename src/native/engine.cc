@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <utility>
 
 #include "bootstrap/abort_key.h"
@@ -574,6 +575,31 @@ char* Engine::results(int peer) const {
   if (seg_ == nullptr) return nullptr;
   if (peer == rank_) return my_local_ >= 0 ? seg_->results(my_local_) : nullptr;
   return same_host(peer) ? seg_->results(info_[static_cast<size_t>(peer)].local) : nullptr;
+}
+
+double Engine::round_trip_ns(int peer, int n) {
+  constexpr int kMaxTrips = 64;
+  if (seg_ == nullptr || !same_host(peer) || n < 1 || n > kMaxTrips) return std::numeric_limits<double>::quiet_NaN();
+  std::atomic<uint64_t>& mine = seg_->doorbell(my_local_)->echo;
+  const std::atomic<uint64_t>& theirs = seg_->doorbell(info_[static_cast<size_t>(peer)].local)->echo;
+  const bool lead = rank_ < peer;
+  const auto give_up = Clock::now() + std::chrono::milliseconds(5);
+  // Stamps of this op (fp_.seq): a word left from an earlier call never matches. Trip 0 meets the peer
+  // (when it arrives is not timed); trips 1..n are timed one by one and their median counts, so that
+  // one preemption does not.
+  auto stamp = [&](int i) { return (fp_.seq + 1) << 16 | static_cast<uint64_t>(i); };
+  double ns[kMaxTrips];
+  for (int i = 0; i <= n; ++i) {
+    const auto t0 = Clock::now();
+    if (lead) mine.store(stamp(i), std::memory_order_release);
+    for (uint32_t spins = 0; theirs.load(std::memory_order_acquire) != stamp(i); ++spins)
+      if ((spins & 63) == 63 && Clock::now() > give_up) return lead ? std::numeric_limits<double>::quiet_NaN() : 0;
+    if (!lead) mine.store(stamp(i), std::memory_order_release);
+    if (lead && i > 0) ns[i - 1] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  }
+  if (!lead) return 0;
+  std::nth_element(ns, ns + n / 2, ns + n);
+  return ns[n / 2];
 }
 
 bool Engine::can_access(int peer) { return peer == rank_ || can_single_copy(peer, peers_[static_cast<size_t>(peer)]); }

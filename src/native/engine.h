@@ -141,6 +141,14 @@ class Engine {
   // peer == rank()), or null when that rank is not on this host or the host has not 2 ranks.
   char* results(int peer) const;
 
+  // How far apart this rank's CPU and local peer `peer`'s are now: both call it in the same op; the
+  // lower rank writes its doorbell's echo word n + 1 times (n <= 64), each time waiting for the peer
+  // to write the same value back, and returns the median nanoseconds of the last n round trips (the
+  // higher rank answers and returns 0). Gives up after 5 ms: NaN, not known.
+  // On a virtual machine it changes within minutes: about 50 ns between hyperthreads of one core,
+  // 110 ns within a shared cache, 270 or 520 ns farther apart (docs/performance.md, "Why runs differ").
+  double round_trip_ns(int peer, int n);
+
   // This host's shared memory when every rank of the communicator is on this host (its board serves
   // the arrival allreduce), else null; and the slot (local index) of a rank in it.
   const ShmSegment* board() const;

@@ -138,22 +138,26 @@ TEST(NativeSelect, ArrivalAllreduceForSmallBuffersOnACrowdedHost) {
 //  - the direct allgather and reduce-scatter on 2 emulated hosts: every rank must fall back (to the flat
 //    allgather, to the ring), all of them;
 //  - the flat broadcast and the flat allgather on one host, which the choice no longer reaches there;
-//  - the two-copy allreduce at every size (one piece, fewer elements than ranks: direct), and with 3 ranks
-//    (it runs the direct one);
+//  - the two-copy allreduce at every size (one piece, fewer elements than ranks: direct), with its
+//    placement check off (MPCOMM_TWO_COPY_FAR_NS=0: two-copy whatever the round trip), with every round
+//    trip counting as far (=1: both ranks must run the direct one, on the lower rank's word), and with
+//    3 ranks (it runs the direct one);
 //  - the arrival allreduce with 3 processes (above its size it runs the flat one), and on 2 emulated
 //    hosts (no board: flat, all of them).
 TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
   struct Run {
-    const char *algo, *shape, *op;
+    const char *algo, *shape, *op, *env = "";
   };
   for (const Run& run : {Run{"allreduce=direct", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=direct", "-n 4 --hosts 2", "allreduce"},
                          Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast"}, Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"},
                          Run{"allgather=direct", "-n 4 --hosts 2", "allgather"}, Run{"allgather=flat", "-n 3 --hosts 1", "allgather"},
                          Run{"reduce_scatter=direct", "-n 4 --hosts 2", "reduce_scatter"},
-                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce"}, Run{"allreduce=two_copy", "-n 3 --hosts 1", "allreduce"},
+                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce", "MPCOMM_TWO_COPY_FAR_NS=0"},
+                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce", "MPCOMM_TWO_COPY_FAR_NS=1"},
+                         Run{"allreduce=two_copy", "-n 3 --hosts 1", "allreduce"},
                          Run{"allreduce=arrival", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=arrival", "-n 4 --hosts 2", "allreduce"}}) {
-    const std::string what = std::string(run.algo) + " " + run.shape;
-    auto r = testing::run_command(std::string("MPCOMM_ALGO=") + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +
+    const std::string what = std::string(run.algo) + " " + run.shape + " " + run.env;
+    auto r = testing::run_command(std::string(run.env) + " MPCOMM_ALGO=" + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +
                                   " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + run.op);
     EXPECT_EQ(r.status, 0) << what << "\n" << r.output;
     EXPECT_NE(r.output.find(" 0 failed"), std::string::npos) << what << "\n" << r.output;

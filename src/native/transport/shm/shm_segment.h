@@ -31,6 +31,9 @@ struct alignas(64) Doorbell {
   // line the owner had just written would cost each of them a miss (2 ranks, 4 KiB allreduce: see
   // docs/performance.md).
   alignas(64) std::atomic<uint64_t> entered{0};
+  // Written only by its rank, read by one peer: a cache line's round trip between the two
+  // (Engine::round_trip_ns), on a line of its own.
+  alignas(64) std::atomic<uint64_t> echo{0};
 };
 
 struct alignas(64) RingCtl {
