@@ -62,9 +62,15 @@ void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* bu
 // The two halves of the ring allreduce over `group` (this rank at index i), on the op's count elements
 // cut into group.size() chunks. Reduce-scatter: buf = in reduced over the group on chunk (i+1) mod n,
 // the member's "owned" chunk (in may be buf); reduce op only. All-gather: every member's owned chunk
-// into everyone's buf.
-void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf);
-void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf);
+// into everyone's buf. `route`: how the chunks travel (Engine::send).
+void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf,
+                              Route route = Route::usual);
+void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf, Route route = Route::usual);
+// One host whose ranks outnumber its CPUs: the ring allreduce's chunks go through the shared-memory
+// rings, not by single copy, up to this buffer size (docs/performance.md).
+inline constexpr size_t kCrowdedRingThroughShmUpTo = size_t{2} << 20;
+// This machine's online CPUs (read once).
+long online_cpus();
 // The direct algorithms' handshake (direct_handshake.cc). direct_exchange: sends `mine` to every rank
 // in `peers` (its can_access: mine.can_access and whether we can access that peer) and returns what
 // each sent us, indexed by rank (ours at our rank), with can_access the pair's verdict: both sides

@@ -9,6 +9,12 @@
 //   all-gather, steps s = 0..n-2: send chunk (r+1-s) mod n, receive chunk (r-s) mod n in place.
 // Every chunk of the result is written once (reduced, or received), so out of place needs no initial
 // copy. Bytes per rank: 2·(n-1)/n·B out and in; 2·(n-1) rounds. Scratch: none.
+// On one host whose ranks outnumber the CPUs, up to kCrowdedRingThroughShmUpTo, the chunks go through the
+// shared-memory rings even above the single-copy size: there every byte costs CPU time that another
+// rank waits for, and a single copy (the kernel pins every page) costs more of it than a copy into the
+// ring and a reduction straight out of it. 4 ranks on 2 CPUs, medians of about 50 interleaved runs
+// (docs/performance.md): 1 MiB 380-590 -> 220-420 us, 2 MiB 790-1360 -> 390-850 us; from 4 MiB the
+// rings lose whenever the hypervisor has placed the two CPUs far apart (4 MiB 3.8-4.1 against 7.3-7.9 ms).
 #include <cstring>
 
 #include "core/reduce.h"
@@ -31,23 +37,23 @@ struct Ring {
 
 }  // namespace
 
-void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf) {
+void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf, Route route) {
   const Ring g(c, group);
   for (int s = 0; s < g.n - 1; ++s) {
     int send_chunk = mod(g.r - s, g.n), recv_chunk = mod(g.r - s - 1, g.n);
     Handle rh = c.e.recv_reduce(g.left, buf + g.off(recv_chunk), in + g.off(recv_chunk), g.len(recv_chunk), c.op.dtype,
                                 c.op.redop);
-    Handle sh = c.e.send(g.right, (s == 0 ? in : buf) + g.off(send_chunk), g.len(send_chunk));
+    Handle sh = c.e.send(g.right, (s == 0 ? in : buf) + g.off(send_chunk), g.len(send_chunk), route);
     c.e.wait_all({rh, sh});
   }
 }
 
-void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf) {
+void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf, Route route) {
   const Ring g(c, group);
   for (int s = 0; s < g.n - 1; ++s) {
     int send_chunk = mod(g.r + 1 - s, g.n), recv_chunk = mod(g.r - s, g.n);
     Handle rh = c.e.recv(g.left, buf + g.off(recv_chunk), g.len(recv_chunk));
-    Handle sh = c.e.send(g.right, buf + g.off(send_chunk), g.len(send_chunk));
+    Handle sh = c.e.send(g.right, buf + g.off(send_chunk), g.len(send_chunk), route);
     c.e.wait_all({rh, sh});
   }
 }
@@ -63,13 +69,15 @@ void allreduce_ring(AlgoCtx& c) {
     return;
   }
   const std::vector<int> all = all_ranks(c);
-  ring_reduce_scatter_over(c, all, in, buf);
+  const bool crowded = c.topo.num_hosts() <= 1 && c.size > online_cpus();
+  const Route route = crowded && op.bytes() <= kCrowdedRingThroughShmUpTo ? Route::ring : Route::usual;
+  ring_reduce_scatter_over(c, all, in, buf, route);
   if (op.redop == ReduceOp::avg) {
     const int owned = mod(c.rank + 1, n);
     const size_t first = chunk_offset(op.count, n, owned);
     divide_by(buf + first * c.elem(), chunk_offset(op.count, n, owned + 1) - first, op.dtype, n);
   }
-  ring_allgather_over(c, all, buf);
+  ring_allgather_over(c, all, buf, route);
 }
 
 }  // namespace mpcomm::native

@@ -50,7 +50,7 @@ const std::vector<Algorithm>& all_algorithms() {
   return algos;
 }
 
-static long online_cpus() {
+long online_cpus() {
   static const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n;
 }
