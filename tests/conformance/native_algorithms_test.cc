@@ -139,9 +139,11 @@ TEST(NativeSelect, ArrivalAllreduceForSmallBuffersOnACrowdedHost) {
 //    allgather, to the ring), all of them;
 //  - the flat broadcast and the flat allgather on one host, which the choice no longer reaches there;
 //  - the two-copy allreduce at every size (one piece, fewer elements than ranks: direct), with its
-//    placement check off (MPCOMM_TWO_COPY_FAR_NS=0: two-copy whatever the round trip), with every round
+//    placement check off (MPCOMM_FAR_NS=0: two-copy whatever the round trip), with every round
 //    trip counting as far (=1: both ranks must run the direct one, on the lower rank's word), and with
 //    3 ranks (it runs the direct one);
+//  - the direct allgather at 2 ranks, whose blocks of 256 KiB-2 MiB (1 MiB + 3 of the 8-bit types) go by
+//    the ring through shared memory when the CPUs are near (MPCOMM_FAR_NS=0) and directly when far (=1);
 //  - the arrival allreduce with 3 processes (above its size it runs the flat one), and on 2 emulated
 //    hosts (no board: flat, all of them).
 TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
@@ -152,9 +154,11 @@ TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
                          Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast"}, Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"},
                          Run{"allgather=direct", "-n 4 --hosts 2", "allgather"}, Run{"allgather=flat", "-n 3 --hosts 1", "allgather"},
                          Run{"reduce_scatter=direct", "-n 4 --hosts 2", "reduce_scatter"},
-                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce", "MPCOMM_TWO_COPY_FAR_NS=0"},
-                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce", "MPCOMM_TWO_COPY_FAR_NS=1"},
+                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce", "MPCOMM_FAR_NS=0"},
+                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce", "MPCOMM_FAR_NS=1"},
                          Run{"allreduce=two_copy", "-n 3 --hosts 1", "allreduce"},
+                         Run{"allgather=direct", "-n 2 --hosts 1", "allgather", "MPCOMM_FAR_NS=0"},
+                         Run{"allgather=direct", "-n 2 --hosts 1", "allgather", "MPCOMM_FAR_NS=1"},
                          Run{"allreduce=arrival", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=arrival", "-n 4 --hosts 2", "allreduce"}}) {
     const std::string what = std::string(run.algo) + " " + run.shape + " " + run.env;
     auto r = testing::run_command(std::string(run.env) + " MPCOMM_ALGO=" + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +

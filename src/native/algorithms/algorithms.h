@@ -71,6 +71,10 @@ void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf, R
 inline constexpr size_t kCrowdedRingThroughShmUpTo = size_t{2} << 20;
 // This machine's online CPUs (read once).
 long online_cpus();
+// Two ranks of one host (both call it, in the same op): whether their CPUs are far apart now, a
+// cache line's round trip between them (Engine::round_trip_ns, measured by the lower rank) above
+// MPCOMM_FAR_NS; the lower rank's answer on both (one round of small frames). placement.cc says why.
+bool cpus_far_apart(AlgoCtx& c, int peer);
 // The direct algorithms' handshake (direct_handshake.cc). direct_exchange: sends `mine` to every rank
 // in `peers` (its can_access: mine.can_access and whether we can access that peer) and returns what
 // each sent us, indexed by rank (ours at our rank), with can_access the pair's verdict: both sides
@@ -105,6 +109,8 @@ void reduce_hierarchical(AlgoCtx& c);
 // clobbered). reduce op only (no avg division); no scratch.
 void reduce_binomial_over(AlgoCtx& c, const std::vector<int>& group, int root, char* acc);
 void allgather_ring(AlgoCtx& c);
+// allgather_ring with its blocks sent by `route` (Engine::send).
+void allgather_ring_routed(AlgoCtx& c, Route route);
 // allgather's first step: this rank's block copied to its place in the result (unless it is there
 // already: in place). Returns the result buffer.
 char* allgather_place_own_block(const AlgoCtx& c);

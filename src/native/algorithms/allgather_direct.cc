@@ -23,6 +23,10 @@
 
 namespace mpcomm::native {
 
+namespace {
+constexpr size_t kRingAllgatherFrom = size_t{256} << 10, kRingAllgatherUpTo = size_t{2} << 20;
+}  // namespace
+
 void allgather_direct(AlgoCtx& c) {
   const auto& op = c.op;
   const int n = c.size, r = c.rank;
@@ -33,6 +37,12 @@ void allgather_direct(AlgoCtx& c) {
     allgather_place_own_block(c);
     return;
   }
+  // Two ranks, blocks of 256 KiB to 2 MiB, CPUs near each other (cpus_far_apart): the ring through
+  // shared memory, which then moves each block from cache to cache. Medians, 2 ranks, by total size:
+  // 1 MiB 71 -> 43 us, 4 MiB 274-328 -> 157-193 us; but with the CPUs far apart 4 MiB takes 1.2-1.5 ms
+  // that way against 0.3 ms here, and from 4 MiB blocks this way wins either way (docs/performance.md).
+  if (n == 2 && b >= kRingAllgatherFrom && b <= kRingAllgatherUpTo && !cpus_far_apart(c, 1 - r))
+    return allgather_ring_routed(c, Route::ring);
 
   // 1. Addresses, and whether every rank reaches every other (all fall back together).
   std::vector<int> others;

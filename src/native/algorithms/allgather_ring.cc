@@ -17,7 +17,9 @@ char* allgather_place_own_block(const AlgoCtx& c) {
   return out;
 }
 
-void allgather_ring(AlgoCtx& c) {
+void allgather_ring(AlgoCtx& c) { allgather_ring_routed(c, Route::usual); }
+
+void allgather_ring_routed(AlgoCtx& c, Route route) {
   const int n = c.size, r = c.rank;
   const size_t b = c.op.bytes();
   char* out = allgather_place_own_block(c);
@@ -25,7 +27,7 @@ void allgather_ring(AlgoCtx& c) {
   for (int s = 0; s < n - 1; ++s) {
     int sb = mod(r - s, n), rb = mod(r - s - 1, n);
     Handle rh = c.e.recv(left, out + static_cast<size_t>(rb) * b, b);
-    Handle sh = c.e.send(right, out + static_cast<size_t>(sb) * b, b);
+    Handle sh = c.e.send(right, out + static_cast<size_t>(sb) * b, b, route);
     c.e.wait_all({rh, sh});
   }
 }

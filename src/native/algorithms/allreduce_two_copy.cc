@@ -5,13 +5,12 @@
 // and every byte written into an output is a streaming store, which does not first read the output's
 // line into the cache (32 MiB from a cached buffer: 2.0 ms, memcpy 3.1 ms).
 //
-//   0. the lower rank measures how far apart the two CPUs are now (Engine::round_trip_ns: 16 round
-//      trips of a cache line), and both ranks say whether they run in place (one round of small
-//      frames); if either does, or if the CPUs are far apart, both run the direct allreduce: in place
-//      its outputs are the lines it just read, and it is faster there; and every byte below crosses
-//      from one CPU's cache to the other's, which on a virtual machine whose CPUs the hypervisor has
-//      placed far apart moves 1.6 GB/s instead of 9 (2 ranks, 64 MiB out of place: 42-51 ms against
-//      direct's 12-17; docs/performance.md, "Why runs differ");
+//   0. if the two CPUs are far apart now (cpus_far_apart, placement.cc), both run the direct allreduce:
+//      every byte below crosses from one CPU's cache to the other's, 1.6 GB/s instead of 9 when the
+//      hypervisor has placed the CPUs far apart (2 ranks, 64 MiB out of place: 42-51 ms against
+//      direct's 12-17; docs/performance.md, "Why runs differ"); then both ranks say whether they run
+//      in place (one round of small frames); if either does, both run the direct allreduce: in place
+//      its outputs are the lines it just read, and it is faster there;
 //   rank r owns chunk r of 2, cut into pieces of kPiece bytes; step k = 0, 1, ...:
 //   A. send piece k of the other rank's chunk of our input (through the shared-memory ring, never by
 //      single copy);
@@ -33,8 +32,6 @@
 #include <string>
 #include <vector>
 
-#include "core/log.h"
-#include "core/params.h"
 #include "core/reduce.h"
 #include "mpcomm/error.h"
 #include "native/algorithms/algorithms.h"
@@ -44,12 +41,6 @@ namespace mpcomm::native {
 namespace {
 
 constexpr size_t kPiece = size_t{128} << 10;
-// Above MPCOMM_TWO_COPY_FAR_NS (200 ns; 0: never) the CPUs count as far apart (states seen: about 50,
-// 110, 270 and 520 ns; two-copy already lost at 270).
-bool far_apart(double round_trip_ns) {
-  static const double limit = static_cast<double>(param_int("MPCOMM_TWO_COPY_FAR_NS"));
-  return limit > 0 && round_trip_ns > limit;
-}
 static_assert(ShmSegment::kResultBytes >= 2 * kPiece, "a result area must hold two pieces");
 
 // A token says "result piece k is in my slot", an ack "I copied your piece k out".
@@ -76,14 +67,12 @@ void allreduce_two_copy(AlgoCtx& c) {
 
   char* out = static_cast<char*>(op.recv);
   const char* in = static_cast<const char*>(op.send);
-  // 0. Bit 0: in place; bit 1: the lower rank found the CPUs far apart. Both ranks decide on the same
-  // two words.
-  const double rt = c.e.round_trip_ns(q, 16);
-  if (r < q) MPCOMM_LOG(trace, "two-copy allreduce: a cache line's round trip to rank %d took %.0f ns", q, rt);
-  const uint64_t word = (in == out ? 1 : 0) | (far_apart(rt) ? 2 : 0);
-  uint64_t other = 0;
-  c.e.wait_all({c.e.recv(q, &other, sizeof other), c.e.send(q, &word, sizeof word)});
-  if (((word | other) & 1) != 0 || ((r < q ? word : other) & 2) != 0) return allreduce_direct(c);
+  // 0.
+  if (cpus_far_apart(c, q)) return allreduce_direct(c);
+  const uint64_t in_place = in == out ? 1 : 0;
+  uint64_t other_in_place = 0;
+  c.e.wait_all({c.e.recv(q, &other_in_place, sizeof other_in_place), c.e.send(q, &in_place, sizeof in_place)});
+  if (in_place != 0 || other_in_place != 0) return allreduce_direct(c);
 
   const size_t es = c.elem(), piece = kPiece / es * es;
   const size_t slots = ShmSegment::kResultBytes / piece;
