@@ -66,15 +66,18 @@ void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* bu
 void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf,
                               Route route = Route::usual);
 void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf, Route route = Route::usual);
-// One host whose ranks outnumber its CPUs: the ring allreduce's chunks go through the shared-memory
-// rings, not by single copy, up to this buffer size (docs/performance.md).
-inline constexpr size_t kCrowdedRingThroughShmUpTo = size_t{2} << 20;
+// The ring allreduce with its chunks sent by `route` (Engine::send); allreduce_ring chooses the route
+// (and on a crowded host whether to run at all).
+void allreduce_ring_routed(AlgoCtx& c, Route route);
+// One host whose ranks outnumber its CPUs: from this buffer size the ring allreduce asks where the CPUs
+// are (cpus_far_apart) and runs the direct allreduce when they are far apart.
+inline constexpr size_t kCrowdedPlacementFrom = size_t{256} << 10;
 // This machine's online CPUs (read once).
 long online_cpus();
-// Two ranks of one host (both call it, in the same op): whether their CPUs are far apart now, a
-// cache line's round trip between them (Engine::round_trip_ns, measured by the lower rank) above
-// MPCOMM_FAR_NS; the lower rank's answer on both (one round of small frames). placement.cc says why.
-bool cpus_far_apart(AlgoCtx& c, int peer);
+// One host (every rank calls it, in the same op, n >= 2): whether the CPUs are far apart now, a cache
+// line's round trip between ranks 0 and 1 (Engine::round_trip_ns, measured by rank 0) above
+// MPCOMM_FAR_NS; rank 0's answer on every rank (one round of small frames). placement.cc says why.
+bool cpus_far_apart(AlgoCtx& c);
 // The direct algorithms' handshake (direct_handshake.cc). direct_exchange: sends `mine` to every rank
 // in `peers` (its can_access: mine.can_access and whether we can access that peer) and returns what
 // each sent us, indexed by rank (ours at our rank), with can_access the pair's verdict: both sides

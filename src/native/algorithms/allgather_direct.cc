@@ -41,7 +41,7 @@ void allgather_direct(AlgoCtx& c) {
   // shared memory, which then moves each block from cache to cache. Medians, 2 ranks, by total size:
   // 1 MiB 71 -> 43 us, 4 MiB 274-328 -> 157-193 us; but with the CPUs far apart 4 MiB takes 1.2-1.5 ms
   // that way against 0.3 ms here, and from 4 MiB blocks this way wins either way (docs/performance.md).
-  if (n == 2 && b >= kRingAllgatherFrom && b <= kRingAllgatherUpTo && !cpus_far_apart(c, 1 - r))
+  if (n == 2 && b >= kRingAllgatherFrom && b <= kRingAllgatherUpTo && !cpus_far_apart(c))
     return allgather_ring_routed(c, Route::ring);
 
   // 1. Addresses, and whether every rank reaches every other (all fall back together).

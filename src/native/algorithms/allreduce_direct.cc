@@ -32,14 +32,14 @@ void allreduce_direct(AlgoCtx& c) {
   const int n = c.size, r = c.rank;
   char* out = static_cast<char*>(op.recv);
   const char* in = static_cast<const char*>(op.send);
-  if (n == 1 || op.count < static_cast<size_t>(n)) return allreduce_ring(c);
+  if (n == 1 || op.count < static_cast<size_t>(n)) return allreduce_ring_routed(c, Route::usual);
 
   // 1. Addresses, and whether every rank can reach every other: each says whether it reaches all, so
   // that every rank sees the same n flags and all decide alike.
   std::vector<int> others;
   std::vector<DirectDesc> peer;
   if (!direct_exchange_all(c, {reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1}, &others, &peer))
-    return allreduce_ring(c);
+    return allreduce_ring_routed(c, Route::usual);
 
   // 2. Our chunk, piece by piece.
   const size_t es = c.elem(), first = chunk_offset(op.count, n, r) * es, last = chunk_offset(op.count, n, r + 1) * es;

@@ -68,7 +68,7 @@ void allreduce_two_copy(AlgoCtx& c) {
   char* out = static_cast<char*>(op.recv);
   const char* in = static_cast<const char*>(op.send);
   // 0.
-  if (cpus_far_apart(c, q)) return allreduce_direct(c);
+  if (cpus_far_apart(c)) return allreduce_direct(c);
   const uint64_t in_place = in == out ? 1 : 0;
   uint64_t other_in_place = 0;
   c.e.wait_all({c.e.recv(q, &other_in_place, sizeof other_in_place), c.e.send(q, &in_place, sizeof in_place)});
