@@ -26,7 +26,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_MPI_SPIN_MS", "1000", "milliseconds a waiting mpi rank keeps calling MPI_Test back to back (yielding the CPU between bursts) before it sleeps between calls; Open MPI moves a non-blocking collective on only inside those calls"},
       {"MPCOMM_SINGLE_COPY", "1", "large native collective messages between local ranks are read straight from the sender's buffer (process_vm_readv); 0: through the shared-memory ring"},
       {"MPCOMM_SINGLE_COPY_KB", "256", "smallest native collective message, in KiB, that goes by single copy (0: none)"},
-      {"MPCOMM_FAR_NS", "200", "two ranks' CPUs count as far apart when a cache line's round trip between them, measured at each call, takes longer than this (ns; 0: never): the two-copy allreduce and the 2-rank allgather of 256 KiB-2 MiB blocks then run their direct algorithms"},
+      {"MPCOMM_FAR_NS", "200", "the CPUs count as far apart when a cache line's round trip between ranks 0 and 1, measured at each call, takes longer than this (ns; 0: never): the two-copy allreduce, the 2-rank allgather of 256 KiB-2 MiB blocks and the crowded host's ring allreduce from 256 KiB then run their direct algorithms"},
       {"MPCOMM_MAX_UNEXPECTED_MB", "1024", "largest native message buffered before its receive is posted; a larger one fails the job naming the sender"},
       {"MPCOMM_ALGO", "", "force native algorithms, e.g. allreduce=ring,broadcast=binomial"},
       {"MPCOMM_TRACE_ENTRIES", "64", "operations each communicator's flight recorder keeps (0: off); written out on a timeout, peer failure or mismatch"},

@@ -144,7 +144,8 @@ class Engine {
   // How far apart this rank's CPU and local peer `peer`'s are now: both call it in the same op; the
   // lower rank writes its doorbell's echo word n + 1 times (n <= 64), each time waiting for the peer
   // to write the same value back, and returns the median nanoseconds of the last n round trips (the
-  // higher rank answers and returns 0). Gives up after 5 ms: NaN, not known.
+  // higher rank answers and returns 0; the first trip only meets the peer and, on a crowded host,
+  // yields the CPU while it waits). Gives up after 5 ms: NaN, not known.
   // On a virtual machine it changes within minutes: about 50 ns between hyperthreads of one core,
   // 110 ns within a shared cache, 270 or 520 ns farther apart (docs/performance.md, "Why runs differ").
   double round_trip_ns(int peer, int n);
