@@ -254,6 +254,10 @@ std::vector<Row> run_sequential(const Config& c, const std::string& exe, bool ke
 std::vector<Row> run_in_turns(const Config& c, const std::string& exe, bool keep_going, int* status) {
   const size_t nb = c.backends.size();
   const std::string board_path = make_temp_file("turns");
+  struct Unlink {  // on every way out; once every rank has mapped the board, its name goes
+    const std::string& path;
+    ~Unlink() { ::unlink(path.c_str()); }
+  } unlink_board{board_path};
   TurnBoard board = TurnBoard::create(board_path, static_cast<int>(nb));
   std::vector<Job> jobs;
   for (size_t b = 0; b < nb; ++b) {
