@@ -6,6 +6,8 @@
 //
 //   build/benchmarks/cpu_placement [CPU_A CPU_B] [--repeat N] [--every S]
 //
+// CPU_A and CPU_B index its affinity mask (the CPU numbers, unless it runs restricted).
+//
 // Prints one line per measurement: round trip in ns, and the written-then-read speed of 64 KiB, 1 MiB
 // and 8 MiB, once with plain stores and once with streaming stores (which leave the lines in memory,
 // not in the writer's cache). Defaults: CPUs 0 and 1, one measurement.
@@ -22,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cpu_pair.h"
 #include "core/reduce.h"
 
 namespace {
@@ -36,32 +39,6 @@ void pin(int cpu) {
     std::fprintf(stderr, "cpu_placement: cannot pin a thread to CPU %d\n", cpu);
     std::exit(1);
   }
-}
-
-// Nanoseconds per round trip of one line: a writes, b answers, n times.
-double round_trip_ns(int a, int b, long n) {
-  alignas(64) static std::atomic<long> ping{0};
-  alignas(64) static std::atomic<long> pong{0};
-  ping = 0;
-  pong = 0;
-  std::thread t([&] {
-    pin(b);
-    for (long i = 1; i <= n; ++i) {
-      while (ping.load(std::memory_order_acquire) != i) {
-      }
-      pong.store(i, std::memory_order_release);
-    }
-  });
-  pin(a);
-  const auto t0 = Clock::now();
-  for (long i = 1; i <= n; ++i) {
-    ping.store(i, std::memory_order_release);
-    while (pong.load(std::memory_order_acquire) != i) {
-    }
-  }
-  const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / static_cast<double>(n);
-  t.join();
-  return ns;
 }
 
 // GB/s of "b writes `bytes` into a shared buffer, then a copies it out", taking turns (the time of both).
@@ -119,7 +96,7 @@ int main(int argc, char** argv) {
   }
   for (int r = 0; r < repeat; ++r) {
     if (r > 0 && every_s > 0) ::usleep(static_cast<useconds_t>(every_s * 1e6));
-    const double rt = round_trip_ns(a, b, 100000);
+    const double rt = mpcomm::cpu_round_trip_ns(a, b, 100000);
     std::printf("CPUs %d,%d: round trip %4.0f ns | written on %d, read on %d:", a, b, rt, b, a);
     for (size_t bytes : {size_t{64} << 10, size_t{1} << 20, size_t{8} << 20})
       std::printf("  %5zu KiB %5.1f (streamed %5.1f) GB/s", bytes >> 10, written_then_read_gbs(a, b, bytes, false),

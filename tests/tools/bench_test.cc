@@ -1,6 +1,7 @@
 // mpcomm bench and compare, end to end: every row of every backend checked and well-formed, the
 // nccl-tests bus-bandwidth factors, usage errors for bad flags, and a compare report with its plots.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -121,6 +122,12 @@ TEST(Bench, BackendsTakeTurnsRowByRow) {
       EXPECT_GE(static_cast<double>(row["start_s"]), static_cast<double>(rows[i - 1]["end_s"]))
           << "rows " << i - 1 << " and " << i << " overlap";
     }
+    // Before each turn the driver measured how far apart the first two CPUs are.
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= 2) {
+      ASSERT_TRUE(row.contains("cpus_round_trip_ns")) << row.dump();
+      EXPECT_GT(static_cast<double>(row["cpus_round_trip_ns"]), 0) << row.dump();
+    }
   }
   // The tables come out whole, one backend after the other.
   const size_t native = r.output.find("backend native"), mpi = r.output.find("backend mpi"), gloo = r.output.find("backend gloo");
@@ -134,7 +141,10 @@ TEST(Bench, BackendsTakeTurnsRowByRow) {
   ASSERT_EQ(s.status, 0) << s.output;
   const auto seq = rows_by_start(json);
   ASSERT_EQ(seq.size(), 8u);
-  for (size_t i = 0; i < seq.size(); ++i) EXPECT_EQ(seq[i]["backend"], i < 4 ? "native" : "gloo") << i;
+  for (size_t i = 0; i < seq.size(); ++i) {
+    EXPECT_EQ(seq[i]["backend"], i < 4 ? "native" : "gloo") << i;
+    EXPECT_FALSE(seq[i].contains("cpus_round_trip_ns")) << "no turns, no measure between them";
+  }
   std::remove(json.c_str());
   ::rmdir(dir.c_str());
 }

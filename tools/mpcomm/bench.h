@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ struct Row {
   // When rank 0's timed calls began and ended, in seconds of CLOCK_MONOTONIC (one clock for every
   // process of the machine): which rows of which backends were measured when.
   double start_s = 0, end_s = 0;
+  // Backends taking turns: a cache line's round trip between the first two CPUs, measured by the driver
+  // just before the row's turn (core/cpu_pair.h; NaN or absent: not measured).
+  double cpus_round_trip_ns = std::numeric_limits<double>::quiet_NaN();
 };
 
 // All ops bench knows, in nccl-tests order.

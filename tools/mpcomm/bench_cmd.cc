@@ -1,5 +1,7 @@
 // mpcomm bench (the driver) and mpcomm bench-worker (what each rank runs).
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "bench.h"
 #include "bench_turns.h"
 #include "bootstrap/launcher.h"
+#include "core/cpu_pair.h"
 #include "core/device.h"
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
@@ -139,6 +142,7 @@ struct Job {
   pid_t pid = -1;        // taking turns: the child process that runs launch()
   bool ended = false, finished = false;
   int status = 0;
+  std::vector<double> round_trips;  // taking turns: the CPUs' round trip before each of its turns
 };
 
 Job make_job(const Config& c, const std::string& exe, size_t slot, const std::string& turns) {
@@ -165,8 +169,12 @@ Job make_job(const Config& c, const std::string& exe, size_t slot, const std::st
 void collect(Job& j, std::vector<Row>* rows, int* status) {
   std::ifstream f(j.json_tmp);
   std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) rows->push_back(row_from_json(line));
+  for (size_t turn = 0; std::getline(f, line);) {  // row k was measured in turn k
+    if (line.empty()) continue;
+    rows->push_back(row_from_json(line));
+    if (turn < j.round_trips.size()) rows->back().cpus_round_trip_ns = j.round_trips[turn];
+    ++turn;
+  }
   ::unlink(j.json_tmp.c_str());
   if (!j.out_tmp.empty()) ::unlink(j.out_tmp.c_str());
   if (j.status != 0) {
@@ -272,6 +280,8 @@ std::vector<Row> run_in_turns(const Config& c, const std::string& exe, bool keep
       for (auto& o : jobs) end_job(o, "backend " + j.backend + " failed (status " + std::to_string(j.status) + ")");
     }
   };
+  cpu_set_t cpus;
+  const bool two_cpus = pthread_getaffinity_np(pthread_self(), sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= 2;
   // A row is at most check + warm-up + timed calls, each bounded by the ranks' timeout.
   const double row_bound_s = c.timeout_s * (c.iters + c.warmup + 3);
   {
@@ -307,6 +317,8 @@ std::vector<Row> run_in_turns(const Config& c, const std::string& exe, bool keep
         Job& j = jobs[b];
         if (j.ended || j.finished) continue;
         any = true;
+        // Nobody measures now: how far apart the first two CPUs are for this turn (about 0.5 ms).
+        if (two_cpus) j.round_trips.push_back(cpu_round_trip_ns(0, 1, 1000));
         board.give_turn(static_cast<int>(b), k);
         const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(row_bound_s);
         for (;;) {

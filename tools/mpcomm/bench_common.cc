@@ -85,6 +85,7 @@ std::string to_json(const Row& r) {
                       {"busbw_gbs", r.busbw_gbs}, {"wrong", r.wrong}, {"p50_us", r.p50_us},     {"p99_us", r.p99_us},
                       {"device", r.device},   {"start_s", r.start_s}, {"end_s", r.end_s}};
   if (!r.transport.empty()) j["transport"] = r.transport;
+  if (!std::isnan(r.cpus_round_trip_ns)) j["cpus_round_trip_ns"] = r.cpus_round_trip_ns;
   return j.dump();
 }
 
@@ -109,6 +110,7 @@ Row row_from_json(const std::string& line) {
   r.p99_us = j.at("p99_us");
   r.start_s = j.value("start_s", 0.0);
   r.end_s = j.value("end_s", 0.0);
+  r.cpus_round_trip_ns = j.value("cpus_round_trip_ns", std::numeric_limits<double>::quiet_NaN());
   r.device = j.value("device", "cpu");
   r.transport = j.value("transport", "");
   return r;

@@ -8,7 +8,8 @@
 // other, each backend's whole sweep can land in another such state, and "side by side" compares
 // machines rather than backends. So the driver starts every backend's ranks at once and lets them
 // measure in turns: row k of every backend, then row k+1 of every backend, the order of the backends
-// reversed every other row. Ranks not on turn block in a futex and take no CPU.
+// reversed every other row. Ranks not on turn block in a futex and take no CPU. Before each turn the
+// driver measures how far apart the first two CPUs are (core/cpu_pair.h) and records it with the row.
 //
 // The board is a small file that the driver creates and every rank maps (the driver removes its name
 // once all ranks have mapped it). Per backend: `ready` counts the ranks that reached their first row,
