@@ -271,7 +271,9 @@ Runner add_compare(CLI::App& app) {
     std::ostringstream md;
     md << "# mpcomm compare\n\nThe experiments of the NCCL-vs-Gloo article, run on this machine with every backend "
           "in this build. Times are the slowest rank's mean over "
-       << o->iters << " back-to-back calls (nccl-tests' method); bandwidths are nccl-tests' bus bandwidth.\n\n";
+       << o->iters << " back-to-back calls (nccl-tests' method); bandwidths are nccl-tests' bus bandwidth. The "
+          "backends run at once and take turns size by size, so that each size of every backend meets the "
+          "machine in the same state.\n\n";
     md << "Buffers: " << (base.device == "cpu" ? std::string("host memory (cpu)")
                                               : "GPU memory (" + base.device + "); the CPU backends (native, gloo, mpi) "
                                                 "copy it through pinned host memory, as PyTorch's Gloo backend does")
