@@ -94,13 +94,19 @@ int main(int argc, char** argv) {
     a = cpus[0];
     b = cpus[1];
   }
+  // The round trip takes indexes into the affinity mask; the copies below pin to CPU numbers.
+  const int cpu_a = mpcomm::cpu_of_index(a), cpu_b = mpcomm::cpu_of_index(b);
+  if (cpu_a < 0 || cpu_b < 0 || cpu_a == cpu_b) {
+    std::fprintf(stderr, "cpu_placement: this process may not use CPUs %d and %d of its affinity mask\n", a, b);
+    return 1;
+  }
   for (int r = 0; r < repeat; ++r) {
     if (r > 0 && every_s > 0) ::usleep(static_cast<useconds_t>(every_s * 1e6));
     const double rt = mpcomm::cpu_round_trip_ns(a, b, 100000);
-    std::printf("CPUs %d,%d: round trip %4.0f ns | written on %d, read on %d:", a, b, rt, b, a);
+    std::printf("CPUs %d,%d: round trip %4.0f ns | written on %d, read on %d:", cpu_a, cpu_b, rt, cpu_b, cpu_a);
     for (size_t bytes : {size_t{64} << 10, size_t{1} << 20, size_t{8} << 20})
-      std::printf("  %5zu KiB %5.1f (streamed %5.1f) GB/s", bytes >> 10, written_then_read_gbs(a, b, bytes, false),
-                  written_then_read_gbs(a, b, bytes, true));
+      std::printf("  %5zu KiB %5.1f (streamed %5.1f) GB/s", bytes >> 10, written_then_read_gbs(cpu_a, cpu_b, bytes, false),
+                  written_then_read_gbs(cpu_a, cpu_b, bytes, true));
     std::printf("\n");
     std::fflush(stdout);
   }

@@ -28,6 +28,11 @@ bool pin(int cpu) {
 
 }  // namespace
 
+int cpu_of_index(int index) {
+  cpu_set_t mine;
+  return pthread_getaffinity_np(pthread_self(), sizeof mine, &mine) == 0 ? nth_cpu(mine, index) : -1;
+}
+
 double cpu_round_trip_ns(int a, int b, long trips) {
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   cpu_set_t mine;

@@ -11,5 +11,7 @@ namespace mpcomm {
 // its own mask back afterwards. NaN when this thread may not use two CPUs or a thread cannot be pinned.
 // Both CPUs are busy for the whole measurement: call it while nothing else should run.
 double cpu_round_trip_ns(int a, int b, long trips);
+// The number of the index-th CPU in the calling thread's affinity mask, or -1.
+int cpu_of_index(int index);
 
 }  // namespace mpcomm
