@@ -571,10 +571,10 @@ void Engine::check_board_tags() {
   }
 }
 
-char* Engine::results(int peer) const {
+char* Engine::stage(int peer) const {
   if (seg_ == nullptr) return nullptr;
-  if (peer == rank_) return my_local_ >= 0 ? seg_->results(my_local_) : nullptr;
-  return same_host(peer) ? seg_->results(info_[static_cast<size_t>(peer)].local) : nullptr;
+  if (peer == rank_) return my_local_ >= 0 ? seg_->stage(my_local_) : nullptr;
+  return same_host(peer) ? seg_->stage(info_[static_cast<size_t>(peer)].local) : nullptr;
 }
 
 double Engine::round_trip_ns(int peer, int n) {

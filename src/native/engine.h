@@ -137,9 +137,9 @@ class Engine {
   void read_peer(int peer, void* dst, uint64_t remote, size_t n);
   void write_peer(int peer, uint64_t remote, const void* src, size_t n);
 
-  // A local rank's result area in this host's shared memory (ShmSegment::results; ours for
-  // peer == rank()), or null when that rank is not on this host or the host has not 2 ranks.
-  char* results(int peer) const;
+  // A local rank's stage in this host's shared memory (ShmSegment::stage; ours for peer == rank()), or
+  // null when that rank is not on this host or the host has only one rank.
+  char* stage(int peer) const;
 
   // How far apart this rank's CPU and local peer `peer`'s are now: both call it in the same op; the
   // lower rank writes its doorbell's echo word n + 1 times (n <= 64), each time waiting for the peer

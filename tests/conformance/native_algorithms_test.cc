@@ -40,27 +40,56 @@ std::string chosen(OpKind kind, size_t bytes, const std::vector<int>& host_of_ra
 
 TEST(NativeSelect, DirectBroadcastAllgatherAndReduceScatterOnlyForLargeBuffersOnOneHost) {
   if (!native::single_copy_enabled()) GTEST_SKIP() << "single copy is turned off in this environment";
-  const bool crowded4 = ::sysconf(_SC_NPROCESSORS_ONLN) < 4;
-  const std::vector<int> one_host4 = {0, 0, 0, 0}, one_host2 = {0, 0}, own_hosts4 = {0, 1, 2, 3};
-  // Broadcast: from 64 KiB while every rank has a CPU, from the single-copy size when they share.
-  const size_t from4 = crowded4 ? native::single_copy_from() : size_t{64} << 10;
-  EXPECT_EQ(chosen(OpKind::broadcast, from4, one_host4), "direct");
-  EXPECT_EQ(chosen(OpKind::broadcast, from4 - 1, one_host4), "binomial");
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < 2) GTEST_SKIP() << "one CPU: every host of 2 ranks is crowded";
+  const std::vector<int> one_host2 = {0, 0}, own_hosts4 = {0, 1, 2, 3};
+  // Every rank with a CPU of its own (as many ranks as CPUs).
+  const std::vector<int> one_host(static_cast<size_t>(std::min<long>(cpus, 64)), 0);
+  // Broadcast: from 64 KiB.
+  EXPECT_EQ(chosen(OpKind::broadcast, 64 << 10, one_host), "direct");
+  EXPECT_EQ(chosen(OpKind::broadcast, (64 << 10) - 1, one_host), "binomial");
   EXPECT_EQ(chosen(OpKind::broadcast, 64 << 10, one_host2), "direct");
   EXPECT_EQ(chosen(OpKind::broadcast, (64 << 10) - 1, one_host2), "binomial");
   EXPECT_EQ(chosen(OpKind::broadcast, 64 << 20, own_hosts4), "binomial") << "no single copy between hosts";
-  // Allgather: from 32 KiB blocks, crowded or not.
+  // Allgather: from 32 KiB blocks.
   const size_t big = native::kDirectBlocksFrom;
-  EXPECT_EQ(chosen(OpKind::allgather, big, one_host4), "direct");
-  EXPECT_EQ(chosen(OpKind::allgather, big - 1, one_host4), "ring");
+  EXPECT_EQ(chosen(OpKind::allgather, big, one_host), "direct");
+  EXPECT_EQ(chosen(OpKind::allgather, big - 1, one_host), "ring");
   EXPECT_EQ(chosen(OpKind::allgather, big, one_host2), "direct");
   EXPECT_EQ(chosen(OpKind::allgather, big - 1, one_host2), "ring");
   EXPECT_EQ(chosen(OpKind::allgather, 64 << 20, own_hosts4), "ring") << "no single copy between hosts";
-  // Reduce-scatter: the same.
-  EXPECT_EQ(chosen(OpKind::reduce_scatter, big, one_host4), "direct");
-  EXPECT_EQ(chosen(OpKind::reduce_scatter, big - 1, one_host4), "ring");
+  // Reduce-scatter: the same, also when ranks outnumber CPUs.
+  const std::vector<int> crowded(static_cast<size_t>(cpus + 1), 0);
+  EXPECT_EQ(chosen(OpKind::reduce_scatter, big, one_host), "direct");
+  EXPECT_EQ(chosen(OpKind::reduce_scatter, big - 1, one_host), "ring");
+  EXPECT_EQ(chosen(OpKind::reduce_scatter, big, crowded), "direct");
   EXPECT_EQ(chosen(OpKind::reduce_scatter, big, one_host2), "direct");
   EXPECT_EQ(chosen(OpKind::reduce_scatter, 64 << 20, own_hosts4), "ring") << "no single copy between hosts";
+}
+
+// Ranks outnumbering the CPUs of their one host: the staged broadcast from kStagedBroadcastFrom (below:
+// binomial) and the staged allgather from kStagedAllgatherFrom in all (below: the ring), single copy or
+// not; across hosts neither.
+TEST(NativeSelect, StagedBroadcastAndAllgatherOnACrowdedHost) {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus > 63) GTEST_SKIP() << "too many CPUs to crowd";
+  const size_t n = static_cast<size_t>(cpus + 1);
+  const std::vector<int> crowded(n, 0);
+  EXPECT_EQ(chosen(OpKind::broadcast, native::kStagedBroadcastFrom, crowded), "staged");
+  EXPECT_EQ(chosen(OpKind::broadcast, 64 << 20, crowded), "staged");
+  EXPECT_EQ(chosen(OpKind::broadcast, native::kStagedBroadcastFrom - 1, crowded), "binomial");
+  const size_t block = (native::kStagedAllgatherFrom + n - 1) / n;  // the smallest block that reaches it in all
+  EXPECT_EQ(chosen(OpKind::allgather, block, crowded), "staged");
+  EXPECT_EQ(chosen(OpKind::allgather, 16 << 20, crowded), "staged");
+  EXPECT_EQ(chosen(OpKind::allgather, block - 1, crowded), "ring");
+  std::vector<int> two_hosts(2 * n);
+  for (size_t r = 0; r < two_hosts.size(); ++r) two_hosts[r] = static_cast<int>(r % 2);
+  EXPECT_NE(chosen(OpKind::broadcast, 64 << 20, two_hosts), "staged") << "two hosts";
+  EXPECT_NE(chosen(OpKind::allgather, 16 << 20, two_hosts), "staged") << "two hosts";
+  if (cpus >= 2) {
+    EXPECT_NE(chosen(OpKind::broadcast, 64 << 20, {0, 0}), "staged") << "a CPU per rank";
+    EXPECT_NE(chosen(OpKind::allgather, 16 << 20, {0, 0}), "staged") << "a CPU per rank";
+  }
 }
 
 // Ranks outnumbering CPUs change the small allreduce's algorithm only on one host: with one rank per
@@ -145,7 +174,12 @@ TEST(NativeSelect, ArrivalAllreduceForSmallBuffersOnACrowdedHost) {
 //  - the direct allgather at 2 ranks, whose blocks of 256 KiB-2 MiB (1 MiB + 3 of the 8-bit types) go by
 //    the ring through shared memory when the CPUs are near (MPCOMM_FAR_NS=0) and directly when far (=1);
 //  - the arrival allreduce with 3 processes (above its size it runs the flat one), and on 2 emulated
-//    hosts (no board: flat, all of them).
+//    hosts (no board: flat, all of them);
+//  - the direct broadcast with 4 processes on one host (on a machine of fewer CPUs the choice takes the
+//    staged one there);
+//  - the staged broadcast and allgather with 3 processes (every byte through the stages in the
+//    processes' shared memory, whether or not they outnumber the CPUs), and on 2 emulated hosts (no
+//    board: the direct ones, all of them).
 TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
   struct Run {
     const char *algo, *shape, *op, *env = "";
@@ -159,7 +193,10 @@ TEST(NativeAlgorithms, ForcedDirectAndFlatAcrossProcessesAndTheirFallbacks) {
                          Run{"allreduce=two_copy", "-n 3 --hosts 1", "allreduce"},
                          Run{"allgather=direct", "-n 2 --hosts 1", "allgather", "MPCOMM_FAR_NS=0"},
                          Run{"allgather=direct", "-n 2 --hosts 1", "allgather", "MPCOMM_FAR_NS=1"},
-                         Run{"allreduce=arrival", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=arrival", "-n 4 --hosts 2", "allreduce"}}) {
+                         Run{"allreduce=arrival", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=arrival", "-n 4 --hosts 2", "allreduce"},
+                         Run{"broadcast=direct", "-n 4 --hosts 1", "broadcast"},
+                         Run{"broadcast=staged", "-n 3 --hosts 1", "broadcast"}, Run{"broadcast=staged", "-n 4 --hosts 2", "broadcast"},
+                         Run{"allgather=staged", "-n 3 --hosts 1", "allgather"}, Run{"allgather=staged", "-n 4 --hosts 2", "allgather"}}) {
     const std::string what = std::string(run.algo) + " " + run.shape + " " + run.env;
     auto r = testing::run_command(std::string(run.env) + " MPCOMM_ALGO=" + run.algo + " " + MPCOMM_CLI + " launch " + run.shape +
                                   " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + run.op);
@@ -184,7 +221,8 @@ void expect_all_right(testing::ThreadWorld& world, const check::Case& c) {
     ASSERT_EQ(res[r].wrong, 0u) << check::describe(c) << " rank " << r << ": " << res[r].first_wrong;
 }
 
-// 4 ranks on one host, buffers just over the single-copy size: every root of the direct broadcast
+// 4 ranks on one host (on a machine of fewer than 4 CPUs the choice takes the staged broadcast and
+// allgather instead: see the forced runs above), buffers just over the single-copy size: every root of the direct broadcast
 // (receivers read from that root, the root writes their tails, which are not whole cache lines). The
 // direct allgather and reduce-scatter with blocks just over their smallest size, over one 256 KiB
 // piece and over 4 MiB (the allgather's own block streamed), tails that are not whole cache lines, in
@@ -212,6 +250,59 @@ TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectBlockOps) {
         c.in_place = in_place;
         expect_all_right(world, c);
       }
+}
+
+// The staged broadcast and allgather with ranks as threads, one more than this machine's CPUs (so the
+// choice takes them): the conformance matrix of both ops (every dtype, count and root, in and out of
+// place); then 90 calls back to back, with every rank in turn the root, of one piece, of exactly the
+// stage's slots and one element more, and of several rounds of the stage with a short last piece
+// (streamed: above kStagedStreamFrom), in place or not, with the arrival allreduce (which writes the
+// same board tags) in between. Every rank's stage is reused without a handshake after the call in
+// which every reader consumed it; every rank must get the exact result of every call.
+TEST(NativeAlgorithms, StagedBroadcastAndAllgatherReuseTheStages) {
+  const int n = static_cast<int>(std::max<long>(3, ::sysconf(_SC_NPROCESSORS_ONLN) + 1));
+  if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
+  const std::vector<int> one_host(static_cast<size_t>(n), 0);
+  ASSERT_EQ(chosen(OpKind::broadcast, native::kStagedBroadcastFrom, one_host), "staged");
+  ASSERT_EQ(chosen(OpKind::allgather, native::kStagedAllgatherFrom, one_host), "staged");
+  testing::ThreadWorld world("native", n);
+  for (OpKind op : {OpKind::broadcast, OpKind::allgather})
+    for (const check::Case& c : check::conformance_cases(op, n)) expect_all_right(world, c);
+
+  const size_t stage = native::ShmSegment::kStageBytes / sizeof(int32_t);
+  const size_t counts[] = {native::kStagedBroadcastFrom / sizeof(int32_t), stage + 1,
+                           native::kStagedStreamFrom / sizeof(int32_t) + 3 * stage + 5};
+  std::vector<size_t> wrong(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    size_t& bad = wrong[static_cast<size_t>(r)];
+    auto value = [](int it, int rank, size_t i) { return static_cast<int32_t>(it * 1000003 + rank * 7919 + static_cast<int>(i)); };
+    for (int it = 0; it < 90; ++it) {
+      const size_t count = counts[it % 3];
+      if (it % 2 == 0) {
+        const int root = (it / 2) % n;
+        std::vector<int32_t> buf(count, -1);
+        if (r == root)
+          for (size_t i = 0; i < count; ++i) buf[i] = value(it, root, i);
+        comm.broadcast(buf.data(), count, DataType::int32, root);
+        for (size_t i = 0; i < count; ++i) bad += buf[i] != value(it, root, i);
+      } else {
+        const size_t block = count / static_cast<size_t>(n) + 1;
+        std::vector<int32_t> out(block * static_cast<size_t>(n), -1), in(block);
+        int32_t* mine = out.data() + static_cast<size_t>(r) * block;
+        const bool in_place = it % 4 == 1;
+        for (size_t i = 0; i < block; ++i) (in_place ? mine : in.data())[i] = value(it, r, i);
+        comm.allgather(in_place ? mine : in.data(), out.data(), block, DataType::int32);
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < block; ++i) bad += out[static_cast<size_t>(q) * block + i] != value(it, q, i);
+      }
+      if (it % 5 == 0) {
+        int32_t v = r + 1;
+        comm.allreduce(&v, &v, 1, DataType::int32, ReduceOp::sum);
+        bad += v != n * (n + 1) / 2;
+      }
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(wrong[static_cast<size_t>(r)], 0u) << "rank " << r;
 }
 
 // Out of place with more pieces per chunk than result slots (slots are reused) and chunks of different

@@ -122,6 +122,41 @@ TEST(Mismatch, OnTheBoardEveryRankFailsAtOnce) {
   }
 }
 
+// On a host whose ranks outnumber its CPUs, broadcasts and allgathers from a few KiB meet in the ranks'
+// stages (the staged flow) and send no frames. A receiver that calls something else must fail at once,
+// naming both calls, and so must the root that waits for it to copy: an allgather (it reads the root's
+// stage and its tag), a broadcast of another count, an allreduce that meets on the board (the root
+// reads its tag while it waits). The other receivers may finish their broadcast first.
+TEST(Mismatch, OnTheStagesTheRootAndTheOtherCallFailAtOnce) {
+  const int n = static_cast<int>(std::max<long>(3, ::sysconf(_SC_NPROCESSORS_ONLN) + 1));
+  if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
+  const size_t count = size_t{64} << 10;  // floats: 256 KiB, staged
+  const char* other[] = {"allgather #0 (count 16384, float32)", "broadcast #0 (count 65537, float32, root 0)",
+                         "allreduce #0 (count 4, float32, sum)"};
+  for (int variant = 0; variant < 3; ++variant) {
+    testing::ThreadWorld world("native", n, quick(20000));
+    auto t0 = steady_clock::now();
+    auto errs = world.run_collect([&](int r, Communicator& c) {
+      std::vector<float> buf(count * static_cast<size_t>(n) + 1, 1.0f);
+      if (r != 1) {
+        c.broadcast(buf.data(), count, DataType::float32, 0);
+      } else if (variant == 0) {
+        c.allgather(buf.data(), buf.data() + count, count / 4, DataType::float32);
+      } else if (variant == 1) {
+        c.broadcast(buf.data(), count + 1, DataType::float32, 0);
+      } else {
+        c.allreduce(buf.data(), buf.data(), 4, DataType::float32, ReduceOp::sum);
+      }
+    });
+    EXPECT_LT(seconds_since(t0), 5.0) << "a mismatch must not wait for the timeout (variant " << variant << ")";
+    for (int r : {0, 1}) {
+      std::string m = expect_error<Mismatch>(errs[static_cast<size_t>(r)], "rank " + std::to_string(r));
+      EXPECT_TRUE(contains(m, "broadcast #0 (count 65536, float32, root 0)")) << m;
+      EXPECT_TRUE(contains(m, other[variant])) << m;
+    }
+  }
+}
+
 // MPCOMM_CHECK works the same on every backend that runs ranks as threads (mpi: tests/mpi).
 using testing::thread_backends;  // mpi ranks are processes (tests/mpi); nccl: tests/gpu
 

@@ -97,8 +97,26 @@ bool direct_exchange_all(AlgoCtx& c, DirectDesc mine, std::vector<int>* others, 
 // n-1 bounce pieces and the result stay in a core's L2. A whole number of es-byte elements.
 size_t direct_piece_bytes(int n, size_t es);
 void direct_done(AlgoCtx& c, const std::vector<int>& peers);
+// The staged flow (staged_flow.cc), every rank of the communicator on this host: this rank copies
+// `bytes` at src into its stage piece by piece (streaming stores) for every rank in `readers` to copy
+// out, and copies each `in` out of its sender's stage into dst (with streaming stores when `stream`).
+// Returns once all of it is done, every reader having consumed every piece of ours. Every rank named
+// must call it in the same op, with matching sizes.
+struct StagedIn {
+  int from;
+  char* dst;
+  size_t bytes;
+};
+void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<int>& readers,
+                 const std::vector<StagedIn>& in, bool stream);
+// The staged algorithms' readers write with streaming stores from this many bytes of output.
+inline constexpr size_t kStagedStreamFrom = size_t{2} << 20;
 void broadcast_binomial(AlgoCtx& c);
 void broadcast_direct(AlgoCtx& c);
+// One host whose ranks outnumber its CPUs, from kStagedBroadcastFrom: the root copies its buffer once
+// into its stage, and every receiver copies it out (staged_flow).
+void broadcast_staged(AlgoCtx& c);
+inline constexpr size_t kStagedBroadcastFrom = size_t{32} << 10;
 void broadcast_flat(AlgoCtx& c);
 // Flat broadcast of buf (bytes) over `group` from member `root`: the root sends to everyone at once.
 void broadcast_flat_over(AlgoCtx& c, const std::vector<int>& group, int root, void* buf, size_t bytes);
@@ -119,6 +137,10 @@ void allgather_ring_routed(AlgoCtx& c, Route route);
 char* allgather_place_own_block(const AlgoCtx& c);
 void allgather_flat(AlgoCtx& c);
 void allgather_direct(AlgoCtx& c);
+// One host whose ranks outnumber its CPUs, from kStagedAllgatherFrom bytes in all: every rank copies its
+// block once into its stage, and every other copies it out (staged_flow).
+void allgather_staged(AlgoCtx& c);
+inline constexpr size_t kStagedAllgatherFrom = size_t{16} << 10;
 // The smallest block the choice gives to allgather_direct and reduce_scatter_direct (one host, single
 // copy).
 inline constexpr size_t kDirectBlocksFrom = size_t{32} << 10;

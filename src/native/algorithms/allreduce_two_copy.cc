@@ -15,7 +15,7 @@
 //   A. send piece k of the other rank's chunk of our input (through the shared-memory ring, never by
 //      single copy);
 //   B. reduce the other rank's piece k of our chunk with ours, as it arrives, into slot k mod D of our
-//      result area (ShmSegment::results, D slots) and, streamed, into our output;
+//      stage (ShmSegment::stage, D slots) and, streamed, into our output;
 //   C. once piece k-1 is reduced, tell the other rank (a token frame): the result is in our slot;
 //   D. on the other rank's token for its piece k-1, copy that piece from its slot into our output
 //      (streamed) and acknowledge (an ack frame): the slot is free again. A slot is reused D pieces
@@ -41,7 +41,7 @@ namespace mpcomm::native {
 namespace {
 
 constexpr size_t kPiece = size_t{128} << 10;
-static_assert(ShmSegment::kResultBytes >= 2 * kPiece, "a result area must hold two pieces");
+static_assert(ShmSegment::kStageBytes >= 2 * kPiece, "a stage must hold two pieces");
 
 // A token says "result piece k is in my slot", an ack "I copied your piece k out".
 uint64_t token(size_t k) { return uint64_t{k} << 1; }
@@ -61,8 +61,8 @@ void allreduce_two_copy(AlgoCtx& c) {
   const int n = c.size, r = c.rank;
   if (n != 2 || op.count < 2) return allreduce_direct(c);
   const int q = 1 - r;
-  char* mine = c.e.results(r);
-  const char* theirs = c.e.results(q);
+  char* mine = c.e.stage(r);
+  const char* theirs = c.e.stage(q);
   if (mine == nullptr || theirs == nullptr) return allreduce_direct(c);  // the same on both ranks (one host)
 
   char* out = static_cast<char*>(op.recv);
@@ -75,7 +75,7 @@ void allreduce_two_copy(AlgoCtx& c) {
   if (in_place != 0 || other_in_place != 0) return allreduce_direct(c);
 
   const size_t es = c.elem(), piece = kPiece / es * es;
-  const size_t slots = ShmSegment::kResultBytes / piece;
+  const size_t slots = ShmSegment::kStageBytes / piece;
   const bool avg = op.redop == ReduceOp::avg;
   const size_t m0 = chunk_offset(op.count, n, r) * es, m1 = chunk_offset(op.count, n, r + 1) * es;
   const size_t t0 = chunk_offset(op.count, n, q) * es, t1 = chunk_offset(op.count, n, q + 1) * es;

@@ -5,7 +5,8 @@
 // recursive doubling for small ones when ranks outnumber CPUs; for large broadcasts on one host the
 // direct broadcast (receivers read from the root while the root writes into them), for large
 // allgathers and reduce-scatters the direct ones (every rank writes its block straight into the others'
-// results; every rank reduces its block straight out of the others' inputs); the hierarchical
+// results; every rank reduces its block straight out of the others' inputs); when ranks outnumber
+// the CPUs of their one host, the staged broadcast and allgather (through shared memory); the hierarchical
 // allreduce/broadcast/reduce across hosts (for large allreduces on hosts with equal rank counts,
 // sliced: every rank carries part of the traffic).
 // MPCOMM_ALGO forces a choice per op, e.g. MPCOMM_ALGO=allreduce=ring. Every rank must pick the same
@@ -35,11 +36,13 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::broadcast, "flat", broadcast_flat},
       {OpKind::broadcast, "direct", broadcast_direct},
       {OpKind::broadcast, "hierarchical", broadcast_hierarchical},
+      {OpKind::broadcast, "staged", broadcast_staged},
       {OpKind::reduce, "binomial", reduce_binomial},
       {OpKind::reduce, "hierarchical", reduce_hierarchical},
       {OpKind::allgather, "ring", allgather_ring},
       {OpKind::allgather, "flat", allgather_flat},
       {OpKind::allgather, "direct", allgather_direct},
+      {OpKind::allgather, "staged", allgather_staged},
       {OpKind::reduce_scatter, "ring", reduce_scatter_ring},
       {OpKind::reduce_scatter, "direct", reduce_scatter_direct},
       {OpKind::gather, "flat", gather_flat},
@@ -106,8 +109,22 @@ const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology
   // Medians of 5 runs against binomial (2 ranks) and binomial/flat (4 ranks on 2 CPUs): 2 ranks 64 KiB
   // 8.6 -> 7.5 us, 128 KiB 14.6 -> 10.4 us, 1 MiB 114 -> 45 us, 16 MiB 5.1 -> 2.4 ms; 4 ranks 256 KiB
   // 110 -> 94 us, 4 MiB 2.5 -> 1.9 ms, but 128 KiB 20 -> 49 us: crowded, from the single-copy size.
+  // Ranks outnumbering the CPUs of their one host: staged, through shared memory (every receiver copies
+  // the root's buffer out of the root's stage; no single copy). 4 ranks on 2 CPUs, medians of 4-6
+  // interleaved runs with mpi in the same runs, CPUs near: 32 KiB 10.4 us (binomial 9.3, mpi 17), 256
+  // KiB 33 us (direct 50), 4 MiB 0.40 ms (direct 0.60, mpi 0.80), 32 MiB 4.3 ms (direct 9-11 ms, mpi
+  // 13); far apart, where the binomial tree's rounds cross between the CPUs' caches: 64 KiB 21 us
+  // (binomial 47, mpi 30), 128 KiB 23 us (binomial 100, mpi 38). Up to 16 KiB binomial wins either way.
+  const bool one_crowded_host = topo.num_hosts() <= 1 && size > 1 && crowded;
+  if (one_crowded_host && op.kind == OpKind::broadcast && op.bytes() >= kStagedBroadcastFrom)
+    return *find(op.kind, "staged");
   if (direct && op.kind == OpKind::broadcast && op.bytes() >= (crowded ? single_copy_from() : size_t{64} << 10))
     return *find(op.kind, "direct");
+  // Allgather, likewise: every rank's block through its stage. 4 ranks on 2 CPUs, medians, near (far):
+  // 16 KiB 9.3 us (10.0) against the ring's 10.7 (16.6), 256 KiB 39 us (48) against direct's 70 (68),
+  // 4 MiB 0.45 ms against 0.98 (mpi 1.0), 32 MiB 6.3 ms against 10.7 (mpi 13.7). At 4 KiB even.
+  if (one_crowded_host && op.kind == OpKind::allgather && op.bytes() * static_cast<size_t>(size) >= kStagedAllgatherFrom)
+    return *find(op.kind, "staged");
   // Allgather: every rank writes its block into every other's result, read once and written n times
   // out of the cache. Medians of 3 interleaved runs against ring (2 ranks) and ring/flat (4 ranks on
   // 2 CPUs), out of place, by total size: 2 ranks 64 KiB 8.2 -> 7.7 us, 512 KiB 67 -> 31 us, 4 MiB

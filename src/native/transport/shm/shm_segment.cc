@@ -40,10 +40,16 @@ static size_t board_size(size_t n) {
   return n < 2 ? 0 : align_up(sizeof(BoardCtl) + n * sizeof(BoardTag), 4096) + 2 * (n + 1) * ShmSegment::kBoardBytes;
 }
 
+// Stages: for each local rank kStageBytes, then the control words, each rank's published word followed by
+// one consumed word per reader.
+static size_t stages_size(size_t n) {
+  return n < 2 ? 0 : n * ShmSegment::kStageBytes + align_up(n * (n + 1) * sizeof(StageWord), 4096);
+}
+
 size_t ShmSegment::layout_size(int nlocal, size_t ring_bytes) {
   size_t n = static_cast<size_t>(nlocal);
   return align_up(sizeof(SegmentHeader), 4096) + align_up(n * sizeof(Doorbell), 4096) +
-         align_up(n * n * (sizeof(RingCtl) + ring_bytes), 4096) + (n == 2 ? n * kResultBytes : 0) + board_size(n);
+         align_up(n * n * (sizeof(RingCtl) + ring_bytes), 4096) + stages_size(n) + board_size(n);
 }
 
 ShmSegment::ShmSegment(void* base, size_t len, int nlocal, size_t ring_bytes)
@@ -90,6 +96,10 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int nloc
   if (nlocal >= 2) {
     new (seg->board_ctl()) BoardCtl{};
     for (int i = 0; i < nlocal; ++i) new (seg->board_tag(i)) BoardTag{};
+    for (int i = 0; i < nlocal; ++i) {
+      new (seg->stage_published(i)) StageWord{};
+      for (int j = 0; j < nlocal; ++j) new (seg->stage_consumed(i, j)) StageWord{};
+    }
   }
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
@@ -134,12 +144,28 @@ RingCtl* ShmSegment::ring_ctl(int from, int to) const {
 
 char* ShmSegment::ring_data(int from, int to) const { return reinterpret_cast<char*>(ring_ctl(from, to) + 1); }
 
-char* ShmSegment::results(int local) const {
+char* ShmSegment::stage_base() const {
   const size_t n = static_cast<size_t>(nlocal_);
-  if (n != 2) return nullptr;
-  char* b = static_cast<char*>(base_) + align_up(sizeof(SegmentHeader), 4096) + align_up(n * sizeof(Doorbell), 4096) +
-            align_up(n * n * (sizeof(RingCtl) + ring_bytes_), 4096);
-  return b + static_cast<size_t>(local) * kResultBytes;
+  if (n < 2) return nullptr;
+  return static_cast<char*>(base_) + align_up(sizeof(SegmentHeader), 4096) + align_up(n * sizeof(Doorbell), 4096) +
+         align_up(n * n * (sizeof(RingCtl) + ring_bytes_), 4096);
+}
+
+char* ShmSegment::stage(int local) const {
+  char* b = stage_base();
+  return b == nullptr ? nullptr : b + static_cast<size_t>(local) * kStageBytes;
+}
+
+StageWord* ShmSegment::stage_published(int local) const {
+  char* b = stage_base();
+  if (b == nullptr) return nullptr;
+  auto* words = reinterpret_cast<StageWord*>(b + static_cast<size_t>(nlocal_) * kStageBytes);
+  return words + static_cast<size_t>(local) * static_cast<size_t>(nlocal_ + 1);
+}
+
+StageWord* ShmSegment::stage_consumed(int local, int reader) const {
+  StageWord* p = stage_published(local);
+  return p == nullptr ? nullptr : p + 1 + reader;
 }
 
 void BoardTag::write(uint64_t stamp, const void* fp, size_t bytes) {
@@ -165,7 +191,7 @@ char* ShmSegment::board_base() const {
   const size_t n = static_cast<size_t>(nlocal_);
   if (n < 2) return nullptr;
   return static_cast<char*>(base_) + align_up(sizeof(SegmentHeader), 4096) + align_up(n * sizeof(Doorbell), 4096) +
-         align_up(n * n * (sizeof(RingCtl) + ring_bytes_), 4096) + (n == 2 ? n * kResultBytes : 0);
+         align_up(n * n * (sizeof(RingCtl) + ring_bytes_), 4096) + stages_size(n);
 }
 
 BoardCtl* ShmSegment::board_ctl() const { return reinterpret_cast<BoardCtl*>(board_base()); }

@@ -1,6 +1,6 @@
 // One shared-memory segment per host and communicator. It holds, for every ordered pair of local
 // ranks, a single-producer/single-consumer byte ring, plus a doorbell (futex word) per local rank, an
-// abort record, with 2 local ranks a result area per rank, and a board (below). The segment is created
+// abort record, and with 2 local ranks and more a stage per rank and a board (below). The segment is created
 // by the host's lowest rank and unlinked as soon as every local rank has mapped it, so nothing is left
 // in /dev/shm even if a rank is SIGKILLed afterwards.
 #pragma once
@@ -65,6 +65,17 @@ struct alignas(64) BoardTag {
   bool read(uint64_t stamp, void* fp, size_t bytes) const;
 };
 
+// A local rank's stage: an area of kStageBytes that only its owner writes, for algorithms that copy a
+// buffer once into shared memory for every other local rank to copy out (the staged broadcast and
+// allgather, staged_flow.cc; the two-copy allreduce's result pieces). Its control words, each on a
+// cache line of its own: how many pieces the owner has published, and per reader how many it has
+// consumed, each as (1 + the op's sequence number) << kStagePieceBits | pieces, so that a word left
+// from an earlier call never counts.
+struct alignas(64) StageWord {
+  std::atomic<uint64_t> v{0};
+};
+inline constexpr int kStagePieceBits = 24;
+
 struct SegmentHeader {
   uint64_t magic;
   uint32_t nlocal;
@@ -87,10 +98,12 @@ class ShmSegment {
   Doorbell* doorbell(int local) const;
   RingCtl* ring_ctl(int from, int to) const;
   char* ring_data(int from, int to) const;
-  // A local rank's result area (kResultBytes), where the two-copy allreduce leaves result pieces for
-  // the other rank to copy out; only segments of 2 local ranks have them (else null).
-  char* results(int local) const;
-  static constexpr size_t kResultBytes = size_t{512} << 10;
+  // A local rank's stage (kStageBytes) and its control words (StageWord): published, and consumed by
+  // local rank `reader`; only segments of 2 local ranks and more have them (else null).
+  char* stage(int local) const;
+  StageWord* stage_published(int local) const;
+  StageWord* stage_consumed(int local, int reader) const;
+  static constexpr size_t kStageBytes = size_t{512} << 10;
   // The board (segments of 2 local ranks and more).
   BoardCtl* board_ctl() const;
   BoardTag* board_tag(int local) const;
@@ -115,6 +128,7 @@ class ShmSegment {
  private:
   ShmSegment(void* base, size_t len, int nlocal, size_t ring_bytes);
   static size_t layout_size(int nlocal, size_t ring_bytes);
+  char* stage_base() const;
   char* board_base() const;
   void* base_;
   size_t len_;
