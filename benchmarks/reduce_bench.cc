@@ -6,11 +6,18 @@
 // (dst = a op b, out of cache), so bytes/s counts the two reads and one write, as memcpy's counts one read
 // and one write. "memcpy" is the ceiling a bandwidth-bound kernel can approach.
 //
+// BM_kernels/SET/DTYPE/SIZE[/streamed]: the same two-source sum with each kernel set this CPU runs
+// (generic, avx2, avx512: what MPCOMM_KERNELS chooses), 256 KiB per source (in the cache) and 16 MiB
+// (out of it); "streamed" is reduce_into_streamed into a streamed output (the two-copy allreduce's
+// outputs). bytes/s as BM_reduce.
+//
 // BM_reduce_sources: n sources of 32 KiB each, in the cache, reduced into a 32 KiB output (the flat and
 // arrival allreduces' case: every rank's input at once); bytes/s counts n reads and one write.
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/reduce.h"
@@ -73,6 +80,49 @@ void BM_reduce_sources(benchmark::State& st, DataType dt, ReduceOp op) {
 BENCHMARK_CAPTURE(BM_reduce_sources, float32_sum, DataType::float32, ReduceOp::sum)->Arg(3)->Arg(4)->Arg(8);
 BENCHMARK_CAPTURE(BM_reduce_sources, int32_max, DataType::int32, ReduceOp::max)->Arg(4);
 BENCHMARK_CAPTURE(BM_reduce_sources, bfloat16_sum, DataType::bfloat16, ReduceOp::sum)->Arg(4);
+
+void BM_kernels(benchmark::State& st, mpcomm::Kernels k, DataType dt, size_t bytes, bool streamed) {
+  const size_t count = bytes / mpcomm::dtype_size(dt);
+  // 1.0 in float32 / bfloat16 / float16, so that sums stay finite and normal
+  const uint32_t one32 = 0x3f800000u;
+  const uint16_t one16 = dt == DataType::bfloat16 ? 0x3f80 : 0x3c00;
+  std::vector<char> a(bytes), b(bytes), out(bytes);
+  for (size_t i = 0; i < count; ++i) {
+    if (dt == DataType::float32) {
+      std::memcpy(a.data() + 4 * i, &one32, 4);
+    } else {
+      std::memcpy(a.data() + 2 * i, &one16, 2);
+    }
+  }
+  b = a;
+  const void* srcs[2] = {a.data(), b.data()};
+  for (auto _ : st) {
+    if (streamed) {
+      mpcomm::reduce_into_streamed(k, nullptr, out.data(), srcs, 2, count, dt, ReduceOp::sum);
+    } else {
+      mpcomm::reduce_into(k, out.data(), srcs, 2, count, dt, ReduceOp::sum);
+    }
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * 3 * bytes));
+}
+
+const bool kernels_registered = [] {
+  for (mpcomm::Kernels k : {mpcomm::Kernels::generic, mpcomm::Kernels::avx2, mpcomm::Kernels::avx512}) {
+    if (!mpcomm::kernels_supported(k)) continue;
+    const std::string set = k == mpcomm::Kernels::generic ? "generic" : k == mpcomm::Kernels::avx2 ? "avx2" : "avx512";
+    for (DataType dt : {DataType::float32, DataType::bfloat16, DataType::float16})
+      for (size_t bytes : {size_t{256} << 10, size_t{16} << 20})
+        for (bool streamed : {false, true}) {
+          if (streamed && bytes < (size_t{16} << 20)) continue;
+          const std::string name = "BM_kernels/" + set + "/" + std::string(mpcomm::to_string(dt)) + "/" +
+                                   (bytes < (1u << 20) ? std::to_string(bytes >> 10) + "K" : std::to_string(bytes >> 20) + "M") +
+                                   (streamed ? "/streamed" : "");
+          benchmark::RegisterBenchmark(name.c_str(), BM_kernels, k, dt, bytes, streamed)->Unit(benchmark::kMicrosecond);
+        }
+  }
+  return true;
+}();
 
 }  // namespace
 

@@ -28,6 +28,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_SINGLE_COPY_KB", "256", "smallest native collective message, in KiB, that goes by single copy (0: none)"},
       {"MPCOMM_FAR_NS", "200", "the CPUs count as far apart when a cache line's round trip between ranks 0 and 1, measured at each call, takes longer than this (ns; 0: never): the two-copy allreduce, the 2-rank allgather of 256 KiB-2 MiB blocks and the crowded host's ring allreduce from 256 KiB then run their direct algorithms"},
       {"MPCOMM_MAX_UNEXPECTED_MB", "1024", "largest native message buffered before its receive is posted; a larger one fails the job naming the sender"},
+      {"MPCOMM_KERNELS", "", "reduction kernels: generic, avx2 or avx512 (default: the best this CPU runs; all give the same bits)"},
       {"MPCOMM_ALGO", "", "force native algorithms, e.g. allreduce=ring,broadcast=binomial"},
       {"MPCOMM_TRACE_ENTRIES", "64", "operations each communicator's flight recorder keeps (0: off); written out on a timeout, peer failure or mismatch"},
       {"MPCOMM_TRACE_DIR", "", "folder for flight records (mpcomm-trace-<backend>-r<rank>of<size>-pid<pid>-c<n>.txt); default stderr"},

@@ -1,20 +1,28 @@
-// Run-time choice between the baseline and the AVX2/F16C kernels.
+// Run-time choice among the baseline, the AVX2/F16C and the AVX-512 kernels.
 #define KERNEL_NS generic
 #include "core/reduce_kernels.inc"
 #undef KERNEL_NS
 
 #include <cpuid.h>
 
+#include <string>
+#include <utility>
+
+#include "core/params.h"
 #include "core/reduce.h"
 #include "mpcomm/error.h"
 
 namespace mpcomm {
-namespace kernels::avx2 {
-void reduce_into(void*, const void* const*, int, size_t, DataType, ReduceOp);
-void divide_by(void*, size_t, DataType, int);
-void reduce_into_streamed(void*, void*, const void* const*, int, size_t, DataType, ReduceOp);
-void copy_streamed(void*, const void*, size_t);
-}  // namespace kernels::avx2
+#define MPCOMM_KERNEL_SET(ns)                                                                  \
+  namespace kernels::ns {                                                                      \
+  void reduce_into(void*, const void* const*, int, size_t, DataType, ReduceOp);                \
+  void divide_by(void*, size_t, DataType, int);                                                \
+  void reduce_into_streamed(void*, void*, const void* const*, int, size_t, DataType, ReduceOp); \
+  void copy_streamed(void*, const void*, size_t);                                              \
+  }
+MPCOMM_KERNEL_SET(avx2)
+MPCOMM_KERNEL_SET(avx512)
+#undef MPCOMM_KERNEL_SET
 
 // F16C through cpuid (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
 static bool have_f16c() {
@@ -22,42 +30,94 @@ static bool have_f16c() {
   return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
 }
 
-static bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
-  return yes;
+bool kernels_supported(Kernels k) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
+  // (__builtin_cpu_supports also asks whether the OS saves the AVX-512 registers.)
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl");
+  switch (k) {
+    case Kernels::generic: return true;
+    case Kernels::avx2: return avx2;
+    case Kernels::avx512: return avx512;
+  }
+  return false;
+}
+
+const char* kernels_name(Kernels k) {
+  switch (k) {
+    case Kernels::generic: return "generic";
+    case Kernels::avx2: return "avx2+f16c";
+    case Kernels::avx512: return "avx512bw+avx2+f16c";
+  }
+  return "?";
+}
+
+Kernels kernels_in_use() {
+  static const Kernels k = [] {
+    const std::string want = param_string("MPCOMM_KERNELS");
+    if (want.empty()) {
+      for (Kernels best : {Kernels::avx512, Kernels::avx2})
+        if (kernels_supported(best)) return best;
+      return Kernels::generic;
+    }
+    const std::pair<const char*, Kernels> names[] = {{"generic", Kernels::generic}, {"avx2", Kernels::avx2}, {"avx512", Kernels::avx512}};
+    for (const auto& [name, c] : names) {
+      if (want != name) continue;
+      if (!kernels_supported(c))
+        throw InvalidArgument("mpcomm: MPCOMM_KERNELS=" + want + ": this CPU cannot run the " + kernels_name(c) + " kernels");
+      return c;
+    }
+    throw InvalidArgument("mpcomm: MPCOMM_KERNELS=" + want + " names no kernel set (generic, avx2 or avx512)");
+  }();
+  return k;
+}
+
+void reduce_into(Kernels k, void* dst, const void* const* srcs, int nsrc, size_t count, DataType dt, ReduceOp op) {
+  if (nsrc < 1) throw Internal("mpcomm: reduce_into needs at least one source");
+  if (!kernels_supported(k)) throw InvalidArgument(std::string("mpcomm: this CPU cannot run the ") + kernels_name(k) + " kernels");
+  switch (k) {
+    case Kernels::avx512: return kernels::avx512::reduce_into(dst, srcs, nsrc, count, dt, op);
+    case Kernels::avx2: return kernels::avx2::reduce_into(dst, srcs, nsrc, count, dt, op);
+    case Kernels::generic: return kernels::generic::reduce_into(dst, srcs, nsrc, count, dt, op);
+  }
+}
+
+void reduce_into_streamed(Kernels k, void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count,
+                          DataType dt, ReduceOp op) {
+  if (nsrc < 1) throw Internal("mpcomm: reduce_into_streamed needs at least one source");
+  if (!kernels_supported(k)) throw InvalidArgument(std::string("mpcomm: this CPU cannot run the ") + kernels_name(k) + " kernels");
+  switch (k) {
+    case Kernels::avx512: return kernels::avx512::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
+    case Kernels::avx2: return kernels::avx2::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
+    case Kernels::generic: return kernels::generic::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
+  }
 }
 
 void reduce_into(void* dst, const void* const* srcs, int nsrc, size_t count, DataType dt, ReduceOp op) {
-  if (nsrc < 1) throw Internal("mpcomm: reduce_into needs at least one source");
-  if (have_avx2())
-    kernels::avx2::reduce_into(dst, srcs, nsrc, count, dt, op);
-  else
-    kernels::generic::reduce_into(dst, srcs, nsrc, count, dt, op);
+  reduce_into(kernels_in_use(), dst, srcs, nsrc, count, dt, op);
 }
 
 void reduce_into_streamed(void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count, DataType dt,
                           ReduceOp op) {
-  if (nsrc < 1) throw Internal("mpcomm: reduce_into_streamed needs at least one source");
-  if (have_avx2())
-    kernels::avx2::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
-  else
-    kernels::generic::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
+  reduce_into_streamed(kernels_in_use(), cached, streamed, srcs, nsrc, count, dt, op);
 }
 
 void copy_streamed(void* dst, const void* src, size_t bytes) {
-  if (have_avx2())
-    kernels::avx2::copy_streamed(dst, src, bytes);
-  else
-    kernels::generic::copy_streamed(dst, src, bytes);
+  switch (kernels_in_use()) {
+    case Kernels::avx512: return kernels::avx512::copy_streamed(dst, src, bytes);
+    case Kernels::avx2: return kernels::avx2::copy_streamed(dst, src, bytes);
+    case Kernels::generic: return kernels::generic::copy_streamed(dst, src, bytes);
+  }
 }
 
 void divide_by(void* buf, size_t count, DataType dt, int n) {
-  if (have_avx2())
-    kernels::avx2::divide_by(buf, count, dt, n);
-  else
-    kernels::generic::divide_by(buf, count, dt, n);
+  switch (kernels_in_use()) {
+    case Kernels::avx512: return kernels::avx512::divide_by(buf, count, dt, n);
+    case Kernels::avx2: return kernels::avx2::divide_by(buf, count, dt, n);
+    case Kernels::generic: return kernels::generic::divide_by(buf, count, dt, n);
+  }
 }
 
-const char* reduce_kernel_isa() { return have_avx2() ? "avx2+f16c" : "generic"; }
+const char* reduce_kernel_isa() { return kernels_name(kernels_in_use()); }
 
 }  // namespace mpcomm

@@ -1,6 +1,7 @@
 // Reduction kernels for every DataType and ReduceOp. float16 and bfloat16 accumulate in float32 and
 // round once when they store. Integer sum/prod wrap around (two's complement), as in NCCL and MPI.
-// An AVX2/F16C build of the same kernels is chosen at run time when the CPU has it.
+// AVX2/F16C and AVX-512 builds of the same kernels are chosen at run time when the CPU has them
+// (MPCOMM_KERNELS chooses otherwise); every build gives the same bits.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +36,18 @@ void copy_streamed(void* dst, const void* src, size_t bytes);
 // buf[i] /= n (integer division truncates toward zero), the last step of avg.
 void divide_by(void* buf, size_t count, DataType dt, int n);
 
-// Name of the kernel set in use ("avx2+f16c" or "generic").
+// Name of the kernel set in use ("avx512bw+avx2+f16c", "avx2+f16c" or "generic").
 const char* reduce_kernel_isa();
+
+// The kernel sets, for tests and benchmarks that compare them: whether this CPU runs one, its name, the
+// one in use (the best this CPU runs, or MPCOMM_KERNELS: generic, avx2 or avx512; read once), and
+// reduce_into / reduce_into_streamed with a given set (InvalidArgument if this CPU cannot run it).
+enum class Kernels { generic, avx2, avx512 };
+bool kernels_supported(Kernels k);
+const char* kernels_name(Kernels k);
+Kernels kernels_in_use();
+void reduce_into(Kernels k, void* dst, const void* const* srcs, int nsrc, size_t count, DataType dt, ReduceOp op);
+void reduce_into_streamed(Kernels k, void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count,
+                          DataType dt, ReduceOp op);
 
 }  // namespace mpcomm

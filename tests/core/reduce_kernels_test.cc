@@ -1,7 +1,7 @@
 // The streaming kernels against the plain ones: reduce_into_streamed must give the bits of reduce_into
 // in its cached and its streamed destination, for every dtype and reduce op, with NaNs, 2, 3 and 9
 // sources, for counts around the vector and block sizes and destinations at every alignment, writing
-// nothing around them; copy_streamed the bytes of memcpy.
+// nothing around them; every kernel set the bits of the generic one; copy_streamed the bytes of memcpy.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -85,6 +85,46 @@ TEST(ReduceKernels, StreamedGivesTheBitsOfReduceInto) {
                 for (unsigned char* p = streamed + count * es; p < streamed_buf.data() + streamed_buf.size(); ++p)
                   ASSERT_EQ(*p, 0xab) << what;
               }
+}
+
+// Every kernel set this CPU runs (the AVX2 one, the AVX-512 one with its 16-lane 16-bit floats) gives
+// the generic kernels' bits, plain and streamed: every dtype and reduce op, with NaNs, 2 and 3 sources,
+// counts around 8, 16 and 32 lanes and the 1 KiB blocks, and misaligned sources.
+TEST(ReduceKernels, EveryKernelSetGivesTheGenericBits) {
+  std::mt19937 rng(2026);
+  const DataType dtypes[] = {DataType::int8,    DataType::uint8,   DataType::int32,   DataType::int64,
+                             DataType::float16, DataType::bfloat16, DataType::float32, DataType::float64};
+  const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max};
+  int sets = 0;
+  for (Kernels k : {Kernels::avx2, Kernels::avx512}) {
+    if (!kernels_supported(k)) continue;
+    ++sets;
+    for (DataType dt : dtypes)
+      for (ReduceOp op : ops)
+        for (int nsrc : {2, 3})
+          for (size_t count : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{31}, size_t{32}, size_t{47},
+                               size_t{513}, size_t{4099}})
+            for (size_t offset : {size_t{0}, size_t{1}}) {  // elements: the sources off the vectors' alignment
+              const size_t es = dtype_size(dt);
+              const std::string what = std::string(kernels_name(k)) + " " + std::string(to_string(dt)) + " " +
+                                       std::string(to_string(op)) + " nsrc " + std::to_string(nsrc) + " count " +
+                                       std::to_string(count) + " offset " + std::to_string(offset);
+              std::vector<std::vector<unsigned char>> src;
+              std::vector<const void*> srcs;
+              for (int j = 0; j < nsrc; ++j) src.push_back(random_elements(dt, count + offset, rng));
+              for (const auto& v : src) srcs.push_back(v.data() + offset * es);
+              std::vector<unsigned char> want(count * es), got(count * es, 0x11), streamed(count * es + 64, 0x22);
+              reduce_into(Kernels::generic, want.data(), srcs.data(), nsrc, count, dt, op);
+              reduce_into(k, got.data(), srcs.data(), nsrc, count, dt, op);
+              EXPECT_EQ(std::memcmp(got.data(), want.data(), count * es), 0) << what;
+              std::vector<unsigned char> cached(count * es, 0x33);
+              const size_t base = (64 - reinterpret_cast<uintptr_t>(streamed.data()) % 64) % 64;
+              reduce_into_streamed(k, cached.data(), streamed.data() + base, srcs.data(), nsrc, count, dt, op);
+              EXPECT_EQ(std::memcmp(streamed.data() + base, want.data(), count * es), 0) << what << " streamed";
+              EXPECT_EQ(std::memcmp(cached.data(), want.data(), count * es), 0) << what << " cached";
+            }
+  }
+  if (sets == 0) GTEST_SKIP() << "this CPU runs only the generic kernels";
 }
 
 TEST(ReduceKernels, CopyStreamedCopiesEveryByteAndNothingElse) {
