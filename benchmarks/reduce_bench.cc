@@ -110,7 +110,7 @@ void BM_kernels(benchmark::State& st, mpcomm::Kernels k, DataType dt, size_t byt
 const bool kernels_registered = [] {
   for (mpcomm::Kernels k : {mpcomm::Kernels::generic, mpcomm::Kernels::avx2, mpcomm::Kernels::avx512}) {
     if (!mpcomm::kernels_supported(k)) continue;
-    const std::string set = k == mpcomm::Kernels::generic ? "generic" : k == mpcomm::Kernels::avx2 ? "avx2" : "avx512";
+    const std::string set = mpcomm::kernels_option(k);
     for (DataType dt : {DataType::float32, DataType::bfloat16, DataType::float16})
       for (size_t bytes : {size_t{256} << 10, size_t{16} << 20})
         for (bool streamed : {false, true}) {

@@ -5,8 +5,8 @@
 
 #include <cpuid.h>
 
+#include <iterator>
 #include <string>
-#include <utility>
 
 #include "core/params.h"
 #include "core/reduce.h"
@@ -43,14 +43,40 @@ bool kernels_supported(Kernels k) {
   return false;
 }
 
-const char* kernels_name(Kernels k) {
-  switch (k) {
-    case Kernels::generic: return "generic";
-    case Kernels::avx2: return "avx2+f16c";
-    case Kernels::avx512: return "avx512bw+avx2+f16c";
-  }
-  return "?";
+namespace {
+
+// A kernel set: its names and its entry points, in the order of enum Kernels.
+struct KernelSet {
+  const char* name;    // as reduce_kernel_isa() reports it
+  const char* option;  // as MPCOMM_KERNELS spells it
+  void (*reduce_into)(void*, const void* const*, int, size_t, DataType, ReduceOp);
+  void (*reduce_into_streamed)(void*, void*, const void* const*, int, size_t, DataType, ReduceOp);
+  void (*copy_streamed)(void*, const void*, size_t);
+  void (*divide_by)(void*, size_t, DataType, int);
+};
+
+const KernelSet kSets[] = {
+    {"generic", "generic", kernels::generic::reduce_into, kernels::generic::reduce_into_streamed,
+     kernels::generic::copy_streamed, kernels::generic::divide_by},
+    {"avx2+f16c", "avx2", kernels::avx2::reduce_into, kernels::avx2::reduce_into_streamed, kernels::avx2::copy_streamed,
+     kernels::avx2::divide_by},
+    {"avx512bw+avx2+f16c", "avx512", kernels::avx512::reduce_into, kernels::avx512::reduce_into_streamed,
+     kernels::avx512::copy_streamed, kernels::avx512::divide_by},
+};
+static_assert(std::size(kSets) == static_cast<size_t>(Kernels::avx512) + 1, "one set per Kernels value");
+
+const KernelSet& set_of(Kernels k) { return kSets[static_cast<size_t>(k)]; }
+
+// The set k, which this CPU must run.
+const KernelSet& runnable(Kernels k) {
+  if (!kernels_supported(k)) throw InvalidArgument(std::string("mpcomm: this CPU cannot run the ") + kernels_name(k) + " kernels");
+  return set_of(k);
 }
+
+}  // namespace
+
+const char* kernels_name(Kernels k) { return set_of(k).name; }
+const char* kernels_option(Kernels k) { return set_of(k).option; }
 
 Kernels kernels_in_use() {
   static const Kernels k = [] {
@@ -60,9 +86,8 @@ Kernels kernels_in_use() {
         if (kernels_supported(best)) return best;
       return Kernels::generic;
     }
-    const std::pair<const char*, Kernels> names[] = {{"generic", Kernels::generic}, {"avx2", Kernels::avx2}, {"avx512", Kernels::avx512}};
-    for (const auto& [name, c] : names) {
-      if (want != name) continue;
+    for (Kernels c : {Kernels::generic, Kernels::avx2, Kernels::avx512}) {
+      if (want != kernels_option(c)) continue;
       if (!kernels_supported(c))
         throw InvalidArgument("mpcomm: MPCOMM_KERNELS=" + want + ": this CPU cannot run the " + kernels_name(c) + " kernels");
       return c;
@@ -74,23 +99,13 @@ Kernels kernels_in_use() {
 
 void reduce_into(Kernels k, void* dst, const void* const* srcs, int nsrc, size_t count, DataType dt, ReduceOp op) {
   if (nsrc < 1) throw Internal("mpcomm: reduce_into needs at least one source");
-  if (!kernels_supported(k)) throw InvalidArgument(std::string("mpcomm: this CPU cannot run the ") + kernels_name(k) + " kernels");
-  switch (k) {
-    case Kernels::avx512: return kernels::avx512::reduce_into(dst, srcs, nsrc, count, dt, op);
-    case Kernels::avx2: return kernels::avx2::reduce_into(dst, srcs, nsrc, count, dt, op);
-    case Kernels::generic: return kernels::generic::reduce_into(dst, srcs, nsrc, count, dt, op);
-  }
+  runnable(k).reduce_into(dst, srcs, nsrc, count, dt, op);
 }
 
 void reduce_into_streamed(Kernels k, void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count,
                           DataType dt, ReduceOp op) {
   if (nsrc < 1) throw Internal("mpcomm: reduce_into_streamed needs at least one source");
-  if (!kernels_supported(k)) throw InvalidArgument(std::string("mpcomm: this CPU cannot run the ") + kernels_name(k) + " kernels");
-  switch (k) {
-    case Kernels::avx512: return kernels::avx512::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
-    case Kernels::avx2: return kernels::avx2::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
-    case Kernels::generic: return kernels::generic::reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
-  }
+  runnable(k).reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
 }
 
 void reduce_into(void* dst, const void* const* srcs, int nsrc, size_t count, DataType dt, ReduceOp op) {
@@ -102,21 +117,9 @@ void reduce_into_streamed(void* cached, void* streamed, const void* const* srcs,
   reduce_into_streamed(kernels_in_use(), cached, streamed, srcs, nsrc, count, dt, op);
 }
 
-void copy_streamed(void* dst, const void* src, size_t bytes) {
-  switch (kernels_in_use()) {
-    case Kernels::avx512: return kernels::avx512::copy_streamed(dst, src, bytes);
-    case Kernels::avx2: return kernels::avx2::copy_streamed(dst, src, bytes);
-    case Kernels::generic: return kernels::generic::copy_streamed(dst, src, bytes);
-  }
-}
+void copy_streamed(void* dst, const void* src, size_t bytes) { set_of(kernels_in_use()).copy_streamed(dst, src, bytes); }
 
-void divide_by(void* buf, size_t count, DataType dt, int n) {
-  switch (kernels_in_use()) {
-    case Kernels::avx512: return kernels::avx512::divide_by(buf, count, dt, n);
-    case Kernels::avx2: return kernels::avx2::divide_by(buf, count, dt, n);
-    case Kernels::generic: return kernels::generic::divide_by(buf, count, dt, n);
-  }
-}
+void divide_by(void* buf, size_t count, DataType dt, int n) { set_of(kernels_in_use()).divide_by(buf, count, dt, n); }
 
 const char* reduce_kernel_isa() { return kernels_name(kernels_in_use()); }
 

@@ -39,12 +39,13 @@ void divide_by(void* buf, size_t count, DataType dt, int n);
 // Name of the kernel set in use ("avx512bw+avx2+f16c", "avx2+f16c" or "generic").
 const char* reduce_kernel_isa();
 
-// The kernel sets, for tests and benchmarks that compare them: whether this CPU runs one, its name, the
-// one in use (the best this CPU runs, or MPCOMM_KERNELS: generic, avx2 or avx512; read once), and
+// The kernel sets, for tests and benchmarks that compare them: whether this CPU runs one, its name (as
+// reduce_kernel_isa), its MPCOMM_KERNELS spelling, the one in use (the best this CPU runs, or MPCOMM_KERNELS: generic, avx2 or avx512; read once), and
 // reduce_into / reduce_into_streamed with a given set (InvalidArgument if this CPU cannot run it).
 enum class Kernels { generic, avx2, avx512 };
 bool kernels_supported(Kernels k);
 const char* kernels_name(Kernels k);
+const char* kernels_option(Kernels k);
 Kernels kernels_in_use();
 void reduce_into(Kernels k, void* dst, const void* const* srcs, int nsrc, size_t count, DataType dt, ReduceOp op);
 void reduce_into_streamed(Kernels k, void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count,
