@@ -1,18 +1,33 @@
 // mpcomm/communicator.h — one process's handle on a group of ranks.
 //
-// Every backend (native, and later gloo, mpi, nccl) implements the same Communicator. The public calls
-// below are not virtual: each one fills an Op and goes through one checked entry point that validates
-// the arguments (before any traffic), stamps the op with its sequence number and fingerprint, times it,
-// records it, and only then hands it to the backend.
+// One Communicator class serves every backend (native, gloo, mpi, nccl). Each public call fills an Op
+// and goes through one checked entry point that validates the arguments (before any traffic), stamps
+// the op with its sequence number and fingerprint, times it, records it, and only then hands it to the
+// backend behind it.
 //
 // Rules common to all collectives:
 //  - count is in elements; count 0 is allowed and moves nothing.
 //  - in place: allreduce/reduce with send == recv; allgather with send == recv + rank*count;
 //    reduce_scatter with recv == send + rank*count; gather (at root) with send == recv + root*count;
 //    scatter (at root) with recv == send + root*count; alltoall with send == recv.
-//  - a communicator is used by one thread at a time; several communicators may run in parallel.
 //  - after an error (timeout, peer failure, mismatch) the communicator is aborted: every later call
 //    throws at once with the original reason.
+//
+// Blocking and non-blocking calls (the i-ops return a Request):
+//  - ops on one communicator run in the order they were issued, blocking and non-blocking mixed, like
+//    work on one CUDA stream: a collective starts once every op issued before it has; a send or receive
+//    is posted then and completes as its peer allows (so a ring of isend + irecv never deadlocks).
+//  - non-blocking ops make progress while the caller computes, on a progress thread of the
+//    communicator's own (started by the first non-blocking call); no test() calls are needed.
+//  - the buffer rule: an i-op's buffers belong to the communicator from the call until its Request
+//    completes (wait() returned or test() returned true): do not write them (nor read a receive buffer)
+//    before.
+//  - the thread rule: one thread at a time issues calls on a communicator and waits on its Requests
+//    (several communicators may be used from several threads at once); abort() may come from any thread.
+//  - a Request's wait() throws the op's error, of the same kind and message as the blocking call would;
+//    its timeout runs from the moment the op starts. After an abort every pending and later request fails
+//    at once.
+//  - destroying a communicator first lets the ops already issued finish (each bounded by the timeout).
 #pragma once
 
 #include <array>
@@ -82,11 +97,13 @@ struct OpStats {
 namespace detail {
 struct Op;
 class RequestState;
-class FlightRecorder;
+class Backend;
+class Core;
 }  // namespace detail
 
-// A non-blocking point-to-point operation. wait() blocks (bounded by the timeout) until it completes
-// and rethrows its error; test() makes progress and returns whether it completed.
+// A non-blocking operation. wait() blocks (bounded by the timeout) until it completes and rethrows its
+// error; test() makes progress where it can and returns whether it completed. Waiting again on a
+// completed Request returns (or throws) the same at once.
 class Request {
  public:
   Request() = default;
@@ -99,9 +116,9 @@ class Request {
   std::shared_ptr<detail::RequestState> state_;
 };
 
-class Communicator {
+class Communicator final {
  public:
-  virtual ~Communicator();
+  ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -111,8 +128,9 @@ class Communicator {
   const Topology& topology() const { return topology_; }
   const Options& options() const { return options_; }
   // Number of collectives issued so far (the next one gets this number).
-  uint64_t sequence() const { return seq_; }
-  const std::array<OpStats, kNumOpKinds>& stats() const { return stats_; }
+  uint64_t sequence() const;
+  // Calls, bytes and time per op kind so far (ops that completed).
+  std::array<OpStats, kNumOpKinds> stats() const;
 
   void allreduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op);
   void broadcast(void* buf, size_t count, DataType dt, int root);
@@ -131,6 +149,17 @@ class Communicator {
   void alltoall(const void* send, void* recv, size_t count, DataType dt);
   void barrier();
 
+  // The same collectives, non-blocking (see the rules at the top of this file).
+  Request iallreduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op);
+  Request ibroadcast(void* buf, size_t count, DataType dt, int root);
+  Request ireduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op, int root);
+  Request iallgather(const void* send, void* recv, size_t count, DataType dt);
+  Request ireduce_scatter(const void* send, void* recv, size_t count, DataType dt, ReduceOp op);
+  Request igather(const void* send, void* recv, size_t count, DataType dt, int root);
+  Request iscatter(const void* send, void* recv, size_t count, DataType dt, int root);
+  Request ialltoall(const void* send, void* recv, size_t count, DataType dt);
+  Request ibarrier();
+
   // Point to point. A receive must name the same count and dtype the sender sent; messages from one
   // peer with one tag arrive in the order they were sent.
   void send(const void* buf, size_t count, DataType dt, int peer, int tag = 0);
@@ -142,7 +171,8 @@ class Communicator {
   // by (key, old rank). A negative color returns nullptr (the rank joins no group).
   std::unique_ptr<Communicator> split(int color, int key);
 
-  // Aborts the communicator: later calls throw; peers blocked on this rank fail soon after.
+  // Aborts the communicator: pending and later calls throw; peers blocked on this rank fail soon after.
+  // Any thread may call it.
   void abort(const std::string& reason);
 
   // The flight recorder's text: the last MPCOMM_TRACE_ENTRIES operations with their state and times.
@@ -150,53 +180,16 @@ class Communicator {
   // failure or a mismatch.
   std::string flight_record() const;
 
- protected:
-  Communicator(std::string backend, int rank, int size, Topology topo, Options opts);
-
-  // Backend hooks. run() executes one checked collective; start_p2p() starts a send or recv.
-  virtual void run(const detail::Op& op) = 0;
-  virtual std::shared_ptr<detail::RequestState> start_p2p(const detail::Op& op) = 0;
-  // split() for this backend. The default learns every rank's (color, key) through allgather and
-  // calls make_child(); a backend with a native split (MPI_Comm_split, ncclCommSplit) overrides it.
-  virtual std::unique_ptr<Communicator> split_impl(int color, int key);
-  // Creates this backend's communicator for the ranks of one color. `store` is private to the new
-  // group; `members` are the parent ranks in new-rank order. The default suits any backend whose
-  // create() bootstraps from a store.
-  virtual std::unique_ptr<Communicator> make_child(std::shared_ptr<Store> store, int new_rank,
-                                                   const std::vector<int>& members);
-  // Publishes an abort to peers (backend specific); called once by abort() and on errors.
-  // `code` is the kind of failure, so that peers can raise the same kind (a Mismatch stays a Mismatch).
-  virtual void on_abort(ErrorCode code, const std::string& reason) = 0;
-  // Non-empty when this communicator was aborted (by this rank or reported by a peer).
-  virtual std::string abort_reason() const = 0;
-  // True for a backend that runs on device buffers itself (nccl); the others get host copies.
-  virtual bool takes_device_buffers() const { return false; }
-
-  const std::shared_ptr<Store>& store() const { return store_; }
-  void set_store(std::shared_ptr<Store> s) { store_ = std::move(s); }
-
  private:
-  void checked(detail::Op& op);
-  // run() on host copies of a device op's buffers (send_n/recv_n: bytes of each that matter here).
-  void run_staged(const detail::Op& op, size_t send_n, size_t recv_n);
-  Request start_p2p_checked(detail::Op& op);
-  Request start_recorded_p2p(detail::Op& op, uint64_t ticket);  // start_p2p_checked's body, after recording
-  // True when ops go through run_staged: cuda buffers, or MPCOMM_STAGING=1 (the path tested on a CPU).
-  bool staged() const;
-  void verify_fingerprints(const detail::Op& op);
+  friend class detail::Core;
+  explicit Communicator(std::shared_ptr<detail::Core> core);
+  std::shared_ptr<detail::Core> core_;
+  // Copies of the backend's, for the inline accessors.
   std::string backend_;
   int rank_;
   int size_;
   Topology topology_;
   Options options_;
-  std::shared_ptr<Store> store_;
-  uint64_t seq_ = 0;
-  uint64_t p2p_seq_ = 0;
-  std::array<OpStats, kNumOpKinds> stats_{};
-  std::shared_ptr<char> staging_;  // page-locked host memory for run_staged, grown on demand
-  std::shared_ptr<detail::FlightRecorder> recorder_;
-  std::string recorder_who_, recorder_tag_;
-  size_t staging_bytes_ = 0;
 };
 
 // Backends compiled into this build and usable on this machine ("native", ...; "nccl" only with a GPU).

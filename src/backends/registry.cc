@@ -12,6 +12,7 @@
 #include "backends/nccl/nccl_communicator.h"
 #endif
 #include "bootstrap/env.h"
+#include "core/core.h"
 #include "core/device.h"
 #include "core/net.h"
 #include "core/params.h"
@@ -23,7 +24,7 @@ namespace {
 
 struct BackendEntry {
   const char* name;
-  std::unique_ptr<Communicator> (*make)(std::shared_ptr<Store>, int, int, const Options&);
+  detail::BackendFactory make;
 };
 
 const std::vector<BackendEntry>& backends() {
@@ -70,7 +71,7 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
   for (const auto& b : backends()) {
     if (backend != b.name) continue;
     if (needs_gpu(b.name)) device::require_cuda("backend " + std::string(backend));
-    return b.make(std::move(store), rank, size, opts);
+    return detail::make_communicator(b.make(std::move(store), rank, size, opts), b.make);
   }
   std::string known;
   for (const auto& n : compiled_backends()) known += (known.empty() ? "" : ", ") + n;

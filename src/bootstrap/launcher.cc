@@ -11,7 +11,7 @@
 // With --backend mpi the launcher forks one child, mpirun, instead of the ranks (see mpirun_plan()); the
 // same loop supervises it, reading its --tag-output streams through TagDemux, which turns them back into
 // "[r] " lines and notices mpirun's reports of a failed rank.
-#include "bootstrap/abort_key.h"
+#include "core/abort_watch.h"
 #include "bootstrap/launcher.h"
 
 #include <dirent.h>

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/net.h"
+#include "core/topology.h"
 #include "mpcomm/communicator.h"
 
 namespace mpcomm {
@@ -14,9 +15,6 @@ struct PeerDirectory {
   Topology topology;
   std::vector<int> pids;  // process id of every rank
 };
-
-// Hosts numbered in order of their lowest rank, as every backend numbers them.
-Topology topology_from_hosts(const std::vector<std::string>& host_of_rank, int rank);
 
 // Blocks until all `size` ranks published (or the deadline: a Timeout naming the missing rank).
 PeerDirectory exchange_peers(Store& store, int rank, int size, const std::string& host_id, net::Deadline deadline,

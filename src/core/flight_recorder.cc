@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/op_clock.h"
 #include "core/params.h"
 
 namespace mpcomm::detail {
@@ -13,6 +14,7 @@ namespace {
 
 const char* state_name(FlightRecorder::State s) {
   switch (s) {
+    case FlightRecorder::State::queued: return "QUEUED";
     case FlightRecorder::State::running: return "RUNNING";
     case FlightRecorder::State::done: return "done";
     case FlightRecorder::State::failed: return "FAILED";
@@ -22,29 +24,45 @@ const char* state_name(FlightRecorder::State s) {
 
 }  // namespace
 
-FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {}
+FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity), t0_(OpClock::now()) {}
 
-uint64_t FlightRecorder::start(const Op& op, Time at) {
+double FlightRecorder::ms_since_t0(uint64_t at) const { return OpClock::seconds(at - t0_) * 1e3; }
+
+FlightRecorder::Entry* FlightRecorder::entry(uint64_t ticket) {
+  if (ring_.empty() || ticket >= next_ || next_ - ticket > ring_.size()) return nullptr;  // overwritten since
+  return &ring_[ticket % ring_.size()];
+}
+
+uint64_t FlightRecorder::start(const Op& op, uint64_t at, State state) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ring_.empty()) return 0;
   Entry& e = ring_[next_ % ring_.size()];
   e.op = op;
   e.op.send = nullptr;
   e.op.recv = nullptr;
-  e.state = State::running;
-  e.start_ms = std::chrono::duration<double, std::milli>(at - t0_).count();
+  e.state = state;
+  e.start_ms = ms_since_t0(at);
   e.took_ms = -1;
   e.error.clear();
   return next_++;
 }
 
-void FlightRecorder::finish(uint64_t ticket, State state, Time at, const std::string& error) {
+void FlightRecorder::running(uint64_t ticket, uint64_t at) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ring_.empty() || ticket >= next_ || next_ - ticket > ring_.size()) return;  // overwritten since
-  Entry& e = ring_[ticket % ring_.size()];
-  e.state = state;
-  e.took_ms = std::chrono::duration<double, std::milli>(at - t0_).count() - e.start_ms;
-  e.error = error.substr(0, error.find('\n'));
+  if (Entry* e = entry(ticket)) {
+    e->state = State::running;
+    e->start_ms = ms_since_t0(at);
+  }
+}
+
+void FlightRecorder::finish(uint64_t ticket, State state, uint64_t at, const char* algorithm, const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = entry(ticket);
+  if (e == nullptr) return;
+  e->state = state;
+  e->op.algorithm = algorithm;
+  e->took_ms = ms_since_t0(at) - e->start_ms;
+  if (!error.empty()) e->error = error.substr(0, error.find('\n'));
 }
 
 std::string FlightRecorder::dump(const std::string& who) const {
@@ -53,8 +71,8 @@ std::string FlightRecorder::dump(const std::string& who) const {
   std::string out = "mpcomm flight recorder: " + who + ": last " + std::to_string(n) + " of " + std::to_string(next_) +
                     " operations, oldest first\n";
   char line[512];
-  std::snprintf(line, sizeof line, "  %-6s %-15s %12s %-9s %-5s %4s %4s %4s %-8s %12s %10s\n", "seq", "op", "count",
-                "dtype", "redop", "root", "peer", "tag", "state", "start(ms)", "took(ms)");
+  std::snprintf(line, sizeof line, "  %-6s %-15s %12s %-9s %-5s %4s %4s %4s %-8s %12s %10s  %-20s\n", "seq", "op",
+                "count", "dtype", "redop", "root", "peer", "tag", "state", "start(ms)", "took(ms)", "algorithm");
   out += line;
   for (uint64_t t = next_ - n; t < next_; ++t) {
     const Entry& e = ring_[t % ring_.size()];
@@ -63,11 +81,12 @@ std::string FlightRecorder::dump(const std::string& who) const {
     auto num = [](int v, bool show) { return show ? std::to_string(v) : std::string("-"); };
     char took[32] = "-";
     if (e.took_ms >= 0) std::snprintf(took, sizeof took, "%.3f", e.took_ms);
-    std::snprintf(line, sizeof line, "  %-6s %-15s %12zu %-9s %-5s %4s %4s %4s %-8s %12.3f %10s",
+    std::snprintf(line, sizeof line, "  %-6s %-15s %12zu %-9s %-5s %4s %4s %4s %-8s %12.3f %10s  %-20s",
                   ((p2p ? "p" : "#") + std::to_string(op.seq)).c_str(), std::string(to_string(op.kind)).c_str(),
                   op.count, std::string(to_string(op.dtype)).c_str(),
                   op.reduces() ? std::string(to_string(op.redop)).c_str() : "-", num(op.root, op.rooted()).c_str(),
-                  num(op.peer, p2p).c_str(), num(op.tag, p2p).c_str(), state_name(e.state), e.start_ms, took);
+                  num(op.peer, p2p).c_str(), num(op.tag, p2p).c_str(), state_name(e.state), e.start_ms, took,
+                  op.algorithm != nullptr ? op.algorithm : "-");
     out += line;
     if (!e.error.empty()) out += "  " + e.error;
     out += "\n";

@@ -1,11 +1,10 @@
 // The flight recorder: each communicator keeps its last N operations (op, count, dtype, reduce op,
-// root, peer, tag, sequence number, state, start time and duration). When an operation fails with a
+// root, peer, tag, sequence number, state, start time, duration and the algorithm the backend ran). When an operation fails with a
 // timeout or a peer failure, the record is written out (stderr, or a file in MPCOMM_TRACE_DIR), so that
 // the records of all ranks side by side show which rank was behind and where (NCCL's flight recorder and
 // PyTorch's TORCH_NCCL_TRACE_BUFFER_SIZE idea). MPCOMM_TRACE_ENTRIES sets N (0 turns it off).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -17,24 +16,28 @@ namespace mpcomm::detail {
 
 class FlightRecorder {
  public:
-  enum class State : uint8_t { running, done, failed };
+  // queued: a non-blocking op issued behind others, not started yet.
+  enum class State : uint8_t { queued, running, done, failed };
   struct Entry {
-    Op op;                 // buffers are not kept: only what describes the call
+    Op op;                 // buffers are not kept: only what describes the call (and op.algorithm)
     State state = State::running;
-    double start_ms = 0;   // since the communicator was created
-    double took_ms = -1;   // -1 while running
+    double start_ms = 0;   // since the communicator was created: when it was issued, then when it started
+    double took_ms = -1;   // -1 until it ends
     std::string error;     // first line of the failure
   };
 
   explicit FlightRecorder(size_t capacity);
   size_t capacity() const { return ring_.size(); }
 
-  using Time = std::chrono::steady_clock::time_point;
-  // Records the start of op at `at` (the caller's clock reading, which it also uses for its own
-  // statistics: one clock read per end of an op); returns a ticket for finish().
-  uint64_t start(const Op& op, Time at);
-  // Marks the op of `ticket` done or failed at `at` (no-op when the ring has moved past it).
-  void finish(uint64_t ticket, State state, Time at, const std::string& error = "");
+  // Times are OpClock readings (the caller's, which it also uses for its own statistics: one clock read
+  // per end of an op).
+  // Records op at `at` (running, or queued behind other ops); returns a ticket for the calls below.
+  uint64_t start(const Op& op, uint64_t at, State state = State::running);
+  // A queued op starts running at `at`.
+  void running(uint64_t ticket, uint64_t at);
+  // Marks the op of `ticket` done or failed at `at`, with the algorithm the backend ran (no-op when the
+  // ring has moved past it).
+  void finish(uint64_t ticket, State state, uint64_t at, const char* algorithm, const std::string& error = "");
 
   // The record as text, oldest first; `who` heads it (rank, size, backend, host, pid).
   std::string dump(const std::string& who) const;
@@ -43,11 +46,13 @@ class FlightRecorder {
   std::string write_once(const std::string& who, const std::string& file_tag);
 
  private:
-  mutable std::mutex mu_;  // p2p requests may complete on another thread than the one that started them
+  Entry* entry(uint64_t ticket);  // null when the ring has moved past it
+  double ms_since_t0(uint64_t at) const;
+  mutable std::mutex mu_;  // ops may end on another thread than the one that issued them
   std::vector<Entry> ring_;
   uint64_t next_ = 0;      // tickets handed out so far
   bool written_ = false;
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  uint64_t t0_;
 };
 
 }  // namespace mpcomm::detail

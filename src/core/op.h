@@ -21,6 +21,9 @@ struct Op {
   int peer = -1;              // send/recv
   int tag = 0;                // send/recv
   bool fingerprint_probe = false;  // MPCOMM_CHECK's allgather of fingerprints, which shares the op's seq
+  // What the backend ran (its algorithm or library call, a static string), for the flight recorder; set
+  // by the backend as it runs the op.
+  mutable const char* algorithm = nullptr;
 
   size_t bytes() const { return count * dtype_size(dtype); }
   bool reduces() const {
@@ -56,7 +59,7 @@ Fingerprint fingerprint(const Op& op);
 std::string describe(const Fingerprint& f);
 inline std::string describe(const Op& op) { return describe(fingerprint(op)); }
 // "allreduce #12 (count 1000, float32, sum) on rank 1 of 4 [native]" — the prefix of every error.
-std::string describe(const Op& op, const Communicator& c);
+std::string describe(const Op& op, int rank, int size, std::string_view backend);
 
 // Backend side of a Request.
 class RequestState {

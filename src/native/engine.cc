@@ -13,8 +13,8 @@
 #include <limits>
 #include <utility>
 
-#include "bootstrap/abort_key.h"
 #include "core/log.h"
+#include "core/wait.h"
 #include "core/params.h"
 #include "core/reduce.h"
 
@@ -48,7 +48,7 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
       seg_holder_(std::move(seg)),
       seg_(seg_holder_.get()),
       my_local_(my_local),
-      abort_store_(std::move(abort_store)),
+      abort_watch_(abort_store, kStoreEvery, "rank " + std::to_string(rank)),
       timeout_(timeout) {
   for (int r = 0; r < size; ++r) {
     peers_[r].link = std::move(links[r]);
@@ -106,17 +106,23 @@ void Engine::fail(ErrorCode code, const std::string& msg) {
 }
 
 void Engine::publish_abort(ErrorCode code, const std::string& msg) {
-  if (!abort_msg_.empty()) return;
+  if (!record_abort(code, msg)) return;
+  if (seg_ != nullptr) seg_->publish_abort(static_cast<int>(code), rank_, msg);
+  abort_watch_.publish(msg);
+}
+
+bool Engine::record_abort(ErrorCode code, const std::string& msg) {
+  std::lock_guard<std::mutex> g(abort_mu_);
+  if (!abort_msg_.empty()) return false;
   abort_msg_ = msg;
   abort_code_ = code;
-  if (seg_ != nullptr) seg_->publish_abort(static_cast<int>(code), rank_, msg);
-  if (abort_store_) {
-    try {
-      publish_abort_reason(*abort_store_, msg);
-    } catch (const std::exception& e) {
-      MPCOMM_LOG(info, "rank %d could not publish its abort to the store: %s", rank_, e.what());
-    }
-  }
+  aborted_.store(true, std::memory_order_release);
+  return true;
+}
+
+std::string Engine::abort_reason() const {
+  std::lock_guard<std::mutex> g(abort_mu_);
+  return abort_msg_;
 }
 
 void Engine::close() {
@@ -701,12 +707,7 @@ bool Engine::progress() {
 std::string Engine::first_reported_failure() {
   std::string msg;
   if (seg_ != nullptr && seg_->aborted(&msg) > 0) return " (first failure reported: " + msg + ")";
-  if (abort_store_) {
-    try {
-      if (std::string first = read_abort_reason(*abort_store_); !first.empty()) return " (first failure reported: " + first + ")";
-    } catch (const Error&) {
-    }
-  }
+  if (std::string first = abort_watch_.read(); !first.empty()) return " (first failure reported: " + first + ")";
   return "";
 }
 
@@ -735,12 +736,9 @@ void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* share
   check_board_tags();
   std::string msg;
   if (seg_ != nullptr) {
-    if (int code = seg_->aborted(&msg); code > 0 && msg != abort_msg_) {
+    if (int code = seg_->aborted(&msg); code > 0 && msg != abort_reason()) {
       auto ec = static_cast<ErrorCode>(code - 1);
-      if (abort_msg_.empty()) {
-        abort_msg_ = msg;
-        abort_code_ = ec;
-      }
+      record_abort(ec, msg);
       throw_error(ec, "mpcomm: " + context() + ": aborted because another rank failed: " + msg);
     }
   }
@@ -765,38 +763,20 @@ void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* share
                " while this rank waited for it");
     }
   }
-  if (abort_store_ && now >= next_store_check_) {
-    next_store_check_ = now + kStoreEvery;
-    bool aborted = false;
-    try {
-      msg = read_abort_reason(*abort_store_);
-      aborted = !msg.empty();
-    } catch (const Error& e) {
-      // The store may legitimately be gone (its rank-0 host finished first): stop asking it, and rely
-      // on liveness checks and the deadline.
-      MPCOMM_LOG(info, "rank %d: store unreachable, no longer polling it for aborts: %s", rank_, e.what());
-      abort_store_.reset();
+  msg = abort_watch_.poll();
+  if (!msg.empty() && msg != abort_reason()) {
+    // A rank of this host publishes to the segment (with its error's code) before the store, so a
+    // failure here may be in the segment now though it was not when we looked above: it came first,
+    // and it keeps its code.
+    std::string local;
+    if (int code = seg_ != nullptr ? seg_->aborted(&local) : 0; code > 0 && local != abort_reason()) {
+      auto ec = static_cast<ErrorCode>(code - 1);
+      record_abort(ec, local);
+      throw_error(ec, "mpcomm: " + context() + ": aborted because another rank failed: " + local);
     }
-    if (aborted && msg != abort_msg_) {
-      // A rank of this host publishes to the segment (with its error's code) before the store, so a
-      // failure here may be in the segment now though it was not when we looked above: it came first,
-      // and it keeps its code.
-      std::string local;
-      if (int code = seg_ != nullptr ? seg_->aborted(&local) : 0; code > 0 && local != abort_msg_) {
-        auto ec = static_cast<ErrorCode>(code - 1);
-        if (abort_msg_.empty()) {
-          abort_msg_ = local;
-          abort_code_ = ec;
-        }
-        throw_error(ec, "mpcomm: " + context() + ": aborted because another rank failed: " + local);
-      }
-      if (abort_msg_.empty()) {
-        abort_msg_ = msg;
-        abort_code_ = ErrorCode::peer_failure;
-        if (seg_ != nullptr) seg_->publish_abort(static_cast<int>(ErrorCode::peer_failure), rank_, msg);
-      }
-      throw PeerFailure("mpcomm: " + context() + ": aborted because another rank failed: " + msg);
-    }
+    if (record_abort(ErrorCode::peer_failure, msg) && seg_ != nullptr)
+      seg_->publish_abort(static_cast<int>(ErrorCode::peer_failure), rank_, msg);
+    throw PeerFailure("mpcomm: " + context() + ": aborted because another rank failed: " + msg);
   }
 }
 
@@ -846,7 +826,10 @@ void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std
 
 void Engine::wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs, const SharedWait* shared) {
   if (done()) return;
-  if (!abort_msg_.empty()) throw_error(abort_code_, "mpcomm: " + context() + ": communicator was aborted: " + abort_msg_);
+  if (aborted_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> g(abort_mu_);
+    throw_error(abort_code_, "mpcomm: " + context() + ": communicator was aborted: " + abort_msg_);
+  }
   if (shared != nullptr) check_frames_match_op();
   const auto deadline = Clock::now() + timeout_;
   Clock::time_point spin_until{};
@@ -884,8 +867,7 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
                std::to_string(h->done_bytes) + "/" + std::to_string(h->bytes) + " bytes)";
       }
       if (shared != nullptr) who += (who.empty() ? "" : ", ") + shared->what();
-      fail(ErrorCode::timeout, "timed out after " + std::to_string(timeout_.count() / 1000.0).substr(0, 6) +
-                                   " s waiting for " + who + who_is_behind());
+      fail(ErrorCode::timeout, "timed out after " + seconds_text(timeout_) + " s waiting for " + who + who_is_behind());
     }
     sleep_a_little(kSleepMs, hs, done);
   }

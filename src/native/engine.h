@@ -17,10 +17,13 @@
 #include <exception>
 #include <functional>
 #include <list>
+#include <mutex>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/abort_watch.h"
 #include "core/op.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
@@ -169,7 +172,7 @@ class Engine {
   [[noreturn]] void fail(ErrorCode code, const std::string& msg);
   // Records the first failure and tells peers (shared-memory abort record, store key mpcomm/abort).
   void publish_abort(ErrorCode code, const std::string& msg);
-  std::string abort_reason() const { return abort_msg_; }
+  std::string abort_reason() const;
   // Marks this rank's shared-memory doorbell closed so local peers stop waiting for it.
   void close();
 
@@ -255,7 +258,7 @@ class Engine {
   std::shared_ptr<const ShmSegment> seg_holder_;  // outlives the links that point into it
   const ShmSegment* seg_;
   int my_local_;
-  std::shared_ptr<Store> abort_store_;
+  AbortWatch abort_watch_;
   Millis timeout_;
   bool has_tcp_ = false;
   // How long a waiter keeps polling (yielding between passes) before it sleeps: MPCOMM_SPIN_US.
@@ -274,8 +277,12 @@ class Engine {
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;
   detail::Fingerprint fp_{};
+  // The first failure, recorded by the driving thread or by an abort from any other (abort_mu_).
+  bool record_abort(ErrorCode code, const std::string& msg);  // false when one was recorded before
+  mutable std::mutex abort_mu_;
   std::string abort_msg_;
   ErrorCode abort_code_ = ErrorCode::internal;
+  std::atomic<bool> aborted_{false};
   std::chrono::steady_clock::time_point next_liveness_{}, next_store_check_{};
   std::vector<char> bounce_;  // reducing receives over links without peek()
 };

@@ -12,6 +12,7 @@
 #include "parallel/checkpoint.h"
 #include "parallel/kernels.h"
 #include "parallel/trainer.h"
+#include "core/core.h"
 #include "core/op.h"
 
 namespace mpcomm::parallel {
@@ -122,8 +123,9 @@ TEST(Training, UnevenStagesAndEmulatedHosts) {
 // ---------------------------------------------------------------------------------------------------
 // the exact collectives of tensor parallelism
 
-// Forwards every call to the communicator it wraps and records (op, count, dtype, redop).
-class RecordingCommunicator : public Communicator {
+// Forwards every call to the communicator it wraps and records (op, count, dtype, redop): a backend made
+// of a communicator, behind a front door of its own.
+class RecordingCommunicator : public detail::Backend {
  public:
   struct Call {
     OpKind kind;
@@ -135,11 +137,10 @@ class RecordingCommunicator : public Communicator {
     return os << to_string(c.kind) << "(" << c.count << (c.redop == ReduceOp::max ? ", max" : "") << ")";
   }
   explicit RecordingCommunicator(std::unique_ptr<Communicator> inner)
-      : Communicator("recording", inner->rank(), inner->size(), inner->topology(), inner->options()),
+      : Backend("recording", inner->rank(), inner->size(), inner->topology(), inner->options(), nullptr),
         inner_(std::move(inner)) {}
   std::vector<Call> calls;
 
- protected:
   void run(const detail::Op& op) override {
     calls.push_back({op.kind, op.count, op.reduces() ? op.redop : ReduceOp::sum});
     switch (op.kind) {
@@ -148,7 +149,7 @@ class RecordingCommunicator : public Communicator {
       default: throw Internal("recording communicator: the trainer is not expected to call " + detail::describe(op));
     }
   }
-  std::shared_ptr<detail::RequestState> start_p2p(const detail::Op& op) override {
+  std::shared_ptr<detail::RequestState> start(const detail::Op& op) override {
     calls.push_back({op.kind, op.count, ReduceOp::sum});
     struct Forwarded : detail::RequestState {
       Request r;
@@ -160,14 +161,21 @@ class RecordingCommunicator : public Communicator {
                                    : inner_->irecv(op.recv, op.count, op.dtype, op.peer, op.tag);
     return f;
   }
-  void on_abort(ErrorCode, const std::string& reason) override { inner_->abort(reason); }
-  std::string abort_reason() const override { return ""; }
+  void abort(ErrorCode, const std::string& reason) override { inner_->abort(reason); }
 
  private:
   std::unique_ptr<Communicator> inner_;
 };
 
 using Call = RecordingCommunicator::Call;
+
+// Replaces comm by a communicator that records every call and forwards it to comm.
+RecordingCommunicator* recorded_by(std::unique_ptr<Communicator>& comm) {
+  auto owned = std::make_unique<RecordingCommunicator>(std::move(comm));
+  auto* rec = owned.get();
+  comm = detail::make_communicator(std::move(owned), nullptr);
+  return rec;
+}
 
 TEST(Training, TensorParallelCollectivesAreMegatrons) {
   TrainConfig c = small_config();
@@ -180,8 +188,7 @@ TEST(Training, TensorParallelCollectivesAreMegatrons) {
     blas_single_thread();
     ResolvedRun run = resolve(c, 2);
     ParallelGroups g = ParallelGroups::create(comm, c.dims);
-    auto* rec = new RecordingCommunicator(std::move(g.tp));
-    g.tp.reset(rec);
+    auto* rec = recorded_by(g.tp);
     Trainer t(run, g);
     t.step(0);
     recorded[static_cast<size_t>(rank)] = rec->calls;
@@ -213,9 +220,8 @@ TEST(Training, PipelineAndDataParallelTraffic) {
     blas_single_thread();
     ResolvedRun run = resolve(c, 4);
     ParallelGroups g = ParallelGroups::create(comm, c.dims);
-    auto* rp = new RecordingCommunicator(std::move(g.pp));
-    auto* rd = new RecordingCommunicator(std::move(g.dp));
-    g.pp.reset(rp), g.dp.reset(rd);
+    auto* rp = recorded_by(g.pp);
+    auto* rd = recorded_by(g.dp);
     Trainer t(run, g);
     t.step(0);
     auto r = static_cast<size_t>(rank);

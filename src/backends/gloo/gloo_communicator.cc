@@ -18,9 +18,13 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "bootstrap/topology.h"
+#include "core/abort_watch.h"
 #include "core/device.h"
 #include "core/log.h"
 #include "core/op.h"
@@ -107,31 +111,56 @@ void with_elem_type(DataType dt, F&& f) {
   }
 }
 
+// What each op runs, for the flight recorder.
+const char* gloo_algorithm(OpKind k) {
+  switch (k) {
+    case OpKind::allreduce: return "gloo ring";
+    case OpKind::broadcast: return "gloo::broadcast";
+    case OpKind::reduce: return "gloo::reduce";
+    case OpKind::allgather: return "gloo::allgather";
+    case OpKind::reduce_scatter: return "gloo ring allreduce, own block";
+    case OpKind::gather: return "gloo::gather";
+    case OpKind::scatter: return "gloo::scatter";
+    case OpKind::alltoall: return "gloo::alltoall";
+    case OpKind::barrier: return "gloo::barrier";
+    default: return "gloo";
+  }
+}
+
 constexpr uint8_t kP2PSlotPrefix = 0x20;  // above Gloo's collective prefixes (0x01..0x08)
 
-class GlooCommunicator;
+class GlooBackend;
 
+// A send or receive on a Gloo unbound buffer. Gloo's own threads move the bytes; completion is seen in
+// waitSend/waitRecv, and Gloo has no way to ask without waiting (a wait that times out signals the
+// timeout to every pair of the context, closing them all). So test() hands the wait to a thread of the
+// request's own, started at the first test(), and reports what it saw.
 class P2PRequest : public detail::RequestState {
  public:
-  P2PRequest(GlooCommunicator* c, std::unique_ptr<::gloo::transport::UnboundBuffer> buf, detail::Op op)
+  P2PRequest(GlooBackend* c, std::unique_ptr<::gloo::transport::UnboundBuffer> buf, detail::Op op)
       : c_(c), buf_(std::move(buf)), op_(op) {}
+  ~P2PRequest() override;
   void wait() override;
   bool test() override;
 
  private:
-  GlooCommunicator* c_;
+  void wait_here();  // the bounded wait; throws the op's error
+  GlooBackend* c_;
   std::unique_ptr<::gloo::transport::UnboundBuffer> buf_;
   detail::Op op_;
   bool done_ = false;
+  std::thread waiter_;                 // test()'s wait, when test() was called before completion
+  std::atomic<bool> waiter_done_{false};
+  std::exception_ptr waiter_error_;    // written by waiter_ before waiter_done_
 };
 
-class GlooCommunicator final : public Communicator {
+class GlooBackend final : public detail::Backend {
  public:
-  GlooCommunicator(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
-                   std::shared_ptr<::gloo::Context> ctx)
-      : Communicator("gloo", rank, size, std::move(topo), std::move(opts)), ctx_(std::move(ctx)) {
-    set_store(std::move(store));
-  }
+  GlooBackend(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
+              std::shared_ptr<::gloo::Context> ctx)
+      : Backend("gloo", rank, size, std::move(topo), std::move(opts), store),
+        ctx_(std::move(ctx)),
+        abort_watch_(store, std::chrono::milliseconds(0), "gloo rank " + std::to_string(rank)) {}
 
   // Gloo errors become mpcomm errors that name the op: timeouts as Timeout, a closed or failed
   // connection as PeerFailure.
@@ -142,25 +171,29 @@ class GlooCommunicator final : public Communicator {
     } catch (const ::gloo::IoException& e) {
       std::string w = e.what();
       bool timed_out = w.find("imed out") != std::string::npos || w.find("imeout") != std::string::npos;
-      std::string msg = "mpcomm: " + detail::describe(op, *this) + ": gloo: " + w;
+      std::string msg = "mpcomm: " + describe(op) + ": gloo: " + w;
       if (timed_out) throw Timeout(msg);
       throw PeerFailure(msg);
     } catch (const ::gloo::Exception& e) {
-      throw PeerFailure("mpcomm: " + detail::describe(op, *this) + ": gloo: " + e.what());
+      throw PeerFailure("mpcomm: " + describe(op) + ": gloo: " + e.what());
     } catch (const ::gloo::EnforceNotMet& e) {
-      throw Internal("mpcomm: " + detail::describe(op, *this) + ": gloo: " + e.what());
+      throw Internal("mpcomm: " + describe(op) + ": gloo: " + e.what());
     }
   }
 
   Millis timeout() const { return options().timeout; }
 
- protected:
   void run(const detail::Op& op) override {
+    op.algorithm = gloo_algorithm(op.kind);
     guarded(op, [&] { dispatch(op); });
     if (op.redop == ReduceOp::avg && op.reduces()) finish_avg(op);
   }
 
-  std::shared_ptr<detail::RequestState> start_p2p(const detail::Op& op) override {
+  // test() costs a thread here (P2PRequest): the progress thread leaves Gloo's requests to their waits.
+  bool cheap_test() const override { return false; }
+
+  std::shared_ptr<detail::RequestState> start(const detail::Op& op) override {
+    op.algorithm = "unbound buffers";
     std::unique_ptr<::gloo::transport::UnboundBuffer> buf;
     const uint64_t slot = ::gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(op.tag));
     guarded(op, [&] {
@@ -175,28 +208,24 @@ class GlooCommunicator final : public Communicator {
     return std::make_shared<P2PRequest>(this, std::move(buf), op);
   }
 
-  void on_abort(ErrorCode code, const std::string& reason) override {
-    if (!abort_.empty()) return;
-    abort_ = reason;
+  void abort(ErrorCode code, const std::string& reason) override {
+    {
+      std::lock_guard<std::mutex> g(abort_mu_);
+      if (!abort_.empty()) return;
+      abort_ = reason;
+    }
     // A mismatch is found by MPCOMM_CHECK's exchange on every rank alike; telling the others (and
     // closing connections under a peer still finishing that exchange) would only turn its Mismatch
     // into a PeerFailure.
     if (code == ErrorCode::mismatch) return;
     // Tell the job (mpcomm launch and store-polling backends watch this key) and drop our
     // connections so that peers blocked on us fail now rather than at their timeout.
-    try {
-      auto root = root_store(store());
-      if (root && !root->check({"mpcomm/abort"})) root->set_string("mpcomm/abort", reason);
-    } catch (const std::exception& e) {
-      MPCOMM_LOG(info, "gloo rank %d could not publish its abort: %s", rank(), e.what());
-    }
+    abort_watch_.publish(reason);
     try {
       ctx_->closeConnections();
     } catch (...) {
     }
   }
-  std::string abort_reason() const override { return abort_; }
-
  private:
   std::vector<char>& scratch(size_t n) {
     if (scratch_.size() < n) scratch_.resize(n);
@@ -368,34 +397,62 @@ class GlooCommunicator final : public Communicator {
 
   std::shared_ptr<::gloo::Context> ctx_;
   std::vector<char> scratch_;
+  std::mutex abort_mu_;
   std::string abort_;
+  AbortWatch abort_watch_;
   friend class P2PRequest;
 };
 
-void P2PRequest::wait() {
-  if (done_) return;
+P2PRequest::~P2PRequest() {
+  if (!waiter_.joinable()) return;
+  if (!waiter_done_.load()) {  // dropped before it completed: end the waiter's wait
+    if (op_.kind == OpKind::send)
+      buf_->abortWaitSend();
+    else
+      buf_->abortWaitRecv();
+  }
+  waiter_.join();
+}
+
+void P2PRequest::wait_here() {
   c_->guarded(op_, [&] {
     bool ok = op_.kind == OpKind::send ? buf_->waitSend(c_->timeout()) : buf_->waitRecv(c_->timeout());
-    if (!ok) throw Timeout("mpcomm: " + detail::describe(op_, *c_) + ": gloo: no completion");
+    if (!ok) throw Timeout("mpcomm: " + c_->describe(op_) + ": gloo: no completion");
   });
+}
+
+void P2PRequest::wait() {
+  if (done_) return;
+  if (waiter_.joinable()) {
+    waiter_.join();
+    if (waiter_error_) std::rethrow_exception(waiter_error_);
+  } else {
+    wait_here();
+  }
   done_ = true;
 }
 
 bool P2PRequest::test() {
   if (done_) return true;
-  bool ok = false;
-  c_->guarded(op_, [&] {
-    ok = op_.kind == OpKind::send ? buf_->waitSend(Millis(0)) : buf_->waitRecv(Millis(0));
-  });
-  done_ = ok;
-  return ok;
+  if (!waiter_.joinable())
+    waiter_ = std::thread([this] {
+      try {
+        wait_here();
+      } catch (...) {
+        waiter_error_ = std::current_exception();
+      }
+      waiter_done_.store(true);
+    });
+  if (!waiter_done_.load()) return false;
+  wait();
+  return true;
 }
 
 }  // namespace
 
-std::unique_ptr<Communicator> create_gloo(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
+std::unique_ptr<detail::Backend> create_gloo(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
-  // cuda buffers are staged through host memory by the common layer (Communicator::run_staged).
+  // cuda buffers are staged through host memory by the front door (core/staging.h).
   if (opts.device.kind == Device::cuda) device::require_cuda("gloo on " + to_string(opts.device));
   const auto deadline = net::deadline_after(opts.timeout);
   const std::string who = "gloo communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
@@ -420,7 +477,7 @@ std::unique_ptr<Communicator> create_gloo(std::shared_ptr<Store> store, int rank
   } catch (const std::exception& e) {
     throw PeerFailure("mpcomm: " + who + ": gloo could not connect its full mesh: " + e.what());
   }
-  return std::make_unique<GlooCommunicator>(rank, size, std::move(dir.topology), std::move(opts), std::move(store),
+  return std::make_unique<GlooBackend>(rank, size, std::move(dir.topology), std::move(opts), std::move(store),
                                             std::move(ctx));
 }
 

@@ -5,11 +5,11 @@
 
 #include <memory>
 
-#include "mpcomm/communicator.h"
+#include "core/backend.h"
 
 namespace mpcomm::gloo_backend {
 
-std::unique_ptr<Communicator> create_gloo(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
+std::unique_ptr<detail::Backend> create_gloo(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
 
 }  // namespace mpcomm::gloo_backend
 

@@ -43,14 +43,15 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/abort_key.h"
 #include "bootstrap/env.h"
+#include "core/abort_watch.h"
 #include "core/device.h"
 #include "core/log.h"
 #include "core/op.h"
 #include "core/params.h"
 #include "core/reduce.h"
-#include "bootstrap/topology.h"
+#include "core/topology.h"
+#include "core/wait.h"
 
 namespace mpcomm::mpi {
 
@@ -63,8 +64,6 @@ using detail::Op;
 std::chrono::milliseconds spin_setting() {
   return std::chrono::milliseconds(std::clamp<int64_t>(param_int("MPCOMM_MPI_SPIN_MS"), 0, int64_t{3600} * 1000));
 }
-constexpr auto kFirstSleep = std::chrono::microseconds(50);  // then sleep this long between bursts, doubling ...
-constexpr auto kMaxSleep = std::chrono::microseconds(1000);  // ... up to this
 // MPI_Testall calls per burst. Open MPI progresses its non-blocking collectives (coll/libnbc) from a
 // low-priority callback that runs on every 8th opal_progress() only, and each MPI_Test makes one: with
 // one test per wake-up a collective round took 8 sleeps, and a 2-rank barrier 2.8 ms instead of 20 µs.
@@ -75,12 +74,6 @@ constexpr auto kStoreEvery = std::chrono::milliseconds(500);
 constexpr size_t kChunkBytes = size_t{1} << 30;
 
 std::atomic<size_t> g_chunk_elements_for_testing{0};
-
-std::string seconds_text(Millis ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
 
 std::string mpi_error_text(int rc) {
   char buf[MPI_MAX_ERROR_STRING] = {};
@@ -287,9 +280,9 @@ size_t chunk_elements(size_t elem_size) {
 
 class CommState {
  public:
-  CommState(int rank, int size, Millis timeout, std::shared_ptr<Store> store)
+  CommState(int rank, int size, Millis timeout, const std::shared_ptr<Store>& store)
       : rank_(rank), size_(size), timeout_(timeout), spin_(spin_setting()),
-        abort_store_(store ? root_store(std::move(store)) : nullptr) {
+        abort_watch_(store, kStoreEvery, "mpi rank " + std::to_string(rank)) {
     Runtime::get().acquire();
   }
   ~CommState() {
@@ -364,46 +357,22 @@ class CommState {
   // (how mpcomm launch reports a dead rank) or MPI reports an error.
   void wait(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const std::string& what,
             const char* call) {
-    const auto start = Clock::now();
-    const auto deadline = start + timeout_;
-    auto next_store_check = start + kStoreEvery;
-    auto nap = kFirstSleep;
-    for (;;) {
-      for (int i = 0; i < kTestsPerBurst; ++i)
-        if (test(reqs, statuses, what, call)) return;
-      const auto now = Clock::now();
-      if (now >= deadline)
-        throw Timeout("mpcomm: " + what + ": timed out after " + seconds_text(timeout_) + " s waiting for " + call +
-                      " to complete (a rank did not make the matching call, or is stuck)");
-      if (now >= next_store_check) {
-        next_store_check = now + kStoreEvery;
-        poll_abort_key(what);
-      }
-      if (now - start < spin_) {
-        sched_yield();
-        continue;
-      }
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, kMaxSleep);
-    }
+    const PollPace pace{.spin_for = spin_, .first_nap = std::chrono::microseconds(50),
+                        .max_nap = std::chrono::microseconds(1000), .polls_per_round = kTestsPerBurst};
+    poll_until([&] { return test(reqs, statuses, what, call); }, pace, Clock::now() + timeout_, timeout_, &abort_watch_,
+               [&] { return what; },
+               std::string(call) + " to complete (a rank did not make the matching call, or is stuck)");
   }
 
   // Records the first failure; publishes it to the job (mpcomm/abort) unless someone did already.
   void abort(const std::string& reason, bool announce = true) {
-    std::shared_ptr<Store> store;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!abort_reason_.empty()) return;
       abort_reason_ = reason;
-      store = abort_store_;
     }
     if (in_flight_.load() > 0) Runtime::get().note_stuck();
-    if (!store || !announce) return;
-    try {
-      publish_abort_reason(*store, reason);
-    } catch (const std::exception& e) {
-      MPCOMM_LOG(info, "mpi rank %d could not publish its abort to the store: %s", rank_, e.what());
-    }
+    if (announce) abort_watch_.publish(reason);
   }
 
   std::string abort_reason() const {
@@ -412,35 +381,14 @@ class CommState {
   }
 
  private:
-  void poll_abort_key(const std::string& what) {
-    std::shared_ptr<Store> store;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      store = abort_store_;
-    }
-    if (!store) return;
-    std::string msg;
-    try {
-      msg = read_abort_reason(*store);
-      if (msg.empty()) return;
-    } catch (const std::exception& e) {
-      // The store may legitimately be gone; from now on rely on MPI and the deadline.
-      MPCOMM_LOG(info, "mpi rank %d: store unreachable, no longer polling it for aborts: %s", rank_, e.what());
-      std::lock_guard<std::mutex> lock(mu_);
-      abort_store_.reset();
-      return;
-    }
-    throw PeerFailure("mpcomm: " + what + ": aborted because another rank failed: " + msg);
-  }
-
   const int rank_;
   const int size_;
   const Millis timeout_;
   const std::chrono::milliseconds spin_;
   std::atomic<int> in_flight_{0};  // requests posted and not completed
-  mutable std::mutex mu_;          // abort_reason_ and abort_store_: a Request may be used from another thread
+  mutable std::mutex mu_;          // abort_reason_: abort() may come from another thread
   std::string abort_reason_;
-  std::shared_ptr<Store> abort_store_;  // root store; reset after it failed once
+  AbortWatch abort_watch_;
 };
 
 // ---- point to point -------------------------------------------------------------------------------
@@ -552,18 +500,17 @@ class MpiRequest : public detail::RequestState {
 
 // ---- the communicator -----------------------------------------------------------------------------
 
-class MpiCommunicator final : public Communicator {
+class MpiBackend final : public detail::Backend {
  public:
-  MpiCommunicator(std::shared_ptr<CommState> st, Topology topo, Options opts, std::shared_ptr<Store> store)
-      : Communicator("mpi", st->rank(), st->size(), std::move(topo), std::move(opts)), st_(std::move(st)) {
-    set_store(std::move(store));
-  }
+  MpiBackend(std::shared_ptr<CommState> st, Topology topo, Options opts, std::shared_ptr<Store> store)
+      : Backend("mpi", st->rank(), st->size(), std::move(topo), std::move(opts), std::move(store)),
+        st_(std::move(st)) {}
 
- protected:
   void run(const Op& op) override;
 
-  std::shared_ptr<detail::RequestState> start_p2p(const Op& op) override {
-    std::string what = detail::describe(op, *this);
+  std::shared_ptr<detail::RequestState> start(const Op& op) override {
+    std::string what = describe(op);
+    op.algorithm = op.kind == OpKind::send ? "MPI_Isend" : "MPI_Irecv";
     if (op.tag > st_->tag_ub)
       throw Unsupported("mpcomm: " + what + ": tag " + std::to_string(op.tag) + " is above this MPI's MPI_TAG_UB " +
                         std::to_string(st_->tag_ub));
@@ -572,21 +519,20 @@ class MpiCommunicator final : public Communicator {
     return req;
   }
 
-  std::unique_ptr<Communicator> split_impl(int color, int key) override;
+  std::unique_ptr<detail::Backend> split(const detail::SplitPlan& plan) override;
 
-  void on_abort(ErrorCode code, const std::string& reason) override {
+  void abort(ErrorCode code, const std::string& reason) override {
     // A mismatch is found by MPCOMM_CHECK's exchange on every rank alike: record it, but do not announce
     // it to the job (a peer still finishing the exchange would report a PeerFailure instead).
     st_->abort(reason, /*announce=*/code != ErrorCode::mismatch);
   }
-  std::string abort_reason() const override { return st_->abort_reason(); }
 
  private:
   std::shared_ptr<CommState> st_;
 };
 
-void MpiCommunicator::run(const Op& op) {
-  const std::string what = detail::describe(op, *this);
+void MpiBackend::run(const Op& op) {
+  const std::string what = describe(op);
   const MPI_Datatype type = mpi_type(op.dtype);
   const size_t es = dtype_size(op.dtype);
   const MPI_Comm comm = st_->comm;
@@ -598,6 +544,7 @@ void MpiCommunicator::run(const Op& op) {
 
   auto start = [&](const char* name, auto&& post) {
     call = name;
+    op.algorithm = name;
     st_->post(reqs, what, name, post);
   };
   // allreduce, broadcast and reduce go out in chunks of at most chunk_elements(); every chunk is posted
@@ -713,35 +660,24 @@ void MpiCommunicator::run(const Op& op) {
     divide_by(op.recv, op.count, op.dtype, size());
 }
 
-// MPI_Comm_split blocks and cannot time out, so the (color, key) of every rank is first learnt through
-// a checked, bounded allgather: a rank that never calls split fails the others there, with a Timeout,
-// and MPI_Comm_split is only entered once every rank is known to be entering it too. The same
-// allgather gives the new group's members, hence its topology, without another exchange.
-std::unique_ptr<Communicator> MpiCommunicator::split_impl(int color, int key) {
-  int64_t mine[2] = {color, key};
-  std::vector<int64_t> all(2 * static_cast<size_t>(size()));
-  allgather(mine, all.data(), 2, DataType::int64);
-  const std::string what = "split (color " + std::to_string(color) + ", key " + std::to_string(key) + ") on rank " +
-                           std::to_string(rank()) + " of " + std::to_string(size()) + " [mpi]";
+// MPI_Comm_split blocks and cannot time out, so it is only entered once the front door's bounded allgather
+// of every rank's (color, key) has shown that every rank is entering it too; the same allgather gave the
+// new group's members, hence its topology (SplitPlan).
+std::unique_ptr<detail::Backend> MpiBackend::split(const detail::SplitPlan& plan) {
+  const std::string what = "split (color " + std::to_string(plan.color) + ", key " + std::to_string(plan.key) +
+                           ") on rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " [mpi]";
   MPI_Comm child = MPI_COMM_NULL;
   {
     int rc;
     {
       auto g = Runtime::get().guard();
-      rc = MPI_Comm_split(st_->comm, color < 0 ? MPI_UNDEFINED : color, key, &child);
+      rc = MPI_Comm_split(st_->comm, plan.color < 0 ? MPI_UNDEFINED : plan.color, plan.key, &child);
     }
     st_->check(rc, what, "MPI_Comm_split");
   }
-  if (color < 0) return nullptr;
-  // Members in new-rank order: by key, then by old rank (MPI_Comm_split's order).
-  std::vector<int> members;
-  for (int r = 0; r < size(); ++r)
-    if (all[2 * static_cast<size_t>(r)] == color) members.push_back(r);
-  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
-    return all[2 * static_cast<size_t>(a) + 1] < all[2 * static_cast<size_t>(b) + 1];
-  });
-  const int new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
-  const int new_size = static_cast<int>(members.size());
+  if (plan.color < 0) return nullptr;
+  const int new_rank = plan.new_rank;
+  const int new_size = static_cast<int>(plan.members.size());
   auto st = std::make_shared<CommState>(new_rank, new_size, options().timeout, store());
   st->comm = child;
   int mpi_rank = -1, mpi_size = -1;
@@ -756,10 +692,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split_impl(int color, int key) {
                    std::to_string(mpi_size) + ", expected " + std::to_string(new_rank) + " of " +
                    std::to_string(new_size));
   st->tag_ub = st_->tag_ub;
-  std::vector<std::string> hosts;
-  for (int m : members)
-    hosts.push_back(topology().host_names[static_cast<size_t>(topology().host_of_rank[static_cast<size_t>(m)])]);
-  return std::make_unique<MpiCommunicator>(std::move(st), topology_from_hosts(hosts, new_rank), options(), store());
+  return std::make_unique<MpiBackend>(std::move(st), plan.topology, options(), plan.store ? plan.store : store());
 }
 
 
@@ -808,9 +741,9 @@ Topology setup_world(CommState& st, const std::string& host_id, const std::strin
 
 void set_max_chunk_elements_for_testing(size_t elements) { g_chunk_elements_for_testing.store(elements); }
 
-std::unique_ptr<Communicator> create_mpi(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
+std::unique_ptr<detail::Backend> create_mpi(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
-  // cuda buffers are staged through host memory by the common layer (Communicator::run_staged).
+  // cuda buffers are staged through host memory by the front door (core/staging.h).
   if (opts.device.kind == Device::cuda) device::require_cuda("mpi on " + to_string(opts.device));
 
   Runtime::get();
@@ -833,7 +766,7 @@ std::unique_ptr<Communicator> create_mpi(std::shared_ptr<Store> store, int rank,
     Topology topo = setup_world(*st, opts.host_id, what);
     MPCOMM_LOG(info, "mpi rank %d/%d up: host %d of %d, %d local ranks, thread level %d", rank, size, topo.host,
                topo.num_hosts(), topo.local_size, Runtime::get().provided());
-    return std::make_unique<MpiCommunicator>(std::move(st), std::move(topo), std::move(opts), std::move(store));
+    return std::make_unique<MpiBackend>(std::move(st), std::move(topo), std::move(opts), std::move(store));
   } catch (const Error& e) {
     st->abort(e.what());
     throw;

@@ -7,14 +7,14 @@
 #include <cstddef>
 #include <memory>
 
-#include "mpcomm/communicator.h"
+#include "core/backend.h"
 
 namespace mpcomm::mpi {
 
 // Initialises MPI on first use (MPI_THREAD_MULTIPLE requested, less accepted) and finalises it at
 // process exit when this library initialised it, no communicator is left and none was aborted.
 // `store`, when given, is only used for the job-wide abort key (mpcomm/abort).
-std::unique_ptr<Communicator> create_mpi(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
+std::unique_ptr<detail::Backend> create_mpi(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
 
 // Test hook: the most elements one MPI call carries for the ops that are split into chunks (allreduce,
 // broadcast, reduce, send, recv), so that chunking can be tested without 2^31-element buffers.

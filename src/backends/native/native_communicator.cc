@@ -29,37 +29,30 @@ std::string random_hex(int n) {
   return s;
 }
 
-class P2PRequest;
-
-class NativeCommunicator final : public Communicator {
+class NativeBackend final : public detail::Backend {
  public:
-  NativeCommunicator(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
-                     std::shared_ptr<Engine> engine)
-      : Communicator("native", rank, size, std::move(topo), std::move(opts)), engine_(std::move(engine)) {
-    set_store(std::move(store));
-  }
+  NativeBackend(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
+                std::shared_ptr<Engine> engine)
+      : Backend("native", rank, size, std::move(topo), std::move(opts), std::move(store)), engine_(std::move(engine)) {}
 
-  ~NativeCommunicator() override {
-    engine_->close();
-  }
+  ~NativeBackend() override { engine_->close(); }
 
- protected:
   void run(const detail::Op& op) override {
     current_ = &op;
-    engine_->begin(&op, [this] { return current_ ? detail::describe(*current_, *this) : std::string("native"); });
+    engine_->begin(&op, [this] { return current_ ? describe(*current_) : std::string("native"); });
     engine_->entered(op.seq);
     const Algorithm& a = select_algorithm(op, size(), topology());
+    op.algorithm = a.name;
     AlgoCtx ctx{*engine_, op, rank(), size(), scratch_, topology()};
     a.fn(ctx);
   }
 
-  std::shared_ptr<detail::RequestState> start_p2p(const detail::Op& op) override;
+  std::shared_ptr<detail::RequestState> start(const detail::Op& op) override;
 
-  void on_abort(ErrorCode code, const std::string& reason) override { engine_->publish_abort(code, reason); }
-  std::string abort_reason() const override { return engine_->abort_reason(); }
+  void abort(ErrorCode code, const std::string& reason) override { engine_->publish_abort(code, reason); }
+  void close() override { engine_->close(); }
 
  private:
-  friend class P2PRequest;
   std::shared_ptr<Engine> engine_;
   std::vector<char> scratch_;
   const detail::Op* current_ = nullptr;
@@ -85,8 +78,9 @@ class P2PRequest : public detail::RequestState {
   std::string what_;
 };
 
-std::shared_ptr<detail::RequestState> NativeCommunicator::start_p2p(const detail::Op& op) {
-  std::string what = detail::describe(op, *this);
+std::shared_ptr<detail::RequestState> NativeBackend::start(const detail::Op& op) {
+  std::string what = describe(op);
+  op.algorithm = "frames";
   engine_->begin(&op, [what] { return what; });
   Handle h = op.kind == OpKind::send ? engine_->send_p2p(op.peer, op.tag, op.send, op.bytes(), what)
                                      : engine_->recv_p2p(op.peer, op.tag, op.recv, op.bytes(), what);
@@ -95,9 +89,9 @@ std::shared_ptr<detail::RequestState> NativeCommunicator::start_p2p(const detail
 
 }  // namespace
 
-std::unique_ptr<Communicator> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
+std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
-  // cuda buffers are staged through host memory by the common layer (Communicator::run_staged).
+  // cuda buffers are staged through host memory by the front door (core/staging.h).
   if (opts.device.kind == Device::cuda) device::require_cuda("native on " + to_string(opts.device));
   const auto deadline = net::deadline_after(opts.timeout);
   const int pid = static_cast<int>(getpid());
@@ -163,8 +157,8 @@ std::unique_ptr<Communicator> create_native(std::shared_ptr<Store> store, int ra
                                          root_store(store), opts.timeout);
   MPCOMM_LOG(info, "native rank %d/%d up: host %d of %d, %d local ranks, %zu tcp peers", rank, size, topo.host,
              topo.num_hosts(), topo.local_size, remote.size());
-  return std::make_unique<NativeCommunicator>(rank, size, std::move(topo), std::move(opts), std::move(store),
-                                              std::move(engine));
+  return std::make_unique<NativeBackend>(rank, size, std::move(topo), std::move(opts), std::move(store),
+                                         std::move(engine));
 }
 
 }  // namespace mpcomm::native

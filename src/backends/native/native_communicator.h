@@ -4,10 +4,10 @@
 
 #include <memory>
 
-#include "mpcomm/communicator.h"
+#include "core/backend.h"
 
 namespace mpcomm::native {
 
-std::unique_ptr<Communicator> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
+std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
 
 }  // namespace mpcomm::native

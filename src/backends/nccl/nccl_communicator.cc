@@ -42,8 +42,10 @@
 #include <utility>
 #include <vector>
 
-#include "bootstrap/abort_key.h"
 #include "bootstrap/topology.h"
+#include "core/abort_watch.h"
+#include "core/staging.h"
+#include "core/wait.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/op.h"
@@ -59,15 +61,7 @@ constexpr auto kSpinFor = std::chrono::microseconds(1000);  // poll back to back
 constexpr auto kNap = std::chrono::microseconds(50);        // then sleep this long between polls
 constexpr auto kStoreEvery = std::chrono::milliseconds(10);  // look at the job's abort key this often
 constexpr Millis kFinalizeFor{10000};  // most the destructor waits for ncclCommFinalize before aborting
-constexpr size_t kAlign = 256;          // alignment of the regions carved out of the scratch buffer
-
-std::string seconds_text(Millis ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
-
-size_t aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+constexpr size_t kAlign = 256;          // the barrier's scratch word
 
 bool ok(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
 
@@ -112,17 +106,33 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   throw InvalidArgument("mpcomm: nccl: unknown ReduceOp value " + std::to_string(static_cast<int>(op)));
 }
 
+// What each collective runs, for the flight recorder.
+const char* nccl_call(OpKind k) {
+  switch (k) {
+    case OpKind::allreduce: return "ncclAllReduce";
+    case OpKind::broadcast: return "ncclBroadcast";
+    case OpKind::reduce: return "ncclReduce";
+    case OpKind::allgather: return "ncclAllGather";
+    case OpKind::reduce_scatter: return "ncclReduceScatter";
+    case OpKind::gather: return "grouped ncclRecv (root) / ncclSend";
+    case OpKind::scatter: return "grouped ncclSend (root) / ncclRecv";
+    case OpKind::alltoall: return "grouped ncclSend/ncclRecv";
+    case OpKind::barrier: return "ncclAllReduce of one int32";
+    default: return "nccl";
+  }
+}
+
 // What an error message names: an op on a communicator (described only when a message is built, so the
 // fast path builds no strings) or a fixed text (setup, split, point to point).
 class What {
  public:
-  What(const Op& op, const Communicator& c) : op_(&op), c_(&c) {}
+  What(const Op& op, const detail::Backend& c) : op_(&op), c_(&c) {}
   explicit What(std::string text) : text_(std::move(text)) {}
-  std::string str() const { return op_ != nullptr ? detail::describe(*op_, *c_) : text_; }
+  std::string str() const { return op_ != nullptr ? c_->describe(*op_) : text_; }
 
  private:
   const Op* op_ = nullptr;
-  const Communicator* c_ = nullptr;
+  const detail::Backend* c_ = nullptr;
   std::string text_;
 };
 
@@ -141,7 +151,8 @@ struct P2PSlot {
 class CommState {
  public:
   CommState(int rank, int size, int device, Millis timeout, const std::shared_ptr<Store>& store)
-      : rank(rank), size(size), device(device), timeout(timeout), abort_store_(store ? root_store(store) : nullptr) {}
+      : rank(rank), size(size), device(device), timeout(timeout),
+        abort_watch_(store, kStoreEvery, "nccl rank " + std::to_string(rank)) {}
   ~CommState();
   CommState(const CommState&) = delete;
   CommState& operator=(const CommState&) = delete;
@@ -241,39 +252,27 @@ class CommState {
   }
 
   // Polls `ready(state)` (state: ncclSuccess or ncclInProgress; an asynchronous error throws) until it
-  // returns true. Between polls: the deadline, and every 10 ms the job's abort key. Failures abort.
+  // returns true, bounded by the deadline and watching the job's abort record. Failures abort.
   template <class Ready>
   void poll(const What& what, const char* waiting_for, const char* call, net::Deadline deadline, Ready&& ready) {
-    const auto start = Clock::now();
-    auto next_store = start + kStoreEvery;
-    for (;;) {
-      if (ready(async_state(what))) return;
-      const auto now = Clock::now();
-      if (now >= deadline)
-        fail(ErrorCode::timeout, "mpcomm: " + what.str() + ": timed out after " + seconds_text(timeout) +
-                                     " s waiting for " + waiting_for + (call ? std::string(" (") + call + ")" : "") +
-                                     ": a rank did not make the matching call, or is stuck; the NCCL communicator "
-                                     "was aborted");
-      if (now >= next_store) {
-        next_store = now + kStoreEvery;
-        poll_abort_key(what);
-      }
-      if (now - start < kSpinFor)
-        sched_yield();
-      else
-        std::this_thread::sleep_for(kNap);
+    const PollPace pace{.spin_for = kSpinFor, .first_nap = kNap, .max_nap = kNap};
+    try {
+      poll_until([&] { return ready(async_state(what)); }, pace, deadline, timeout, &abort_watch_,
+                 [&] { return what.str(); },
+                 std::string(waiting_for) + (call ? std::string(" (") + call + ")" : "") +
+                     ": a rank did not make the matching call, or is stuck; the NCCL communicator was aborted");
+    } catch (const Error& e) {
+      abort(e.code(), e.what());
+      throw;
     }
   }
 
   // ncclCommGetAsyncError: ncclSuccess or ncclInProgress; an error is thrown (after aborting).
   ncclResult_t async_state(const What& what);
-  // The job's abort key, at most every 10 ms (for Request::test(), which does not loop).
+  // The job's abort record, at most every 10 ms (for Request::test(), which does not loop).
   void maybe_poll_abort_key(const What& what) {
-    const int64_t now = Clock::now().time_since_epoch().count();
-    const int64_t every = std::chrono::duration_cast<Clock::duration>(kStoreEvery).count();
-    if (now - last_store_check_.load(std::memory_order_relaxed) < every) return;
-    last_store_check_.store(now, std::memory_order_relaxed);
-    poll_abort_key(what);
+    if (std::string msg = abort_watch_.poll(); !msg.empty())
+      fail(ErrorCode::peer_failure, "mpcomm: " + what.str() + ": aborted because another rank failed: " + msg);
   }
 
   // Point to point: post() queues an operation; flush() hands every queued one to NCCL as one group.
@@ -324,18 +323,16 @@ class CommState {
     throw PeerFailure("mpcomm: " + what.str() + ": communicator was aborted: " +
                       (why.empty() ? std::string("its NCCL communicator is gone") : why));
   }
-  void poll_abort_key(const What& what);
   void abort_comm_locked() noexcept;
   void release_comm() noexcept;
   std::shared_ptr<CUevent_st> acquire_event(const What& what);
 
-  mutable std::mutex mu_;  // comm_ and its calls, comm_gone_, abort_reason_, abort_store_, lists below
+  mutable std::mutex mu_;  // comm_ and its calls, comm_gone_, abort_reason_, lists below
   ncclComm_t comm_ = nullptr;
   bool comm_gone_ = false;  // ncclCommAbort/ncclCommDestroy done: never touch comm_ again
   ncclComm_t split_out_ = nullptr;  // where a non-blocking ncclCommSplit stores the new communicator
   std::string abort_reason_;
-  std::shared_ptr<Store> abort_store_;  // root store; reset after it failed once
-  std::atomic<int64_t> last_store_check_{0};
+  AbortWatch abort_watch_;
   cudaEvent_t staged_ev_ = nullptr;
   std::vector<cudaEvent_t> events_;  // idle events for point-to-point batches
   std::vector<std::shared_ptr<P2PSlot>> pending_;
@@ -404,42 +401,14 @@ ncclResult_t CommState::async_state(const What& what) {
   return state;
 }
 
-void CommState::poll_abort_key(const What& what) {
-  std::shared_ptr<Store> store;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    store = abort_store_;
-  }
-  if (!store) return;
-  std::string msg;
-  try {
-    msg = read_abort_reason(*store);
-    if (msg.empty()) return;
-  } catch (const std::exception& e) {
-    // The store may legitimately be gone; from now on rely on NCCL and the deadline.
-    MPCOMM_LOG(info, "nccl rank %d: store unreachable, no longer polling it for aborts: %s", rank, e.what());
-    std::lock_guard<std::mutex> g(mu_);
-    abort_store_.reset();
-    return;
-  }
-  fail(ErrorCode::peer_failure, "mpcomm: " + what.str() + ": aborted because another rank failed: " + msg);
-}
-
 void CommState::abort(ErrorCode code, const std::string& reason) {
-  std::shared_ptr<Store> store;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!abort_reason_.empty()) return;
     abort_reason_ = reason;
     abort_comm_locked();
-    store = abort_store_;
   }
-  if (!store || code == ErrorCode::mismatch) return;
-  try {
-    publish_abort_reason(*store, reason);
-  } catch (const std::exception& e) {
-    MPCOMM_LOG(info, "nccl rank %d could not publish its abort: %s", rank, e.what());
-  }
+  if (code != ErrorCode::mismatch) abort_watch_.publish(reason);
 }
 
 // ncclCommAbort stops whatever still runs on the device for this communicator (and joins NCCL's thread for
@@ -575,27 +544,22 @@ class P2PRequest final : public detail::RequestState {
  public:
   P2PRequest(std::shared_ptr<CommState> st, const Op& op, std::string what)
       : st_(std::move(st)), op_(op), what_(std::move(what)) {}
-  ~P2PRequest() override {
-    // Still queued or in flight: its staging buffer may yet be used, so it goes at teardown.
-    if (staged_ != nullptr) st_->defer_free(staged_);
-  }
 
   void start();
   void wait() override;
   bool test() override;
 
  private:
-  void finish(net::Deadline deadline);
   const char* call() const { return op_.kind == OpKind::send ? "ncclSend" : "ncclRecv"; }
 
   std::shared_ptr<CommState> st_;
   Op op_;
   What what_;
   std::shared_ptr<P2PSlot> slot_;
-  void* staged_ = nullptr;  // device copy of a host buffer
   bool done_ = false;
 };
 
+// Device memory only: host buffers are staged by the front door (DeviceStaging below).
 void P2PRequest::start() {
   if (op_.count == 0) {  // nothing to move, on either side: no NCCL call
     done_ = true;
@@ -604,23 +568,12 @@ void P2PRequest::start() {
   CommState& st = *st_;
   st.make_current(what_);
   const bool send = op_.kind == OpKind::send;
-  const void* user = send ? op_.send : op_.recv;
   auto slot = std::make_shared<P2PSlot>();
   slot->send = send;
-  slot->buf = const_cast<void*>(user);
+  slot->buf = const_cast<void*>(send ? op_.send : op_.recv);
   slot->count = op_.count;
   slot->dt = nccl_type(op_.dtype);
   slot->peer = op_.peer;
-  if (!st.on_device(user, what_)) {
-    // Host memory: a send is copied now (the caller may reuse its buffer once wait() returned, as with
-    // any send); a receive lands in the staging buffer and is copied out by wait()/test().
-    staged_ = st.alloc_staging(op_.bytes(), what_);
-    if (send)
-      st.cuda(cudaMemcpyAsync(staged_, user, op_.bytes(), cudaMemcpyHostToDevice, st.copy_stream), what_,
-              "cudaMemcpyAsync (host to device)");
-    st.order_after_copies(what_);
-    slot->buf = staged_;
-  }
   slot_ = std::move(slot);
   st.post(slot_);
 }
@@ -635,7 +588,8 @@ void P2PRequest::wait() {
   cudaEvent_t ev = slot_->done.get();
   st.poll(what_, "the operation to complete on the GPU", call(), deadline,
           [&](ncclResult_t) { return st.query(cudaEventQuery(ev), what_, "cudaEventQuery"); });
-  finish(deadline);
+  slot_.reset();  // its batch's event goes back to the pool with the batch's last request
+  done_ = true;
 }
 
 bool P2PRequest::test() {
@@ -648,135 +602,119 @@ bool P2PRequest::test() {
   (void)st.async_state(what_);
   st.maybe_poll_abort_key(what_);
   if (!st.query(cudaEventQuery(slot_->done.get()), what_, "cudaEventQuery")) return false;
-  finish(deadline);
+  slot_.reset();
+  done_ = true;
   return true;
 }
 
-void P2PRequest::finish(net::Deadline deadline) {
-  CommState& st = *st_;
-  if (staged_ != nullptr) {
-    if (op_.kind == OpKind::recv) {
-      st.cuda(cudaMemcpyAsync(op_.recv, staged_, op_.bytes(), cudaMemcpyDeviceToHost, st.copy_stream), what_,
-              "cudaMemcpyAsync (device to host)");
-      st.wait_stream(st.copy_stream, what_, "the received data to reach host memory", deadline);
-    }
-    st.free_staging(staged_);
-    staged_ = nullptr;
-  }
-  slot_.reset();  // its batch's event goes back to the pool with the batch's last request
-  done_ = true;
-}
+// ---- staging: host buffers through GPU memory ----------------------------------------------------------
 
-// ---- the communicator -----------------------------------------------------------------------------
-
-class NcclCommunicator final : public Communicator {
+// Copies in go on the copy stream and the NCCL stream waits for them on the device (ready()); copies out
+// go on the copy stream once the op has completed, and are waited for, bounded.
+class DeviceStaging final : public detail::StagingMemory {
  public:
-  NcclCommunicator(std::shared_ptr<CommState> st, Topology topo, Options opts, std::shared_ptr<Store> store)
-      : Communicator("nccl", st->rank, st->size, std::move(topo), std::move(opts)), st_(std::move(st)) {
-    set_store(std::move(store));
+  explicit DeviceStaging(CommState& st) : st_(st), what_("nccl staging on rank " + std::to_string(st.rank)) {}
+  ~DeviceStaging() override {
+    if (area_ != nullptr) st_.defer_free(area_);
+  }
+  char* area(size_t bytes) override {
+    if (bytes <= area_bytes_) return area_;
+    const size_t want = std::max(bytes, area_bytes_ * 2);
+    void* p = st_.alloc_staging(want, what_);
+    // The old block is idle: collectives complete before they return, and only collectives use it.
+    if (area_ != nullptr) st_.free_staging(area_);
+    area_ = static_cast<char*>(p);
+    area_bytes_ = want;
+    return area_;
+  }
+  void copy_in(char* staged, const void* user, size_t n) override {
+    st_.cuda(cudaMemcpyAsync(staged, user, n, cudaMemcpyHostToDevice, st_.copy_stream), what_,
+             "cudaMemcpyAsync (host to device)");
+  }
+  void ready() override { st_.order_after_copies(what_); }
+  void copy_out(void* user, const char* staged, size_t n) override {
+    st_.cuda(cudaMemcpyAsync(user, staged, n, cudaMemcpyDeviceToHost, st_.copy_stream), what_,
+             "cudaMemcpyAsync (device to host)");
+    st_.wait_stream(st_.copy_stream, what_, "the result to reach host memory", net::deadline_after(st_.timeout));
+  }
+  char* alloc(size_t n) override { return static_cast<char*>(st_.alloc_staging(n, what_)); }
+  void release(char* p, bool maybe_in_use) noexcept override {
+    // Still queued or in flight: it may yet be used, so it goes at teardown.
+    if (maybe_in_use)
+      st_.defer_free(p);
+    else
+      st_.free_staging(p);
   }
 
- protected:
+ private:
+  CommState& st_;
+  What what_;
+  char* area_ = nullptr;
+  size_t area_bytes_ = 0;
+};
+
+// ---- the backend ----------------------------------------------------------------------------------
+
+class NcclBackend final : public detail::Backend {
+ public:
+  NcclBackend(std::shared_ptr<CommState> st, Topology topo, Options opts, std::shared_ptr<Store> store)
+      : Backend("nccl", st->rank, st->size, std::move(topo), std::move(opts), std::move(store)),
+        st_(std::move(st)),
+        staging_(*st_) {}
+
   void run(const Op& op) override;
 
-  std::shared_ptr<detail::RequestState> start_p2p(const Op& op) override {
-    auto req = std::make_shared<P2PRequest>(st_, op, detail::describe(op, *this));
+  std::shared_ptr<detail::RequestState> start(const Op& op) override {
+    op.algorithm = op.kind == OpKind::send ? "ncclSend" : "ncclRecv";
+    auto req = std::make_shared<P2PRequest>(st_, op, describe(op));
     req->start();
     return req;
   }
 
-  std::unique_ptr<Communicator> split_impl(int color, int key) override;
+  std::unique_ptr<detail::Backend> split(const detail::SplitPlan& plan) override;
 
-  void on_abort(ErrorCode code, const std::string& reason) override { st_->abort(code, reason); }
-  std::string abort_reason() const override { return st_->abort_reason(); }
-  bool takes_device_buffers() const override { return true; }
+  void abort(ErrorCode code, const std::string& reason) override { st_->abort(code, reason); }
+
+  detail::MemoryType runs_on() const override { return detail::MemoryType::device; }
+  // Device memory on this communicator's GPU, or managed memory, is used as it is; host memory (registered
+  // or not) is staged. Device memory on another GPU is an InvalidArgument.
+  detail::MemoryType memory_type(const void* buf) const override {
+    const What what("nccl on rank " + std::to_string(rank()) + " of " + std::to_string(size()));
+    return st_->on_device(buf, what) ? detail::MemoryType::device : detail::MemoryType::host;
+  }
+  bool may_stage() const override { return true; }
+  detail::StagingMemory& staging() override { return staging_; }
 
  private:
   void enqueue_op(const Op& op, const What& what, net::Deadline deadline, char* tmp);
 
   std::shared_ptr<CommState> st_;
+  DeviceStaging staging_;
 };
 
-void NcclCommunicator::run(const Op& in) {
-  if (in.count == 0 && in.kind != OpKind::barrier) return;  // nothing to move: no NCCL call on any rank
+// Device pointers only (the front door staged host buffers).
+void NcclBackend::run(const Op& op) {
+  op.algorithm = nccl_call(op.kind);
+  if (op.count == 0 && op.kind != OpKind::barrier) return;  // nothing to move: no NCCL call on any rank
   CommState& st = *st_;
-  const What what(in, *this);
+  const What what(op, *this);
   st.make_current(what);
   const auto deadline = net::deadline_after(options().timeout);
   st.flush(what, deadline);  // point-to-point operations posted before this call go first, as called
-
-  // The bytes of each buffer that matter on this rank (the common layer's rules, communicator.h).
-  const auto [send_n, recv_n] = detail::buffer_spans(in, rank(), size());
-  const size_t all = in.bytes() * static_cast<size_t>(size());  // alltoall's in-place copy
-  const bool is_root = in.rooted() && in.root == rank();
-  const char* s = static_cast<const char*>(in.send);
-  char* r = static_cast<char*>(in.recv);
-  // Overlapping buffers are one of the in-place layouts (validated): one allocation, staged as one region.
-  const bool joint = send_n > 0 && recv_n > 0 && s < r + recv_n && r < s + send_n;
-  const bool s_host = send_n > 0 && !st.on_device(s, what);
-  const bool r_host = recv_n > 0 && (joint ? s_host : !st.on_device(r, what));
-
-  // Scratch layout: [staged send, or the joint region][staged recv][alltoall in-place copy | barrier word].
-  size_t need = 0, at_send = 0, at_recv = 0, at_tmp = 0, joint_n = 0;
-  const char* lo = nullptr;
-  if (joint && s_host) {
-    lo = std::min<const char*>(s, r);
-    joint_n = static_cast<size_t>(std::max<const char*>(s + send_n, r + recv_n) - lo);
-    need = aligned(joint_n);
-  } else {
-    if (s_host) {
-      at_send = need;
-      need += aligned(send_n);
-    }
-    if (r_host) {
-      at_recv = need;
-      need += aligned(recv_n);
-    }
-  }
-  if (in.kind == OpKind::alltoall && in.send == in.recv) {
-    at_tmp = need;
-    need += aligned(all);
-  } else if (in.kind == OpKind::barrier) {
-    at_tmp = need;
-    need += kAlign;
-  }
-  char* base = need > 0 ? st.scratch(need, what) : nullptr;
-
-  // Host buffers in, on the copy stream; the NCCL stream waits for those copies (and for the scratch).
-  Op op = in;
-  const char* h2d = "cudaMemcpyAsync (host to device)";
-  if (joint && s_host) {
-    op.send = base + (s - lo);
-    op.recv = base + (r - lo);
-    st.cuda(cudaMemcpyAsync(base, lo, joint_n, cudaMemcpyHostToDevice, st.copy_stream), what, h2d);
-  } else {
-    if (s_host) {
-      op.send = base + at_send;
-      st.cuda(cudaMemcpyAsync(base + at_send, s, send_n, cudaMemcpyHostToDevice, st.copy_stream), what, h2d);
-    }
-    if (r_host) {
-      op.recv = base + at_recv;
-      // Only the broadcast root's receive buffer holds input outside the in-place layouts.
-      if (in.kind == OpKind::broadcast && is_root)
-        st.cuda(cudaMemcpyAsync(base + at_recv, r, recv_n, cudaMemcpyHostToDevice, st.copy_stream), what, h2d);
-    }
-  }
-  if (in.kind == OpKind::broadcast) op.send = op.recv;
-  if (need > 0) st.order_after_copies(what);
-
-  enqueue_op(op, what, deadline, base != nullptr ? base + at_tmp : nullptr);
+  // Scratch: the alltoall in-place copy of the input, or the barrier's word.
+  char* tmp = nullptr;
+  if (op.kind == OpKind::alltoall && op.send == op.recv)
+    tmp = st.scratch(op.bytes() * static_cast<size_t>(size()), what);
+  else if (op.kind == OpKind::barrier)
+    tmp = st.scratch(kAlign, what);
+  if (tmp != nullptr) st.order_after_copies(what);  // the scratch came from the copy stream
+  enqueue_op(op, what, deadline, tmp);
   st.wait_stream(st.stream, what, "the operation to complete on the GPU", deadline);
-
-  if (r_host) {
-    st.cuda(cudaMemcpyAsync(r, op.recv, recv_n, cudaMemcpyDeviceToHost, st.copy_stream), what,
-            "cudaMemcpyAsync (device to host)");
-    st.wait_stream(st.copy_stream, what, "the result to reach host memory", deadline);
-  }
 }
 
 // Enqueues `op` (device pointers only) on the NCCL stream. `tmp`: scratch for the alltoall in-place copy
 // or the barrier word.
-void NcclCommunicator::enqueue_op(const Op& op, const What& what, net::Deadline deadline, char* tmp) {
+void NcclBackend::enqueue_op(const Op& op, const What& what, net::Deadline deadline, char* tmp) {
   CommState& st = *st_;
   cudaStream_t stream = st.stream;
   const ncclDataType_t dt = nccl_type(op.dtype);
@@ -879,24 +817,9 @@ void NcclCommunicator::enqueue_op(const Op& op, const What& what, net::Deadline 
   }
 }
 
-std::unique_ptr<Communicator> NcclCommunicator::split_impl(int color, int key) {
-  // Every rank's (color, key) through this communicator's own allgather (host memory, staged), for what
-  // ncclCommSplit does not tell: the hosts of the new group's members and a store prefix private to the
-  // group (named after that allgather's sequence number, as the default split names it).
-  const uint64_t seq = sequence();
-  int64_t mine[2] = {color, key};
-  std::vector<int64_t> all(2 * static_cast<size_t>(size()));
-  allgather(mine, all.data(), 2, DataType::int64);
-  std::vector<int> members;
-  for (int i = 0; i < size(); ++i)
-    if (color >= 0 && all[2 * static_cast<size_t>(i)] == color) members.push_back(i);
-  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
-    return all[2 * static_cast<size_t>(a) + 1] < all[2 * static_cast<size_t>(b) + 1];
-  });
-  const int new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
-
-  const What what("split #" + std::to_string(seq) + " (color " + std::to_string(color) + ", key " +
-                  std::to_string(key) + ") on rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+std::unique_ptr<detail::Backend> NcclBackend::split(const detail::SplitPlan& plan) {
+  const What what("split #" + std::to_string(plan.seq) + " (color " + std::to_string(plan.color) + ", key " +
+                  std::to_string(plan.key) + ") on rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
                   " [nccl]");
   CommState& st = *st_;
   st.throw_if_aborted(what);
@@ -904,35 +827,25 @@ std::unique_ptr<Communicator> NcclCommunicator::split_impl(int color, int key) {
   auto deadline = net::deadline_after(options().timeout);
   // NCCL orders the new ranks by (key, old rank), as mpcomm does; ncclCommSplit is collective over this
   // communicator, so a rank that joins no group still takes part, with NCCL_SPLIT_NOCOLOR.
-  ncclComm_t child = st.split(color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, what, deadline);
-  if (color < 0) {
+  ncclComm_t child = st.split(plan.color < 0 ? NCCL_SPLIT_NOCOLOR : plan.color, plan.key, what, deadline);
+  if (plan.color < 0) {
     if (child != nullptr) (void)ncclCommAbort(child);  // not expected: NCCL returns none for NOCOLOR
     return nullptr;
   }
   if (child == nullptr)
     st.fail(ErrorCode::internal, "mpcomm: " + what.str() + ": ncclCommSplit returned no communicator");
 
-  auto child_store =
-      std::make_shared<PrefixStore>("split" + std::to_string(seq) + "/color" + std::to_string(color), store());
-  auto cst = std::make_shared<CommState>(new_rank, static_cast<int>(members.size()), st.device, options().timeout,
-                                         child_store);
+  const int new_size = static_cast<int>(plan.members.size());
+  auto cst = std::make_shared<CommState>(plan.new_rank, new_size, st.device, options().timeout, plan.store);
   cst->adopt(child);  // from here on a failure aborts the child through cst
   cst->setup(what);
   cst->settle(what, "ncclCommSplit", deadline);
   const auto [nccl_rank, nccl_size] = cst->rank_and_count(what);
-  if (nccl_rank != new_rank || nccl_size != static_cast<int>(members.size()))
+  if (nccl_rank != plan.new_rank || nccl_size != new_size)
     cst->fail(ErrorCode::internal, "mpcomm: " + what.str() + ": NCCL made this rank " + std::to_string(nccl_rank) +
                                        " of " + std::to_string(nccl_size) + ", mpcomm expected rank " +
-                                       std::to_string(new_rank) + " of " + std::to_string(members.size()));
-
-  std::vector<std::string> hosts;
-  hosts.reserve(members.size());
-  for (int m : members) {
-    const int h = topology().host_of_rank[static_cast<size_t>(m)];
-    hosts.push_back(topology().host_names[static_cast<size_t>(h)]);
-  }
-  return std::make_unique<NcclCommunicator>(std::move(cst), topology_from_hosts(hosts, new_rank), options(),
-                                            std::move(child_store));
+                                       std::to_string(plan.new_rank) + " of " + std::to_string(new_size));
+  return std::make_unique<NcclBackend>(std::move(cst), plan.topology, options(), plan.store);
 }
 
 // ---- setup ----------------------------------------------------------------------------------------
@@ -986,7 +899,7 @@ void use_host_id(const std::string& host_id, int rank) {
 
 }  // namespace
 
-std::unique_ptr<Communicator> create_nccl(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
+std::unique_ptr<detail::Backend> create_nccl(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
   const auto deadline = net::deadline_after(opts.timeout);
   const std::string who = "nccl communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
@@ -1023,8 +936,7 @@ std::unique_ptr<Communicator> create_nccl(std::shared_ptr<Store> store, int rank
   const char* host_env = std::getenv("NCCL_HOSTID");
   MPCOMM_LOG(info, "nccl rank %d of %d: cuda:%d, NCCL %d, host '%s' (NCCL_HOSTID %s)", rank, size, device, version,
              opts.host_id.c_str(), host_env != nullptr ? host_env : "unset");
-  return std::make_unique<NcclCommunicator>(std::move(st), std::move(dir.topology), std::move(opts),
-                                            std::move(store));
+  return std::make_unique<NcclBackend>(std::move(st), std::move(dir.topology), std::move(opts), std::move(store));
 }
 
 }  // namespace mpcomm::nccl

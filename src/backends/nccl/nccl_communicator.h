@@ -43,10 +43,10 @@
 
 #include <memory>
 
-#include "mpcomm/communicator.h"
+#include "core/backend.h"
 
 namespace mpcomm::nccl {
 
-std::unique_ptr<Communicator> create_nccl(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
+std::unique_ptr<detail::Backend> create_nccl(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
 
 }  // namespace mpcomm::nccl

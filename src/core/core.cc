@@ -1,0 +1,647 @@
+#include "core/core.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "core/device.h"
+#include "core/op_clock.h"
+#include "core/params.h"
+#include "core/staging.h"
+#include "core/topology.h"
+#include "core/wait.h"
+
+namespace mpcomm::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// A request of the front door: an op issued through the stream (queued, or started), and how it ended.
+class OpRequest final : public RequestState {
+ public:
+  enum class Phase : uint8_t { queued, started, done, failed };
+  OpRequest(std::shared_ptr<Core> core, const Op& op, const BufferSpans& spans)
+      : core_(std::move(core)), op(op), spans(spans) {}
+  void wait() override { core_->wait(*this); }
+  bool test() override { return core_->test(*this); }
+  bool ended() const { return phase == Phase::done || phase == Phase::failed; }
+  bool is_p2p() const { return op.kind == OpKind::send || op.kind == OpKind::recv; }
+
+  std::shared_ptr<Core> core_;
+  Op op;
+  BufferSpans spans;
+  uint64_t ticket = 0;  // flight recorder
+  uint64_t t0 = 0;      // OpClock reading when it started
+  // Written under Core::mu_ once the request is visible to the progress thread; read anywhere.
+  std::atomic<Phase> phase{Phase::queued};
+  std::shared_ptr<RequestState> inner;  // the backend's request of a started send or receive
+  std::exception_ptr error;
+};
+
+namespace {
+
+// How long past the op's own timeout a waiter waits for the progress thread to end something.
+constexpr auto kWaiterGrace = std::chrono::seconds(5);
+// The progress thread's naps between tests of sends and receives nobody waits for.
+constexpr auto kFirstNap = std::chrono::microseconds(50);
+constexpr auto kMaxNap = std::chrono::microseconds(1000);
+
+[[noreturn]] void bad(const Op& op, const Backend& b, const std::string& why) {
+  throw InvalidArgument("mpcomm: " + b.describe(op) + ": " + why);
+}
+
+bool overlap(const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; }
+
+}  // namespace
+
+// ---- construction -----------------------------------------------------------------------------------
+
+Core::Core(std::unique_ptr<Backend> backend, BackendFactory recreate)
+    : backend_(std::move(backend)),
+      recreate_(recreate),
+      may_stage_(backend_->may_stage()),
+      cheap_test_(backend_->cheap_test()),
+      check_(backend_->options().check > 0 && backend_->size() > 1),
+      recorder_([] {
+        OpClock::init();
+        const long entries = param_int("MPCOMM_TRACE_ENTRIES");
+        return entries > 0 ? static_cast<size_t>(entries) : size_t{0};
+      }()) {
+  static std::atomic<uint64_t> created{0};
+  const Backend& b = *backend_;
+  const std::string pid = std::to_string(::getpid());
+  const std::string name(b.name());
+  recorder_who_ = "rank " + std::to_string(b.rank()) + " of " + std::to_string(b.size()) + " [" + name + "], host " +
+                  b.options().host_id + ", pid " + pid;
+  recorder_tag_ = name + "-r" + std::to_string(b.rank()) + "of" + std::to_string(b.size()) + "-pid" + pid + "-c" +
+                  std::to_string(created.fetch_add(1));
+}
+
+Core::~Core() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void Core::close() {
+  if (has_worker_) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;  // the progress thread ends once the queue is empty
+    }
+    cv_.notify_all();
+    worker_.join();
+    has_worker_ = false;
+  }
+  std::vector<std::shared_ptr<OpRequest>> dropped;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    dropped.swap(inflight_);  // sends and receives nobody waited for: their Requests may still finish them
+  }
+  backend_->close();
+}
+
+std::unique_ptr<Communicator> make_communicator(std::unique_ptr<Backend> backend, BackendFactory recreate) {
+  return Core::wrap(std::make_shared<Core>(std::move(backend), recreate));
+}
+
+std::unique_ptr<Communicator> Core::wrap(std::shared_ptr<Core> core) {
+  return std::unique_ptr<Communicator>(new Communicator(std::move(core)));
+}
+
+// ---- argument checks --------------------------------------------------------------------------------
+
+std::string Core::aborted_message(const Op& op) const {
+  std::lock_guard<std::mutex> g(abort_mu_);
+  return "mpcomm: " + backend_->describe(op) + ": communicator was aborted: " + abort_reason_;
+}
+
+void Core::throw_if_aborted(const Op& op) const {
+  if (aborted_.load(std::memory_order_acquire)) throw PeerFailure(aborted_message(op));
+}
+
+BufferSpans Core::validate(const Op& op) const {
+  const Backend& c = *backend_;
+  if (static_cast<unsigned>(op.dtype) >= kNumDataTypes)
+    bad(op, c, "unknown data type value " + std::to_string(static_cast<int>(op.dtype)));
+  if (op.reduces() && static_cast<unsigned>(op.redop) >= kNumReduceOps)
+    bad(op, c, "unknown reduce op value " + std::to_string(static_cast<int>(op.redop)));
+  if (op.rooted() && (op.root < 0 || op.root >= c.size()))
+    bad(op, c, "root " + std::to_string(op.root) + " is out of range [0, " + std::to_string(c.size()) + ")");
+  if (op.kind == OpKind::send || op.kind == OpKind::recv) {
+    if (op.peer < 0 || op.peer >= c.size())
+      bad(op, c, "peer " + std::to_string(op.peer) + " is out of range [0, " + std::to_string(c.size()) + ")");
+    if (op.peer == c.rank()) bad(op, c, "sending to or receiving from oneself is not supported");
+    if (op.tag < 0) bad(op, c, "tag " + std::to_string(op.tag) + " is negative");
+  }
+  if (c.options().device.kind == Device::cuda)
+    device::require_cuda(c.describe(op) + " on " + to_string(c.options().device));
+
+  // Sizes: count × element size × (ranks, for the per-rank collectives) must fit.
+  const size_t es = dtype_size(op.dtype);
+  const size_t limit = static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max());
+  size_t blocks = 1;
+  switch (op.kind) {
+    case OpKind::allgather:
+    case OpKind::reduce_scatter:
+    case OpKind::gather:
+    case OpKind::scatter:
+    case OpKind::alltoall: blocks = static_cast<size_t>(c.size()); break;
+    default: break;
+  }
+  if (op.count > limit / es / blocks)
+    bad(op, c, "count " + std::to_string(op.count) + " × " + std::to_string(es) + " bytes × " +
+                   std::to_string(blocks) + " overflows the address space");
+  const size_t one = op.count * es;
+
+  // Which buffers matter on this rank, and how big they are.
+  const BufferSpans spans = buffer_spans(op, c.rank(), c.size());
+  if (spans.send_n > 0 && op.send == nullptr) bad(op, c, "send buffer is null but count is " + std::to_string(op.count));
+  if (spans.recv_n > 0 && op.recv == nullptr) bad(op, c, "recv buffer is null but count is " + std::to_string(op.count));
+
+  // Overlapping buffers must be exactly the documented in-place layout.
+  const char* sp = static_cast<const char*>(op.send);
+  const char* rp = static_cast<const char*>(op.recv);
+  if (!overlap(sp, spans.send_n, rp, spans.recv_n)) return spans;
+  bool in_place = false;
+  switch (op.kind) {
+    case OpKind::allreduce:
+    case OpKind::reduce:
+    case OpKind::alltoall: in_place = sp == rp; break;
+    case OpKind::allgather: in_place = sp == rp + static_cast<size_t>(c.rank()) * one; break;
+    case OpKind::reduce_scatter: in_place = rp == sp + static_cast<size_t>(c.rank()) * one; break;
+    case OpKind::gather: in_place = sp == rp + static_cast<size_t>(op.root) * one; break;
+    case OpKind::scatter: in_place = rp == sp + static_cast<size_t>(op.root) * one; break;
+    default: break;
+  }
+  if (!in_place) bad(op, c, "send and recv buffers overlap but are not the in-place layout");
+  return spans;
+}
+
+// ---- running an op ----------------------------------------------------------------------------------
+
+void Core::run_on_backend(const Op& op, const BufferSpans& spans) {
+  if (may_stage_) {
+    Backend& b = *backend_;
+    StageWhich which;
+    which.send = spans.send_n > 0 && b.memory_type(op.send) != b.runs_on();
+    which.recv = spans.recv_n > 0 && b.memory_type(op.recv) != b.runs_on();
+    if (which.any()) return run_staged(op, spans, b.rank(), which, b.staging(), [&](const Op& o) { b.run(o); });
+  }
+  backend_->run(op);
+}
+
+// MPCOMM_CHECK: every rank contributes its op's fingerprint to an allgather run by the backend itself;
+// any difference is a Mismatch naming this rank's call and the other rank's.
+void Core::verify_fingerprints(const Op& op) {
+  const Fingerprint mine = fingerprint(op);
+  const int n = backend_->size();
+  std::vector<Fingerprint> all(static_cast<size_t>(n));
+  Op probe{.kind = OpKind::allgather, .seq = op.seq, .send = &mine, .recv = all.data(), .count = sizeof mine,
+           .dtype = DataType::uint8, .fingerprint_probe = true};
+  run_on_backend(probe, buffer_spans(probe, backend_->rank(), n));
+  for (int r = 0; r < n; ++r)
+    if (!(all[static_cast<size_t>(r)] == mine))
+      throw Mismatch("mpcomm: " + backend_->describe(op) + ": rank " + std::to_string(r) + " called " +
+                     describe(all[static_cast<size_t>(r)]) + " (found by MPCOMM_CHECK)");
+}
+
+void Core::execute(const Op& op, const BufferSpans& spans, uint64_t ticket, uint64_t t0) {
+  try {
+    if (check_) verify_fingerprints(op);
+    run_on_backend(op, spans);
+  } catch (const Error& e) {
+    failed(op, ticket, e);
+    throw;
+  }
+  finished(op, ticket, t0, OpClock::now(), /*add_call=*/true);
+}
+
+void Core::finished(const Op& op, uint64_t ticket, uint64_t t0, uint64_t t1, bool add_call) {
+  recorder_.finish(ticket, FlightRecorder::State::done, t1, op.algorithm);
+  // One thread at a time drives (core.h), so plain read-modify-writes of the relaxed atomics suffice.
+  Stat& st = stats_[static_cast<size_t>(op.kind)];
+  if (add_call) {
+    st.calls.store(st.calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    st.bytes.store(st.bytes.load(std::memory_order_relaxed) + op.bytes(), std::memory_order_relaxed);
+  }
+  st.seconds.store(st.seconds.load(std::memory_order_relaxed) + OpClock::seconds(t1 - t0), std::memory_order_relaxed);
+}
+
+// A failed op: recorded; unless it was only refused (bad argument, unsupported), the record is written
+// out and the communicator aborted — peers are told, and every later call fails at once.
+void Core::failed(const Op& op, uint64_t ticket, const Error& e) {
+  recorder_.finish(ticket, FlightRecorder::State::failed, OpClock::now(), op.algorithm, e.what());
+  if (e.code() == ErrorCode::invalid_argument || e.code() == ErrorCode::unsupported) return;
+  recorder_.write_once(recorder_who_, recorder_tag_);
+  abort(e.code(), e.what());
+}
+
+void Core::abort(ErrorCode code, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> g(abort_mu_);
+    if (abort_reason_.empty()) abort_reason_ = reason;
+  }
+  aborted_.store(true, std::memory_order_release);
+  backend_->abort(code, reason);
+  fail_pending();
+}
+
+void Core::fail_pending() {
+  std::vector<std::shared_ptr<OpRequest>> victims;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    victims.assign(queue_.begin(), queue_.end());
+    queue_.clear();
+    victims.insert(victims.end(), inflight_.begin(), inflight_.end());
+    inflight_.clear();
+  }
+  if (victims.empty()) return;
+  for (auto& r : victims) {
+    const std::string msg = aborted_message(r->op);
+    recorder_.finish(r->ticket, FlightRecorder::State::failed, OpClock::now(), r->op.algorithm, msg);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (r->ended()) continue;
+    r->error = std::make_exception_ptr(PeerFailure(msg));
+    r->phase = OpRequest::Phase::failed;
+    ++endings_;
+  }
+  cv_.notify_all();
+}
+
+// ---- sends and receives -----------------------------------------------------------------------------
+
+void Core::start_now(OpRequest& r) {
+  r.t0 = OpClock::now();
+  Stat& st = stats_[static_cast<size_t>(r.op.kind)];
+  st.calls.store(st.calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  st.bytes.store(st.bytes.load(std::memory_order_relaxed) + r.op.bytes(), std::memory_order_relaxed);
+  Backend& b = *backend_;
+  if (may_stage_ && r.op.bytes() > 0 &&
+      b.memory_type(r.op.kind == OpKind::send ? r.op.send : r.op.recv) != b.runs_on())
+    r.inner = start_staged(r.op, b.staging(), [&](const Op& o) { return b.start(o); });
+  else
+    r.inner = b.start(r.op);
+}
+
+bool Core::progress_now(OpRequest& r, bool wait) {
+  std::exception_ptr error;
+  try {
+    if (wait)
+      r.inner->wait();
+    else if (!r.inner->test())
+      return false;
+  } catch (const Error&) {
+    error = std::current_exception();
+  }
+  if (!error) finished(r.op, r.ticket, r.t0, OpClock::now(), /*add_call=*/false);
+  end(r, error);
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      failed(r.op, r.ticket, e);  // after end(): an abort fails the others, not this one
+    }
+  }
+  return true;
+}
+
+void Core::end(OpRequest& r, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!r.ended()) {
+      r.error = std::move(error);
+      r.phase = r.error ? OpRequest::Phase::failed : OpRequest::Phase::done;
+      ++endings_;
+    }
+    inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(), [&](auto& p) { return p.get() == &r; }),
+                    inflight_.end());
+  }
+  cv_.notify_all();
+}
+
+// ---- the stream -------------------------------------------------------------------------------------
+
+void Core::ensure_worker() {
+  if (has_worker_) return;
+  has_worker_ = true;
+  worker_ = std::thread(&Core::worker_loop, this);
+}
+
+void Core::take_driver(std::unique_lock<std::mutex>& lk, const Op& for_op) {
+  // Only the issuing thread queues ops, so once the queue is empty it stays empty while we wait here.
+  auto deadline = Clock::now() + backend_->options().timeout + kWaiterGrace;
+  uint64_t seen = endings_;
+  while (!queue_.empty() || driver_ != Driver::none) {
+    ++waiters_;
+    cv_.wait_until(lk, deadline);
+    --waiters_;
+    if (endings_ != seen) {
+      seen = endings_;
+      deadline = Clock::now() + backend_->options().timeout + kWaiterGrace;
+    } else if (Clock::now() >= deadline) {
+      throw Timeout("mpcomm: " + backend_->describe(for_op) + ": timed out after " +
+                    seconds_text(backend_->options().timeout) + " s waiting for the ops issued before it to end");
+    }
+  }
+  driver_ = Driver::caller;
+}
+
+void Core::release_driver() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    driver_ = Driver::none;
+  }
+  cv_.notify_all();
+}
+
+void Core::add_inflight(const std::shared_ptr<OpRequest>& r) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!r->ended()) inflight_.push_back(r);
+}
+
+void Core::process(OpRequest& r) {
+  if (aborted_.load(std::memory_order_acquire)) {
+    const std::string msg = aborted_message(r.op);
+    recorder_.finish(r.ticket, FlightRecorder::State::failed, OpClock::now(), nullptr, msg);
+    end(r, std::make_exception_ptr(PeerFailure(msg)));
+    return;
+  }
+  const uint64_t t0 = OpClock::now();
+  recorder_.running(r.ticket, t0);
+  if (r.is_p2p()) {
+    try {
+      start_now(r);
+    } catch (const Error& e) {
+      end(r, std::current_exception());
+      failed(r.op, r.ticket, e);
+      return;
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    r.phase = OpRequest::Phase::started;  // the progress thread adds it to inflight_
+    return;
+  }
+  std::exception_ptr error;
+  try {
+    execute(r.op, r.spans, r.ticket, t0);
+  } catch (const Error&) {
+    error = std::current_exception();
+  }
+  end(r, error);
+}
+
+void Core::worker_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto nap = kFirstNap;
+  for (;;) {
+    if (!queue_.empty() && driver_ == Driver::none) {
+      std::shared_ptr<OpRequest> r = queue_.front();
+      queue_.pop_front();
+      driver_ = Driver::worker;
+      lk.unlock();
+      process(*r);
+      if (r->phase == OpRequest::Phase::started) add_inflight(r);
+      lk.lock();
+      driver_ = Driver::none;
+      ++endings_;
+      nap = kFirstNap;
+      cv_.notify_all();
+      continue;
+    }
+    if (stop_ && queue_.empty()) return;
+    // Sends and receives in flight that nobody waits for: test them between naps (a caller that waits
+    // drives its own, at full speed).
+    if (queue_.empty() && !inflight_.empty() && waiters_ == 0 && driver_ == Driver::none && cheap_test_) {
+      cv_.wait_for(lk, nap, [&] { return !queue_.empty() || stop_ || waiters_ > 0 || driver_ != Driver::none; });
+      if (!queue_.empty() || stop_ || waiters_ > 0 || driver_ != Driver::none || inflight_.empty()) continue;
+      std::vector<std::shared_ptr<OpRequest>> list = inflight_;
+      driver_ = Driver::worker;
+      lk.unlock();
+      bool any = false;
+      for (auto& r : list)
+        if (!r->ended()) any = progress_now(*r, /*wait=*/false) || any;
+      lk.lock();
+      driver_ = Driver::none;
+      nap = any ? kFirstNap : std::min(nap * 2, std::chrono::duration_cast<std::chrono::microseconds>(kMaxNap));
+      cv_.notify_all();
+      continue;
+    }
+    cv_.wait(lk);
+  }
+}
+
+// ---- the public calls -------------------------------------------------------------------------------
+
+// With a progress thread, the caller waits (take_driver) until the ops issued before have started,
+// then runs the op itself: a blocking call never costs a hand-over between threads.
+class Core::Driving {
+ public:
+  Driving(Core& c, const Op& op) : c_(c) {
+    if (!c_.has_worker_) return;
+    std::unique_lock<std::mutex> lk(c_.mu_);
+    c_.take_driver(lk, op);
+    held_ = true;
+  }
+  ~Driving() {
+    if (held_) c_.release_driver();
+  }
+  Driving(const Driving&) = delete;
+  Driving& operator=(const Driving&) = delete;
+
+ private:
+  Core& c_;
+  bool held_ = false;
+};
+
+void Core::collective(Op& op) {
+  throw_if_aborted(op);
+  const BufferSpans spans = validate(op);
+  op.seq = seq_++;
+  Driving driving(*this, op);
+  const uint64_t t0 = OpClock::now();
+  execute(op, spans, recorder_.start(op, t0), t0);
+}
+
+Request Core::icollective(Op& op) {
+  throw_if_aborted(op);
+  const BufferSpans spans = validate(op);
+  op.seq = seq_++;
+  ensure_worker();
+  auto r = std::make_shared<OpRequest>(shared_from_this(), op, spans);
+  r->ticket = recorder_.start(op, OpClock::now(), FlightRecorder::State::queued);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(r);
+  }
+  cv_.notify_all();
+  return Request(r);
+}
+
+// Starts a send or receive on the caller's thread (the caller drives); the start's failure is thrown.
+void Core::start_inline(OpRequest& r) {
+  r.ticket = recorder_.start(r.op, OpClock::now());
+  try {
+    start_now(r);
+  } catch (const Error& e) {
+    r.phase = OpRequest::Phase::failed;
+    failed(r.op, r.ticket, e);
+    throw;
+  }
+  r.phase = OpRequest::Phase::started;
+}
+
+// Sends and receives are numbered apart from collectives (they need not be called by every rank).
+Request Core::ip2p(Op& op) {
+  throw_if_aborted(op);
+  const BufferSpans spans = validate(op);
+  op.seq = p2p_seq_++;
+  ensure_worker();
+  auto r = std::make_shared<OpRequest>(shared_from_this(), op, spans);
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!queue_.empty() || driver_ != Driver::none) {
+      r->ticket = recorder_.start(op, OpClock::now(), FlightRecorder::State::queued);
+      queue_.push_back(r);
+      lk.unlock();
+      cv_.notify_all();
+      return Request(r);
+    }
+    driver_ = Driver::caller;
+  }
+  struct Release {
+    Core* c;
+    ~Release() { c->release_driver(); }
+  } release{this};
+  start_inline(*r);
+  add_inflight(r);
+  return Request(r);
+}
+
+void Core::p2p(Op& op) {
+  throw_if_aborted(op);
+  const BufferSpans spans = validate(op);
+  op.seq = p2p_seq_++;
+  OpRequest r(nullptr, op, spans);
+  {
+    Driving driving(*this, op);
+    start_inline(r);
+    progress_now(r, /*wait=*/true);
+  }
+  if (r.phase == OpRequest::Phase::failed) std::rethrow_exception(r.error);
+}
+
+void Core::wait(OpRequest& r) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto deadline = Clock::now() + backend_->options().timeout + kWaiterGrace;
+  uint64_t seen = endings_;
+  while (!r.ended()) {
+    if (r.phase == OpRequest::Phase::started && queue_.empty() && driver_ == Driver::none) {
+      driver_ = Driver::caller;
+      lk.unlock();
+      progress_now(r, /*wait=*/true);
+      lk.lock();
+      driver_ = Driver::none;
+      cv_.notify_all();
+      continue;
+    }
+    ++waiters_;
+    cv_.notify_all();
+    cv_.wait_until(lk, deadline);
+    --waiters_;
+    if (endings_ != seen) {
+      seen = endings_;
+      deadline = Clock::now() + backend_->options().timeout + kWaiterGrace;
+    } else if (Clock::now() >= deadline && !r.ended()) {
+      throw Timeout("mpcomm: " + backend_->describe(r.op) + ": timed out after " +
+                    seconds_text(backend_->options().timeout) +
+                    " s waiting for it to start (the ops issued before it did not end)");
+    }
+  }
+  if (r.phase == OpRequest::Phase::failed) std::rethrow_exception(r.error);
+}
+
+bool Core::test(OpRequest& r) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!r.ended() && r.phase == OpRequest::Phase::started && queue_.empty() && driver_ == Driver::none) {
+    driver_ = Driver::caller;
+    lk.unlock();
+    progress_now(r, /*wait=*/false);
+    lk.lock();
+    driver_ = Driver::none;
+    cv_.notify_all();
+  }
+  if (r.phase == OpRequest::Phase::failed) std::rethrow_exception(r.error);
+  return r.phase == OpRequest::Phase::done;
+}
+
+// ---- split ------------------------------------------------------------------------------------------
+
+std::unique_ptr<Communicator> Core::split(int color, int key) {
+  Backend& b = *backend_;
+  Op split_op{.kind = OpKind::split, .seq = seq_};
+  throw_if_aborted(split_op);
+  // Every rank learns every (color, key) through this communicator's own allgather; the new group's
+  // store is a private prefix named after that allgather's sequence number, so it is unique.
+  SplitPlan plan;
+  plan.color = color;
+  plan.key = key;
+  plan.seq = seq_;
+  plan.recreate = recreate_;
+  const int n = b.size();
+  int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(n));
+  Op gather{.kind = OpKind::allgather, .send = mine, .recv = all.data(), .count = 2, .dtype = DataType::int64};
+  collective(gather);
+  if (color >= 0) {
+    for (int r = 0; r < n; ++r)
+      if (all[2 * static_cast<size_t>(r)] == color) plan.members.push_back(r);
+    std::stable_sort(plan.members.begin(), plan.members.end(), [&](int x, int y) {
+      return all[2 * static_cast<size_t>(x) + 1] < all[2 * static_cast<size_t>(y) + 1];
+    });
+    plan.new_rank =
+        static_cast<int>(std::find(plan.members.begin(), plan.members.end(), b.rank()) - plan.members.begin());
+    std::vector<std::string> hosts;
+    for (int m : plan.members)
+      hosts.push_back(b.topology().host_names[static_cast<size_t>(b.topology().host_of_rank[static_cast<size_t>(m)])]);
+    plan.topology = topology_from_hosts(hosts, plan.new_rank);
+    if (b.store())
+      plan.store = std::make_shared<PrefixStore>("split" + std::to_string(plan.seq) + "/color" + std::to_string(color),
+                                                 b.store());
+  }
+  // The backend's own split is collective over this communicator, in issue order like any collective.
+  if (has_worker_) {
+    std::unique_lock<std::mutex> lk(mu_);
+    take_driver(lk, split_op);
+  }
+  std::unique_ptr<Backend> child;
+  try {
+    child = b.split(plan);
+  } catch (const Error& e) {
+    if (has_worker_) release_driver();
+    if (e.code() != ErrorCode::invalid_argument && e.code() != ErrorCode::unsupported) abort(e.code(), e.what());
+    throw;
+  }
+  if (has_worker_) release_driver();
+  if (!child) return nullptr;
+  return make_communicator(std::move(child), recreate_);
+}
+
+// ---- observers --------------------------------------------------------------------------------------
+
+std::array<OpStats, kNumOpKinds> Core::stats() const {
+  std::array<OpStats, kNumOpKinds> out{};
+  for (size_t k = 0; k < out.size(); ++k) {
+    out[k].calls = stats_[k].calls.load(std::memory_order_relaxed);
+    out[k].bytes = stats_[k].bytes.load(std::memory_order_relaxed);
+    out[k].seconds = stats_[k].seconds.load(std::memory_order_relaxed);
+  }
+  return out;
+}
+
+std::string Core::flight_record() { return recorder_.dump(recorder_who_); }
+
+}  // namespace mpcomm::detail

@@ -1,0 +1,132 @@
+// The front door's machinery behind the public Communicator: argument checks, sequence numbers,
+// fingerprints, statistics, the flight recorder, abort fan-out, staging and the stream that orders
+// blocking and non-blocking calls — once, for every backend (NCCL's ncclEnqueueCheck idea).
+//
+// The stream (a CUDA stream's rule): ops run in issue order. Without a progress thread every op runs on
+// the caller's thread as it is called. The first non-blocking call starts the communicator's progress
+// thread; from then on:
+//  - an i-collective is queued and run by the progress thread once everything before it has started;
+//  - a send or receive is started (posted) in issue order — by the caller when nothing is queued —
+//    and then completes as its peer allows: while nobody waits on it the progress thread tests it between
+//    naps (50 us growing to 1 ms), and a caller that waits drives it to completion itself;
+//  - a blocking call runs on the caller's thread when nothing is queued, else it is queued and waited for.
+// Exactly one thread "drives" the backend at any time (the caller or the progress thread: `driver_`),
+// so backends are never entered twice at once; the same rule guards the statistics and the recorder.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/flight_recorder.h"
+#include "core/op.h"
+
+namespace mpcomm::detail {
+
+// Wraps a backend in the public front door. `recreate` makes more backends of its kind (split).
+std::unique_ptr<Communicator> make_communicator(std::unique_ptr<Backend> backend, BackendFactory recreate);
+
+class OpRequest;
+
+class Core : public std::enable_shared_from_this<Core> {
+ public:
+  Core(std::unique_ptr<Backend> backend, BackendFactory recreate);
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  static std::unique_ptr<Communicator> wrap(std::shared_ptr<Core> core);
+  Backend& backend() { return *backend_; }
+  const Backend& backend() const { return *backend_; }
+
+  // The public calls (op filled by the caller; validated and numbered here).
+  void collective(Op& op);
+  Request icollective(Op& op);
+  void p2p(Op& op);                                 // blocking send or recv
+  Request ip2p(Op& op);                             // isend or irecv
+  std::unique_ptr<Communicator> split(int color, int key);
+  void abort(ErrorCode code, const std::string& reason);
+  // The communicator is going away: let issued ops finish, stop the progress thread, close the backend.
+  void close();
+
+  uint64_t sequence() const { return seq_; }
+  std::array<OpStats, kNumOpKinds> stats() const;
+  std::string flight_record();
+
+  // Request side (OpRequest).
+  void wait(OpRequest& r);
+  bool test(OpRequest& r);
+
+ private:
+  enum class Driver : uint8_t { none, caller, worker };
+  struct Stat {
+    std::atomic<uint64_t> calls{0}, bytes{0};
+    std::atomic<double> seconds{0};
+  };
+
+  void throw_if_aborted(const Op& op) const;
+  BufferSpans validate(const Op& op) const;
+  // Runs a collective to completion (the driver only). Throws its error after the failure is handled.
+  void execute(const Op& op, const BufferSpans& spans, uint64_t ticket, uint64_t t0);
+  void run_on_backend(const Op& op, const BufferSpans& spans);
+  void verify_fingerprints(const Op& op);
+  // Starts a send or receive (the driver only); on failure r ends failed (and the error is thrown).
+  void start_now(OpRequest& r);
+  // One test of a started send/receive, or a wait for it (the driver only); true when it ended.
+  bool progress_now(OpRequest& r, bool wait);
+  // Runs a queued op (the progress thread, as driver).
+  void process(OpRequest& r);
+  // Bookkeeping for an op that ended: recorder, statistics; on failure the abort fan-out.
+  void finished(const Op& op, uint64_t ticket, uint64_t t0, uint64_t t1, bool add_call);
+  void failed(const Op& op, uint64_t ticket, const Error& e);
+  // After an abort: every queued and in-flight request fails at once.
+  void fail_pending();
+  std::string aborted_message(const Op& op) const;
+
+  class Driving;
+  void start_inline(OpRequest& r);
+  // Marks r ended (error: failed) unless it already is, drops it from the in-flight list, wakes waiters.
+  void end(OpRequest& r, std::exception_ptr error);
+  void ensure_worker();
+  void worker_loop();
+  // Caller side: becomes the driver once nothing is queued and nobody drives (with a progress thread).
+  void take_driver(std::unique_lock<std::mutex>& lk, const Op& for_op);
+  void release_driver();
+  void add_inflight(const std::shared_ptr<OpRequest>& r);
+
+  std::unique_ptr<Backend> backend_;
+  const BackendFactory recreate_;
+  const bool may_stage_;
+  const bool cheap_test_;  // the progress thread tests sends and receives nobody waits for
+  const bool check_;  // MPCOMM_CHECK
+  std::string recorder_who_, recorder_tag_;
+  FlightRecorder recorder_;
+  std::array<Stat, kNumOpKinds> stats_;
+  uint64_t seq_ = 0, p2p_seq_ = 0;  // the issuing thread's
+
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex abort_mu_;
+  std::string abort_reason_;
+
+  // The stream.
+  bool has_worker_ = false;  // the issuing thread's: a progress thread runs
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<OpRequest>> queue_;
+  std::vector<std::shared_ptr<OpRequest>> inflight_;  // started sends and receives, not ended
+  Driver driver_ = Driver::none;
+  int waiters_ = 0;
+  uint64_t endings_ = 0;  // ops ended by the progress thread (a waiter's deadline restarts on each)
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace mpcomm::detail
