@@ -258,109 +258,178 @@ std::string describe(const Case& c) {
   return s + (c.in_place ? " in-place" : " out-of-place");
 }
 
-Result run_case(Communicator& comm, const Case& c) {
-  Result res;
-  const int n = comm.size(), r = comm.rank();
-  Checker chk{c, res, avg_tolerance(c, n)};
-  const size_t es = dtype_size(c.dtype), cnt = c.count, nn = static_cast<size_t>(n);
-  const bool uns = is_unsigned(c.dtype);
-  const std::vector<int64_t> expected = reduce_expected_table(c.redop, uns, n);
-  // Poison the output so that an element the backend never wrote is caught.
-  auto poisoned = [&](size_t elems) { return std::vector<uint8_t>(elems * es + 1, 0xA5); };
-  using clock = std::chrono::steady_clock;
-  clock::time_point t0, t1;
-  // On a device the case's buffers (registered with m) are copied there first and back after.
-  Mirror m(comm.options().device);
-  auto timed = [&](auto&& call) {
-    m.upload();
-    t0 = clock::now();
-    call();
-    t1 = clock::now();
-    m.download();
-  };
+// ---- a case on one rank: its buffers, the call, and the check ------------------------------------------
 
+struct PreparedCase::State {
+  State(Communicator& comm, const Case& c)
+      : comm(comm), c(c), n(comm.size()), r(comm.rank()), es(dtype_size(c.dtype)), m(comm.options().device) {}
+  Communicator& comm;
+  Case c;
+  int n, r;
+  size_t es;
+  Mirror m;
+  std::vector<uint8_t> in, out;
+  void* send = nullptr;  // the call's buffers (host; m() maps them to the device)
+  void* recv = nullptr;
+};
+
+PreparedCase::PreparedCase(Communicator& comm, const Case& c) : s_(std::make_unique<State>(comm, c)) {
+  State& st = *s_;
+  const int n = st.n, r = st.r;
+  const size_t es = st.es, cnt = c.count, nn = static_cast<size_t>(n);
+  const bool uns = is_unsigned(c.dtype);
   const DataType t = c.dtype;
   const size_t rp = period_of(c.redop, n), mp = kMovePeriod;
   const size_t rc = static_cast<size_t>(r) * cnt;  // this rank's block, for the ops with blocks
+  auto reduce_in = [&](size_t i) { return reduce_input(c.redop, uns, r, i, n); };
+  auto moved = [](int q, size_t first) { return [q, first](size_t k) { return move_value(q, first + k); }; };
+  // Outputs are poisoned so that an element the backend never wrote is caught.
+  auto poisoned = [&](size_t elems) { return std::vector<uint8_t>(elems * es + 1, 0xA5); };
+  switch (c.op) {
+    case OpKind::allreduce:
+    case OpKind::reduce:
+      st.in.resize(cnt * es + 1), st.out = poisoned(cnt);
+      st.send = c.in_place ? st.out.data() : st.in.data();
+      st.recv = st.out.data();
+      fill(t, st.send, 0, cnt, rp, reduce_in);
+      break;
+    case OpKind::broadcast:
+      st.out = poisoned(cnt);
+      st.send = st.recv = st.out.data();
+      if (r == c.root) fill(t, st.out.data(), 0, cnt, mp, moved(c.root, 0));
+      break;
+    case OpKind::allgather:
+      st.in.resize(cnt * es + 1), st.out = poisoned(cnt * nn);
+      st.send = c.in_place ? st.out.data() + rc * es : st.in.data();
+      st.recv = st.out.data();
+      fill(t, st.send, 0, cnt, mp, moved(r, 0));
+      break;
+    case OpKind::reduce_scatter:
+      st.in.resize(cnt * nn * es + 1), st.out = poisoned(cnt);
+      fill(t, st.in.data(), 0, cnt * nn, rp, reduce_in);
+      st.send = st.in.data();
+      st.recv = c.in_place ? st.in.data() + rc * es : st.out.data();
+      break;
+    case OpKind::gather:
+      st.in.resize(cnt * es + 1), st.out = poisoned(cnt * nn);
+      st.send = (c.in_place && r == c.root) ? st.out.data() + rc * es : st.in.data();
+      st.recv = st.out.data();
+      fill(t, st.send, 0, cnt, mp, moved(r, 0));
+      break;
+    case OpKind::scatter:
+      st.in.resize(cnt * nn * es + 1), st.out = poisoned(cnt);
+      if (r == c.root) fill(t, st.in.data(), 0, cnt * nn, mp, moved(c.root, 0));
+      st.send = st.in.data();
+      st.recv = (c.in_place && r == c.root) ? st.in.data() + rc * es : st.out.data();
+      break;
+    case OpKind::alltoall:
+      st.in.resize(cnt * nn * es + 1), st.out = poisoned(cnt * nn);
+      st.send = c.in_place ? st.out.data() : st.in.data();
+      st.recv = st.out.data();
+      fill(t, st.send, 0, cnt * nn, mp, moved(r, 0));
+      break;
+    default:
+      throw InvalidArgument("mpcomm: check: cases of " + std::string(to_string(c.op)) + " are not supported");
+  }
+  st.m.add(st.in);
+  st.m.add(st.out);
+}
+
+PreparedCase::~PreparedCase() = default;
+PreparedCase::PreparedCase(PreparedCase&&) noexcept = default;
+
+Request PreparedCase::issue(bool nonblocking) {
+  State& st = *s_;
+  const Case& c = st.c;
+  Communicator& comm = st.comm;
+  st.m.upload();
+  void* s = st.m(st.send);
+  void* r = st.m(st.recv);
+  const size_t n = c.count;
+  const DataType t = c.dtype;
+  switch (c.op) {
+    case OpKind::allreduce:
+      if (nonblocking) return comm.iallreduce(s, r, n, t, c.redop);
+      comm.allreduce(s, r, n, t, c.redop);
+      break;
+    case OpKind::reduce:
+      if (nonblocking) return comm.ireduce(s, r, n, t, c.redop, c.root);
+      comm.reduce(s, r, n, t, c.redop, c.root);
+      break;
+    case OpKind::broadcast:
+      if (nonblocking) return comm.ibroadcast(r, n, t, c.root);
+      comm.broadcast(r, n, t, c.root);
+      break;
+    case OpKind::allgather:
+      if (nonblocking) return comm.iallgather(s, r, n, t);
+      comm.allgather(s, r, n, t);
+      break;
+    case OpKind::reduce_scatter:
+      if (nonblocking) return comm.ireduce_scatter(s, r, n, t, c.redop);
+      comm.reduce_scatter(s, r, n, t, c.redop);
+      break;
+    case OpKind::gather:
+      if (nonblocking) return comm.igather(s, r, n, t, c.root);
+      comm.gather(s, r, n, t, c.root);
+      break;
+    case OpKind::scatter:
+      if (nonblocking) return comm.iscatter(s, r, n, t, c.root);
+      comm.scatter(s, r, n, t, c.root);
+      break;
+    case OpKind::alltoall:
+      if (nonblocking) return comm.ialltoall(s, r, n, t);
+      comm.alltoall(s, r, n, t);
+      break;
+    default: break;
+  }
+  return {};
+}
+
+void PreparedCase::run() { issue(false); }
+Request PreparedCase::post() { return issue(true); }
+
+Result PreparedCase::verify() {
+  State& st = *s_;
+  st.m.download();
+  const Case& c = st.c;
+  Result res;
+  const int n = st.n, r = st.r;
+  Checker chk{c, res, avg_tolerance(c, n)};
+  const size_t cnt = c.count;
+  const std::vector<int64_t> expected = reduce_expected_table(c.redop, is_unsigned(c.dtype), n);
+  const size_t rp = period_of(c.redop, n), mp = kMovePeriod;
+  const size_t rc = static_cast<size_t>(r) * cnt;
   auto reduced = [&](size_t first) { return [&, first](size_t k) { return expected[(first + k) % expected.size()]; }; };
   auto moved = [](int q, size_t first) { return [q, first](size_t k) { return move_value(q, first + k); }; };
   switch (c.op) {
     case OpKind::allreduce:
-    case OpKind::reduce: {
-      std::vector<uint8_t> in(cnt * es + 1), out = poisoned(cnt);
-      void* src = c.in_place ? out.data() : in.data();
-      fill(t, src, 0, cnt, rp, [&](size_t i) { return reduce_input(c.redop, uns, r, i, n); });
-      m.add(in);
-      m.add(out);
-      if (c.op == OpKind::allreduce)
-        timed([&] { comm.allreduce(m(src), m(out.data()), cnt, c.dtype, c.redop); });
-      else
-        timed([&] { comm.reduce(m(src), m(out.data()), cnt, c.dtype, c.redop, c.root); });
-      if (c.op == OpKind::allreduce || r == c.root) chk.expect_run(out.data(), 0, cnt, rp, reduced(0), "recv");
+    case OpKind::reduce:
+      if (c.op == OpKind::allreduce || r == c.root) chk.expect_run(st.recv, 0, cnt, rp, reduced(0), "recv");
       break;
-    }
-    case OpKind::broadcast: {
-      std::vector<uint8_t> buf = poisoned(cnt);
-      if (r == c.root) fill(t, buf.data(), 0, cnt, mp, moved(c.root, 0));
-      m.add(buf);
-      timed([&] { comm.broadcast(m(buf.data()), cnt, c.dtype, c.root); });
-      chk.expect_run(buf.data(), 0, cnt, mp, moved(c.root, 0), "buf");
+    case OpKind::broadcast: chk.expect_run(st.recv, 0, cnt, mp, moved(c.root, 0), "buf"); break;
+    case OpKind::allgather:
+      for (int q = 0; q < n; ++q) chk.expect_run(st.recv, static_cast<size_t>(q) * cnt, cnt, mp, moved(q, 0), "recv");
       break;
-    }
-    case OpKind::allgather: {
-      std::vector<uint8_t> in(cnt * es + 1), out = poisoned(cnt * nn);
-      void* src = c.in_place ? out.data() + rc * es : in.data();
-      fill(t, src, 0, cnt, mp, moved(r, 0));
-      m.add(in);
-      m.add(out);
-      timed([&] { comm.allgather(m(src), m(out.data()), cnt, c.dtype); });
-      for (int q = 0; q < n; ++q) chk.expect_run(out.data(), static_cast<size_t>(q) * cnt, cnt, mp, moved(q, 0), "recv");
-      break;
-    }
-    case OpKind::reduce_scatter: {
-      std::vector<uint8_t> in(cnt * nn * es + 1), out = poisoned(cnt);
-      fill(t, in.data(), 0, cnt * nn, rp, [&](size_t j) { return reduce_input(c.redop, uns, r, j, n); });
-      void* dst = c.in_place ? in.data() + rc * es : out.data();
-      m.add(in);
-      m.add(out);
-      timed([&] { comm.reduce_scatter(m(in.data()), m(dst), cnt, c.dtype, c.redop); });
-      chk.expect_run(dst, 0, cnt, rp, reduced(rc), "recv");
-      break;
-    }
-    case OpKind::gather: {
-      std::vector<uint8_t> in(cnt * es + 1), out = poisoned(cnt * nn);
-      void* src = (c.in_place && r == c.root) ? out.data() + rc * es : in.data();
-      fill(t, src, 0, cnt, mp, moved(r, 0));
-      m.add(in);
-      m.add(out);
-      timed([&] { comm.gather(m(src), m(out.data()), cnt, c.dtype, c.root); });
+    case OpKind::reduce_scatter: chk.expect_run(st.recv, 0, cnt, rp, reduced(rc), "recv"); break;
+    case OpKind::gather:
       if (r == c.root)
-        for (int q = 0; q < n; ++q) chk.expect_run(out.data(), static_cast<size_t>(q) * cnt, cnt, mp, moved(q, 0), "recv");
+        for (int q = 0; q < n; ++q) chk.expect_run(st.recv, static_cast<size_t>(q) * cnt, cnt, mp, moved(q, 0), "recv");
       break;
-    }
-    case OpKind::scatter: {
-      std::vector<uint8_t> in(cnt * nn * es + 1), out = poisoned(cnt);
-      if (r == c.root) fill(t, in.data(), 0, cnt * nn, mp, moved(c.root, 0));
-      void* dst = (c.in_place && r == c.root) ? in.data() + rc * es : out.data();
-      m.add(in);
-      m.add(out);
-      timed([&] { comm.scatter(m(in.data()), m(dst), cnt, c.dtype, c.root); });
-      chk.expect_run(dst, 0, cnt, mp, moved(c.root, rc), "recv");
+    case OpKind::scatter: chk.expect_run(st.recv, 0, cnt, mp, moved(c.root, rc), "recv"); break;
+    case OpKind::alltoall:
+      for (int q = 0; q < n; ++q) chk.expect_run(st.recv, static_cast<size_t>(q) * cnt, cnt, mp, moved(q, rc), "recv");
       break;
-    }
-    case OpKind::alltoall: {
-      std::vector<uint8_t> in(cnt * nn * es + 1), out = poisoned(cnt * nn);
-      void* src = c.in_place ? out.data() : in.data();
-      fill(t, src, 0, cnt * nn, mp, moved(r, 0));
-      m.add(in);
-      m.add(out);
-      timed([&] { comm.alltoall(m(src), m(out.data()), cnt, c.dtype); });
-      for (int q = 0; q < n; ++q) chk.expect_run(out.data(), static_cast<size_t>(q) * cnt, cnt, mp, moved(q, rc), "recv");
-      break;
-    }
-    default:
-      throw InvalidArgument("mpcomm: check::run_case does not support " + std::string(to_string(c.op)));
+    default: break;
   }
+  return res;
+}
+
+Result run_case(Communicator& comm, const Case& c) {
+  PreparedCase pc(comm, c);
+  const auto t0 = std::chrono::steady_clock::now();
+  pc.run();
+  const auto t1 = std::chrono::steady_clock::now();
+  Result res = pc.verify();
   res.seconds = std::chrono::duration<double>(t1 - t0).count();
   return res;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,23 @@ std::string describe(const Case& c);
 
 // Runs c on comm (every rank of comm must call it with the same Case) and verifies this rank's output.
 Result run_case(Communicator& comm, const Case& c);
+
+// A case's buffers on this rank, filled; run() (blocking) or post() (non-blocking: complete the Request
+// before verify()), then verify() checks the output. The buffers live as long as the object.
+class PreparedCase {
+ public:
+  PreparedCase(Communicator& comm, const Case& c);
+  ~PreparedCase();
+  PreparedCase(PreparedCase&&) noexcept;
+  void run();
+  Request post();
+  Result verify();
+
+ private:
+  Request issue(bool nonblocking);
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 // The ops run_case() supports, in the order the suite and selftest run them.
 const std::vector<OpKind>& checked_ops();

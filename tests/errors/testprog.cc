@@ -8,6 +8,9 @@
 //   testprog abort VICTIM AT     rank VICTIM calls Communicator::abort("testing") instead.
 //   testprog leave VICTIM AT [TAG [N]]     rank VICTIM returns 0 instead (its communicator is destroyed).
 //   testprog mismatch VICTIM AT [TAG [N]]  rank VICTIM calls broadcast (root 0) instead.
+//   testprog ikill VICTIM AT [TAG [N]]     the same as kill, with the allreduces posted non-blocking in
+//                                queues of 8 and waited in order; a survivor prints its first failure,
+//                                then "rank R later: <code>: <error>" for each later request of its queue.
 #include <signal.h>
 #include <unistd.h>
 
@@ -39,6 +42,39 @@ int main(int argc, char** argv) {
   const int at = argc > 3 ? std::atoi(argv[3]) : 3;
   std::vector<float> buf(argc > 5 ? static_cast<size_t>(std::atol(argv[5])) : size_t{1} << 18, 1.0f);
   auto t0 = std::chrono::steady_clock::now();
+  if (mode == "ikill") {
+    constexpr int kQueue = 8;
+    std::vector<std::vector<float>> bufs(kQueue, buf);
+    for (int it = 0; it < 1000000; it += kQueue) {
+      std::vector<mpcomm::Request> reqs;
+      for (int i = 0; i < kQueue; ++i) {
+        if (rank == victim && it + i == at) ::raise(SIGKILL);
+        auto& b = bufs[static_cast<size_t>(i)];
+        reqs.push_back(comm->iallreduce(b.data(), b.data(), b.size(), mpcomm::DataType::float32, mpcomm::ReduceOp::max));
+      }
+      bool failed = false;
+      for (auto& q : reqs) {
+        try {
+          q.wait();
+        } catch (const mpcomm::Error& e) {
+          const std::string code(mpcomm::to_string(e.code()));
+          if (!failed) {
+            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            std::printf("rank %d failed after %.1f s: %s: %s\n", rank, s, code.c_str(), e.what());
+          } else {
+            std::printf("rank %d later: %s: %s\n", rank, code.c_str(), e.what());
+          }
+          failed = true;
+        }
+      }
+      if (failed) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        return 3;
+      }
+      t0 = std::chrono::steady_clock::now();
+    }
+    return 0;
+  }
   try {
     for (int it = 0; it < 1000000; ++it) {
       if (rank == victim && it == at && mode == "mismatch") {

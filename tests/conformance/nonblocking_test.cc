@@ -1,0 +1,171 @@
+// Non-blocking collectives on every thread backend, through the conformance checker: queues of mixed
+// i-ops waited in reverse order, computation between post and wait, blocking and non-blocking calls
+// interleaved, progress without test(), and issue order. Results must be exact (the checker's inputs
+// make every reduction exact in any order).
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "harness/thread_world.h"
+#include "testing/collective_check.h"
+
+namespace mpcomm {
+namespace {
+
+using testing::thread_backends;
+
+// Eight cases of mixed kinds, dtypes, sizes and placements (one of 2^20 + 3 elements, so that a queue
+// holds something that takes a while), the same on every rank.
+std::vector<check::Case> mixed_cases(int n) {
+  using check::Case;
+  const int root = n - 1;
+  return {
+      Case{OpKind::allreduce, DataType::float32, ReduceOp::sum, (size_t{1} << 20) + 3, 0, false},
+      Case{OpKind::broadcast, DataType::int32, ReduceOp::sum, 1000, root, false},
+      Case{OpKind::reduce, DataType::bfloat16, ReduceOp::max, 777, root, true},
+      Case{OpKind::allgather, DataType::int8, ReduceOp::sum, 333, 0, false},
+      Case{OpKind::reduce_scatter, DataType::float64, ReduceOp::avg, 257, 0, true},
+      Case{OpKind::gather, DataType::float16, ReduceOp::sum, 100, 0, false},
+      Case{OpKind::scatter, DataType::int64, ReduceOp::sum, 65, root, true},
+      Case{OpKind::alltoall, DataType::uint8, ReduceOp::sum, 4099, 0, false},
+  };
+}
+
+// Something for the caller to do while its ops are in flight.
+double compute_a_while() {
+  double x = 0;
+  for (int i = 1; i < 2000000; ++i) x += std::sqrt(static_cast<double>(i));
+  return x;
+}
+
+class NonBlocking : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(NonBlocking, EightMixedOpsWaitedInReverseAreExact) {
+  const auto& [backend, n] = GetParam();
+  auto& world = testing::shared_world(backend, n);
+  const auto cases = mixed_cases(n);
+  std::vector<std::vector<check::Result>> results(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    std::vector<check::PreparedCase> prepared;
+    for (const auto& c : cases) prepared.emplace_back(comm, c);
+    std::vector<Request> reqs;
+    for (auto& p : prepared) reqs.push_back(p.post());
+    Request barrier = comm.ibarrier();
+    volatile double sink = compute_a_while();
+    (void)sink;
+    barrier.wait();
+    for (size_t i = reqs.size(); i-- > 0;) reqs[i].wait();
+    for (auto& p : prepared) results[static_cast<size_t>(r)].push_back(p.verify());
+  });
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < cases.size(); ++i)
+      EXPECT_EQ(results[r][i].wrong, 0u) << check::describe(cases[i]) << " on rank " << r << ": "
+                                         << results[r][i].first_wrong;
+}
+
+TEST_P(NonBlocking, BlockingAndNonBlockingInterleaved) {
+  const auto& [backend, n] = GetParam();
+  auto& world = testing::shared_world(backend, n);
+  const auto cases = mixed_cases(n);
+  std::vector<std::vector<check::Result>> results(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    std::vector<check::PreparedCase> prepared;
+    for (const auto& c : cases) prepared.emplace_back(comm, c);
+    std::vector<Request> reqs;
+    for (size_t i = 0; i < prepared.size(); ++i) {
+      if (i % 2 == 0)
+        reqs.push_back(prepared[i].post());
+      else
+        prepared[i].run();  // waits for the ops issued before it, then runs on this thread
+    }
+    for (auto& q : reqs) q.wait();
+    for (auto& p : prepared) results[static_cast<size_t>(r)].push_back(p.verify());
+  });
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < cases.size(); ++i)
+      EXPECT_EQ(results[r][i].wrong, 0u) << check::describe(cases[i]) << " on rank " << r << ": "
+                                         << results[r][i].first_wrong;
+}
+
+// Nobody calls anything that could drive the op (test() on a queued or running collective only looks
+// at its state): it completes on the progress thread while the caller sleeps.
+TEST_P(NonBlocking, CompletesWithoutTheCallersHelp) {
+  const auto& [backend, n] = GetParam();
+  auto& world = testing::shared_world(backend, n);
+  std::vector<int> completed(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> x(size_t{1} << 18, 1.0f);
+    Request q = comm.iallreduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!q.test() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    completed[static_cast<size_t>(r)] = q.test() && x[0] == static_cast<float>(n) && x.back() == static_cast<float>(n);
+    q.wait();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(completed[r]) << "rank " << r;
+}
+
+// Issue order: when a later op has completed, every op issued before it has too; a Request waited twice
+// returns at once.
+TEST_P(NonBlocking, OpsCompleteInIssueOrder) {
+  const auto& [backend, n] = GetParam();
+  auto& world = testing::shared_world(backend, n);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    std::vector<std::vector<int32_t>> bufs(6, std::vector<int32_t>(4096, r));
+    std::vector<Request> reqs;
+    for (auto& b : bufs) reqs.push_back(comm.iallreduce(b.data(), b.data(), b.size(), DataType::int32, ReduceOp::sum));
+    reqs.back().wait();
+    for (size_t i = 0; i < reqs.size(); ++i)
+      if (!reqs[i].test()) errors[static_cast<size_t>(r)] += "op " + std::to_string(i) + " not done; ";
+    for (auto& q : reqs) q.wait();
+    reqs.back().wait();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+std::vector<std::tuple<std::string, int>> params() {
+  std::vector<std::tuple<std::string, int>> ps;
+  for (const auto& b : thread_backends())
+    for (int n : {1, 2, 3, 4}) ps.emplace_back(b, n);
+  return ps;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, NonBlocking, ::testing::ValuesIn(params()), [](const auto& info) {
+  return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+});
+
+// Threads of this process (/proc/self/task).
+int thread_count() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// The progress thread ends with its communicator.
+TEST(NonBlockingThreads, ProgressThreadsEndWithTheirCommunicators) {
+  for (const auto& backend : thread_backends()) {
+    const int before = thread_count();
+    {
+      testing::ThreadWorld world(backend, 3);
+      world.run([&](int r, Communicator& comm) {
+        int32_t v = r;
+        comm.iallreduce(&v, &v, 1, DataType::int32, ReduceOp::sum).wait();
+        EXPECT_EQ(v, 3);
+      });
+      EXPECT_GE(thread_count(), before + 3) << backend << ": one progress thread per communicator";
+    }
+    EXPECT_EQ(thread_count(), before) << backend;
+  }
+}
+
+}  // namespace
+}  // namespace mpcomm
