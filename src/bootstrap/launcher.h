@@ -14,13 +14,15 @@
 //     launcher (PR_SET_PDEATHSIG) even when it is killed; /dev/shm/mpcomm.<job id>* is removed.
 //
 // With backend "mpi" the ranks are started by one `mpirun -n N` child instead (shared memory on one host,
-// TCP between emulated hosts; see mpirun_plan() in launcher.cc), around the same store, and the same guarantees hold: ranks
+// TCP between emulated hosts; see mpirun_plan() in launch/mpirun.cc), around the same store, and the same guarantees hold: ranks
 // learn their rank from OMPI_COMM_WORLD_*, the store from MPCOMM_STORE (MPCOMM_STORE_SERVED=1: the
 // launcher serves it) and their emulated host from MPCOMM_HOSTS=H instead of MPCOMM_HOST_ID; output
 // comes back through mpirun's --tag-output as the same "[r] line"s; a failed rank (reported by mpirun,
 // which then ends the others itself) is announced and its status returned; SIGINT/SIGTERM and the
 // launcher's death (PR_SET_PDEATHSIG = SIGTERM) reach mpirun, which ends its ranks; and whatever mpirun
 // leaves behind when it is killed (ranks, its session directory) is removed.
+//
+// The launcher is in src/bootstrap/launch/, one file a job (launch_internal.h lists them).
 #pragma once
 
 #include <string>
