@@ -1,5 +1,5 @@
 // mpcomm launch, CPU binding: which CPUs the launcher may use, how many cores they make, and which CPU
-// each rank is pinned to (LaunchOptions::bind).
+// each rank is pinned to (LaunchOptions::bind, where LaunchNeeds::may_pin).
 //
 // Guarantees: only CPUs in the launcher's own affinity mask are ever named; bind_slot() gives ranks that
 // fit one CPU each, in rank order, and otherwise deals every emulated host's ranks round-robin from a CPU

@@ -4,7 +4,7 @@
 // poll() loop in the calling thread relays output, reaps ranks, reacts to the first failure and to
 // SIGINT/SIGTERM, and escalates SIGTERM -> SIGKILL on a clock. Nothing here runs on another thread.
 //
-// With --backend mpi the launcher forks one child, mpirun, instead of the ranks (see mpirun_plan()); the
+// With needs.via_mpirun the launcher forks one child, mpirun, instead of the ranks (see mpirun_plan()); the
 // same loop supervises it, reading its --tag-output streams through TagDemux, which turns them back into
 // "[r] " lines and notices mpirun's reports of a failed rank.
 //
@@ -49,14 +49,14 @@ int launch(const LaunchOptions& o) {
   validate(o);
   const std::string program = find_program(o.argv[0]);
   const int n = o.nranks, hosts = o.hosts;
-  // --backend mpi: the ranks are started by mpirun, the only child (see mpirun_plan()).
-  const bool via_mpirun = o.backend == "mpi";
+  // The ranks are started by mpirun, the only child (see mpirun_plan()).
+  const bool via_mpirun = o.needs.via_mpirun;
   std::string mpirun;
   if (via_mpirun) {
     try {
       mpirun = find_program("mpirun");
     } catch (const InvalidArgument& e) {
-      throw InvalidArgument(std::string("mpcomm: launch: --backend mpi starts the ranks with mpirun, but ") +
+      throw InvalidArgument("mpcomm: launch: --backend " + o.backend + " starts the ranks with mpirun, but " +
                             (e.what() + std::strlen("mpcomm: launch: ")) + " (install openmpi-bin)");
     }
   }
@@ -90,7 +90,7 @@ int launch(const LaunchOptions& o) {
     const std::vector<std::string> inherited = environment_without(overridden);
     plans.resize(static_cast<size_t>(n));
     const std::vector<int> cpus = allowed_cpus();
-    const bool bind = o.bind && !cpus.empty() && o.backend != "gloo";  // see LaunchOptions::bind
+    const bool bind = o.bind && o.needs.may_pin && !cpus.empty();  // see LaunchOptions::bind
     for (int r = 0; r < n; ++r) {
       const int h = emulated_host_of_rank(r, n, hosts);  // host h runs [h*n/hosts, (h+1)*n/hosts)
       const int first = static_cast<int>(static_cast<long>(h) * n / hosts);

@@ -4,7 +4,7 @@
 //   options.cc      checks LaunchOptions, finds the program, makes the job's ids and the texts of numbers
 //   processes.cc    a child from its ExecPlan, in a process group of its own; reaping; SIGINT/SIGTERM
 //   launch.cc       launch(): the plans, the start, and the one loop that supervises the job
-//   mpirun.cc       the ExecPlan of `mpirun` (--backend mpi) and its session folder
+//   mpirun.cc       the ExecPlan of `mpirun` (LaunchNeeds::via_mpirun) and its session folder
 //   cpu_binding.cc  the CPUs the ranks may be pinned to, and which one each rank gets
 //   output.cc       the "[r] line" streams, and mpirun's --tag-output turned back into them
 //   job_lock.cc     the job's lock in /dev/shm, and the sweep of what killed jobs left behind

@@ -1,12 +1,12 @@
-// mpcomm launch, the mpirun plan: for --backend mpi, whose ranks mpirun starts, the
+// mpcomm launch, the mpirun plan: for backends whose ranks mpirun starts (LaunchNeeds::via_mpirun), the
 // ExecPlan of the one child, `mpirun -n N ... PROGRAM ARGS...`, around the launcher's store; and the
 // removal of the session folder Open MPI leaves behind when mpirun is killed.
 //
 // Guarantees: the ranks get the job's environment (values through mpirun's environment, never on its
 // command line), MPI's own transports (shared memory on one host, TCP over loopback between emulated
-// hosts), one CPU core each as far as there are cores (oversubscribed round-robin beyond), and their
-// output tagged for TagDemux; mpirun gets SIGTERM, not SIGKILL, when the launcher dies, so that it ends
-// its ranks. Only this user's session folder of that one mpirun pid is ever removed.
+// hosts), with bind and may_pin one CPU core each as far as there are cores (round-robin beyond), and
+// their output tagged for TagDemux; mpirun gets SIGTERM, not SIGKILL, when the launcher dies, so that
+// it ends its ranks. Only this user's session folder of that one mpirun pid is ever removed.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,7 +67,8 @@ ExecPlan mpirun_plan(const LaunchOptions& o, const std::string& mpirun, const st
       args.insert(args.end(), {"--mca", "btl_vader_backing_directory", backing});
     }
   }
-  for (const char* a : {"--bind-to", !o.bind ? "none" : overload ? "core:overload-allowed" : "core", "--mca", "pml", "ob1", "--mca", "btl", btl, "--mca",
+  const bool bind = o.bind && o.needs.may_pin;  // see LaunchOptions::bind
+  for (const char* a : {"--bind-to", !bind ? "none" : overload ? "core:overload-allowed" : "core", "--mca", "pml", "ob1", "--mca", "btl", btl, "--mca",
                         "btl_tcp_if_include", "lo", "--tag-output"})
     args.emplace_back(a);
   // -x NAME (not NAME=value): values, the token among them, stay out of mpirun's command line. Locally the

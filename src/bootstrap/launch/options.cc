@@ -70,11 +70,6 @@ void validate(const LaunchOptions& o) {
   if (!(o.grace_s >= 0) || !std::isfinite(o.grace_s))
     bad("the grace period must be >= 0 seconds (got " + fmt_seconds(o.grace_s) + ")");
   if (o.backend.empty()) bad("the backend name is empty");
-#ifndef MPCOMM_HAVE_MPI
-  if (o.backend == "mpi")
-    bad("--backend mpi: this build of mpcomm has no mpi backend (Open MPI was not found when it was configured; "
-        "install libopenmpi-dev and openmpi-bin, then reconfigure and rebuild)");
-#endif
   if (o.bind_addr.empty()) bad("the bind address is empty");
   if (o.argv.empty()) bad("no program given (mpcomm launch -n N -- PROGRAM ARGS...)");
 }
