@@ -13,14 +13,17 @@
 //   - no rank, nor anything left in a rank's process group, outlives launch(); ranks die with the
 //     launcher (PR_SET_PDEATHSIG) even when it is killed; /dev/shm/mpcomm.<job id>* is removed.
 //
-// With backend "mpi" the ranks are started by one `mpirun -n N` child instead (shared memory on one host,
-// TCP between emulated hosts; see mpirun_plan() in launcher.cc), around the same store, and the same guarantees hold: ranks
-// learn their rank from OMPI_COMM_WORLD_*, the store from MPCOMM_STORE (MPCOMM_STORE_SERVED=1: the
-// launcher serves it) and their emulated host from MPCOMM_HOSTS=H instead of MPCOMM_HOST_ID; output
-// comes back through mpirun's --tag-output as the same "[r] line"s; a failed rank (reported by mpirun,
-// which then ends the others itself) is announced and its status returned; SIGINT/SIGTERM and the
-// launcher's death (PR_SET_PDEATHSIG = SIGTERM) reach mpirun, which ends its ranks; and whatever mpirun
-// leaves behind when it is killed (ranks, its session directory) is removed.
+// With needs.via_mpirun (the mpi backend) the ranks are started by one `mpirun -n N` child instead
+// (shared memory on one host, TCP between emulated hosts; see mpirun_plan() in launch/mpirun.cc), around
+// the same store, and the same guarantees hold: ranks learn their rank from OMPI_COMM_WORLD_*, the store
+// from MPCOMM_STORE (MPCOMM_STORE_SERVED=1: the launcher serves it) and their emulated host from
+// MPCOMM_HOSTS=H instead of MPCOMM_HOST_ID; output comes back through mpirun's --tag-output as the same
+// "[r] line"s; a failed rank (reported by mpirun, which then ends the others itself) is announced and its
+// status returned; SIGINT/SIGTERM and the launcher's death (PR_SET_PDEATHSIG = SIGTERM) reach mpirun,
+// which ends its ranks; and whatever mpirun leaves behind when it is killed (ranks, its session
+// directory) is removed.
+//
+// The launcher is in src/bootstrap/launch/, one file a job (launch_internal.h lists them).
 #pragma once
 
 #include <string>
@@ -28,11 +31,20 @@
 
 namespace mpcomm {
 
+// What a backend needs from the launcher. The launcher does not know backends by name: whoever fills
+// LaunchOptions asks launch_needs(backend) (src/backends/launch_needs.h), which also says why each
+// backend needs what it does.
+struct LaunchNeeds {
+  bool via_mpirun = false;  // ranks are started by one mpirun child (the mpi backend)
+  bool may_pin = true;      // ranks may be pinned to a CPU (LaunchOptions::bind; not gloo)
+};
+
 struct LaunchOptions {
   int nranks = 1;                       // -n
   int hosts = 1;                        // --hosts: emulated hosts (MPCOMM_HOST_ID)
   double timeout_s = 300;               // --timeout: MPCOMM_TIMEOUT for the ranks
-  std::string backend = "native";       // MPCOMM_BACKEND for the ranks; "mpi" starts them through mpirun
+  std::string backend = "native";       // MPCOMM_BACKEND for the ranks, and nothing else
+  LaunchNeeds needs;                    // how the backend's ranks are started: launch_needs(backend)
   double grace_s = 10;                  // after the first failure, how long the others may take to end
   bool prefix_output = true;            // "[r] " before each line
   // Pin each rank to one of the CPUs this process may use, the one bind_slot() names (mpirun pins by
@@ -40,10 +52,7 @@ struct LaunchOptions {
   // cores). Two spinning ranks left to the scheduler can share one CPU for a whole run and be ten
   // times slower; with more ranks than CPUs, unpinned ranks migrate and small collectives turn bimodal
   // (4 ranks on 2 CPUs, 64 B allreduce: 18 or 50 us from run to run; pinned: 16-19 us).
-  // Not for gloo: each gloo rank has a transport thread that polls its sockets (epoll, level-triggered)
-  // and keeps spinning while data waits for a receive the caller has not posted yet; on the caller's
-  // CPU it holds that CPU until the scheduler's tick, so every step of a collective took 4 ms (2 ranks,
-  // 64 B-2 MiB allreduce: 4.0 ms pinned, against about 0.2-0.4 ms unpinned).
+  // Only where needs.may_pin: not for gloo (launch_needs.cc says why).
   bool bind = true;
   std::vector<std::string> argv;        // PROGRAM ARGS...; PROGRAM is looked up on PATH unless it has a '/'
   std::string bind_addr = "127.0.0.1";  // where the store listens (and MASTER_ADDR)

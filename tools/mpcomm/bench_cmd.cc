@@ -19,6 +19,7 @@
 
 #include "bench.h"
 #include "bench_turns.h"
+#include "backends/launch_needs.h"
 #include "bootstrap/launcher.h"
 #include "core/cpu_pair.h"
 #include "core/device.h"
@@ -159,6 +160,7 @@ Job make_job(const Config& c, const std::string& exe, size_t slot, const std::st
   one.hosts = j.lo.hosts;
   j.lo.timeout_s = c.timeout_s;
   j.lo.backend = j.backend;
+  j.lo.needs = launch_needs(j.backend);
   j.lo.grace_s = 5;
   j.lo.prefix_output = false;  // only rank 0 prints: its lines are the table
   j.lo.argv = {exe, "bench-worker", "--config", config_to_json(one).dump(), "--json-out", j.json_tmp};

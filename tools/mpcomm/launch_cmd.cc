@@ -1,3 +1,4 @@
+#include "backends/launch_needs.h"
 #include "bootstrap/launcher.h"
 #include "commands.h"
 
@@ -14,7 +15,10 @@ Runner add_launch(CLI::App& app) {
   app.add_flag("!--no-prefix", opts->prefix_output, "do not prefix output lines with the rank");
   app.add_flag("!--no-bind", opts->bind, "do not pin rank r to CPU r mod (number of CPUs)");
   app.add_option("command", opts->argv, "PROGRAM ARGS... (after --)")->required();
-  return [opts] { return launch(*opts); };
+  return [opts] {
+    opts->needs = launch_needs(opts->backend);
+    return launch(*opts);
+  };
 }
 
 }  // namespace mpcomm::cli

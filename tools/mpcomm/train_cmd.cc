@@ -16,6 +16,7 @@
 #include "parallel/trainer.h"
 #include "bench.h"
 #include "progress.h"
+#include "backends/launch_needs.h"
 #include "bootstrap/launcher.h"
 
 namespace mpcomm::cli {
@@ -204,6 +205,7 @@ Runner add_train(CLI::App& app) {
       lo.hosts = o->hosts;
       lo.timeout_s = o->timeout_s;
       lo.backend = backend;
+      lo.needs = launch_needs(backend);
       lo.grace_s = 5;
       lo.argv = {exe, "train-worker", "--config", to_json(one).dump(), "--out", tmp};
       BackendRun run;

@@ -1,0 +1,300 @@
+// mpcomm launch, supervision: launch() itself, the one loop that runs a job from its start to its end.
+//
+// Shape: validate; start the store; build every rank's argv and environment; fork the ranks; then one
+// poll() loop in the calling thread relays output, reaps ranks, reacts to the first failure and to
+// SIGINT/SIGTERM, and escalates SIGTERM -> SIGKILL on a clock. Nothing here runs on another thread.
+//
+// With needs.via_mpirun the launcher forks one child, mpirun, instead of the ranks (see mpirun_plan()); the
+// same loop supervises it, reading its --tag-output streams through TagDemux, which turns them back into
+// "[r] " lines and notices mpirun's reports of a failed rank.
+//
+// Guarantees (launcher.h has them all): the first failure is announced in the store and its status
+// returned; the other ranks get grace_s, then SIGTERM, then SIGKILL kKillAfter later; SIGINT/SIGTERM
+// terminate at once and a second one kills. The job's objects are declared so that on every way out,
+// an exception included, they end in this order: the children (Job), what mpirun left (JobSweeper), the
+// signal handlers, the store, and last the job's lock with its /dev/shm entries (JobLock).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/abort_watch.h"
+#include "bootstrap/env.h"
+#include "bootstrap/launch/launch_internal.h"
+#include "core/log.h"
+#include "mpcomm/error.h"
+#include "mpcomm/store.h"
+
+namespace mpcomm {
+
+namespace {
+
+constexpr int kPollMs = 50;                                // reaping and escalation granularity
+constexpr auto kDrainAfterExit = std::chrono::seconds(1);  // pipes held open by escaped descendants
+constexpr size_t kReadChunk = 64 * 1024;
+
+}  // namespace
+
+int launch(const LaunchOptions& o) {
+  using namespace launch_detail;
+  validate(o);
+  const std::string program = find_program(o.argv[0]);
+  const int n = o.nranks, hosts = o.hosts;
+  // The ranks are started by mpirun, the only child (see mpirun_plan()).
+  const bool via_mpirun = o.needs.via_mpirun;
+  std::string mpirun;
+  if (via_mpirun) {
+    try {
+      mpirun = find_program("mpirun");
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("mpcomm: launch: --backend " + o.backend + " starts the ranks with mpirun, but " +
+                            (e.what() + std::strlen("mpcomm: launch: ")) + " (install openmpi-bin)");
+    }
+  }
+
+  const char* env_token = std::getenv("MPCOMM_TOKEN");
+  const std::string token = env_token != nullptr && *env_token != '\0' ? env_token : random_hex(16);
+  const std::string job_id = random_hex(6);
+  sweep_dead_jobs();
+  JobLock lock(job_id);  // after the sweep, before anything of the job exists; destroyed last: cleans up
+
+  TcpStoreServer store(o.bind_addr, 0, token);
+  // Ranks connect to the address the store listens on; a wildcard listener is reached on loopback.
+  std::string addr = o.bind_addr == "0.0.0.0" ? "127.0.0.1" : o.bind_addr == "::" ? "::1" : o.bind_addr;
+  const std::string port = std::to_string(store.port());
+  const std::string store_url = "tcp://" + (addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + port;
+  MPCOMM_LOG(info, "launch: job %s, %d ranks on %d host(s), store %s%s", job_id.c_str(), n, hosts, store_url.c_str(),
+             via_mpirun ? ", through mpirun" : "");
+
+  // ---- every child's argv and environment, before any fork
+  std::vector<ExecPlan> plans;
+  std::vector<std::string> mpirun_args;  // storage for the mpirun plan's argv
+  if (via_mpirun) {
+    plans.push_back(mpirun_plan(o, mpirun, program, {addr, port, store_url, token, job_id, timeout_text(o.timeout_s)},
+                                mpirun_args));
+  } else {
+    const std::string host_base = hosts > 1 ? host_id_from_env() : "";
+    std::vector<std::string> overridden = {"RANK",          "WORLD_SIZE",     "LOCAL_RANK",    "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR",   "MASTER_PORT",    "MPCOMM_STORE",  "MPCOMM_TOKEN",
+                                           "MPCOMM_JOB_ID", "MPCOMM_TIMEOUT", "MPCOMM_BACKEND"};
+    if (hosts > 1) overridden.push_back("MPCOMM_HOST_ID");  // with one host the inherited value (or hostname) holds
+    const std::vector<std::string> inherited = environment_without(overridden);
+    plans.resize(static_cast<size_t>(n));
+    const std::vector<int> cpus = allowed_cpus();
+    const bool bind = o.bind && o.needs.may_pin && !cpus.empty();  // see LaunchOptions::bind
+    for (int r = 0; r < n; ++r) {
+      const int h = emulated_host_of_rank(r, n, hosts);  // host h runs [h*n/hosts, (h+1)*n/hosts)
+      const int first = static_cast<int>(static_cast<long>(h) * n / hosts);
+      const int end = static_cast<int>(static_cast<long>(h + 1) * n / hosts);
+      ExecPlan& p = plans[static_cast<size_t>(r)];
+      p.path = program;
+      p.env = inherited;
+      auto put = [&](const char* k, const std::string& v) { p.env.push_back(std::string(k) + "=" + v); };
+      put("RANK", std::to_string(r));
+      put("WORLD_SIZE", std::to_string(n));
+      put("LOCAL_RANK", std::to_string(r - first));
+      put("LOCAL_WORLD_SIZE", std::to_string(end - first));
+      put("MASTER_ADDR", addr);
+      put("MASTER_PORT", port);
+      put("MPCOMM_STORE", store_url);
+      put("MPCOMM_TOKEN", token);
+      put("MPCOMM_JOB_ID", job_id);
+      put("MPCOMM_TIMEOUT", timeout_text(o.timeout_s));
+      put("MPCOMM_BACKEND", o.backend);
+      if (hosts > 1) put("MPCOMM_HOST_ID", host_base + "-h" + std::to_string(h));
+      if (bind) p.cpu = cpus[static_cast<size_t>(bind_slot(r, n, hosts, static_cast<int>(cpus.size())))];
+      finish_plan(p, o.argv);
+      p.exec_failed = "mpcomm launch: rank " + std::to_string(r) + ": cannot execute '" + program + "': ";
+    }
+  }
+
+  // ---- start
+  Output output;
+  SignalCatcher signals;
+  JobSweeper sweeper{via_mpirun ? job_id : ""};  // destroyed after `job`: whatever mpirun left behind
+  TagDemux mpirun_out(STDOUT_FILENO, o.prefix_output), mpirun_err(STDERR_FILENO, o.prefix_output);
+  Job job;  // after `signals`: destroyed first, so ranks are gone before the handlers are restored
+  if (via_mpirun) {
+    job.ranks.resize(1);
+    Rank& r = job.ranks[0];
+    r.rank = -1;
+    r.name = "mpirun";
+    start_rank(r, plans[0], /*stdin_fd=*/-1);  // mpirun forwards stdin to rank 0
+    lock.note_mpirun(r.pid);
+    r.out.demux = &mpirun_out;
+    r.err.demux = &mpirun_err;
+  } else {
+    job.ranks.resize(static_cast<size_t>(n));
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // stdin of every rank but 0, like mpirun
+    try {
+      for (int r = 0; r < n; ++r) {
+        Rank& rank = job.ranks[static_cast<size_t>(r)];
+        rank.rank = r;
+        rank.name = "rank " + std::to_string(r);
+        rank.prefix = o.prefix_output ? "[" + std::to_string(r) + "] " : "";
+        start_rank(rank, plans[static_cast<size_t>(r)], r == 0 ? -1 : devnull);
+      }
+    } catch (...) {
+      if (devnull >= 0) ::close(devnull);
+      throw;
+    }
+    if (devnull >= 0) ::close(devnull);
+  }
+
+  // ---- supervise
+  auto say = [&](const std::string& line) { output.write(STDERR_FILENO, "mpcomm launch: " + line + "\n"); };
+  auto announce = [&](const std::string& text) {
+    try {
+      store.set_local_if_absent(kAbortKey, Bytes(text.begin(), text.end()));  // a rank's own report is better
+    } catch (const std::exception& e) {
+      MPCOMM_LOG(warn, "launch: could not set %s: %s", kAbortKey, e.what());
+    }
+  };
+  // What the escalation messages name: the ranks, or mpirun (which ends its ranks itself).
+  auto running = [&]() {
+    return via_mpirun ? std::string("mpirun and its ranks") : std::to_string(job.running()) + " rank(s)";
+  };
+  std::optional<Clock::time_point> term_at, kill_at, drain_until;
+  bool termed = false, killed = false;
+  int first_failure = 0;   // status of the first rank that failed
+  int interrupted_by = 0;  // signal that interrupted the launcher
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Stream*, const std::string*>> polled;  // stream, its rank's prefix
+  std::vector<char> buf(kReadChunk);
+  auto take_mpirun_reports = [&]() {
+    for (TagDemux* d : {&mpirun_out, &mpirun_err})
+      for (const RankFailure& f : d->take_failures()) {
+        if (first_failure != 0 || interrupted_by != 0) continue;
+        first_failure = f.status;
+        std::string what = "rank " + std::to_string(f.rank) + " " + f.how;
+        announce(what);
+        say(what + " (reported by mpirun)" +
+            (job.running() > 0 ? "; waiting up to " + fmt_seconds(o.grace_s) + " s for mpirun to end the job" : ""));
+        term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
+      }
+  };
+
+  for (;;) {
+    auto now = Clock::now();
+    if (job.running() == 0) {
+      if (!job.streams_open()) break;
+      // Every rank is reaped and its group killed; a pipe still open is held by a descendant that
+      // left the group (setsid). Read what is buffered, then stop waiting for it.
+      if (!drain_until) drain_until = now + kDrainAfterExit;
+      if (now >= *drain_until) {
+        for (Rank& r : job.ranks) {
+          r.out.close(r.prefix, output);
+          r.err.close(r.prefix, output);
+        }
+        break;
+      }
+    }
+
+    fds.clear();
+    polled.clear();
+    fds.push_back({signals.fd(), POLLIN, 0});
+    for (Rank& r : job.ranks)
+      for (Stream* s : {&r.out, &r.err})
+        if (s->fd >= 0) {
+          fds.push_back({s->fd, POLLIN, 0});
+          polled.emplace_back(s, &r.prefix);
+        }
+    int ready = ::poll(fds.data(), fds.size(), kPollMs);
+    if (ready < 0 && errno != EINTR) throw Internal("mpcomm: launch: poll() failed: " + errno_text(errno));
+
+    // SIGINT / SIGTERM: terminate everything at once; a second signal kills.
+    if (ready > 0 && fds[0].revents != 0) {
+      for (int sig : signals.drain()) {
+        if (interrupted_by == 0) {
+          interrupted_by = sig;
+          say(std::string("interrupted by SIG") + sigabbrev_np(sig) + "; terminating " + running());
+          announce(std::string("mpcomm launch was interrupted by SIG") + sigabbrev_np(sig));
+          job.signal_all(SIGTERM);
+          termed = true;
+          kill_at = Clock::now() + kKillAfter;
+        } else if (!killed) {
+          killed = true;
+          job.signal_all(SIGKILL);
+          if (via_mpirun) sweep_job_processes(job_id);
+        }
+      }
+    }
+
+    // Output.
+    for (size_t i = 1; ready > 0 && i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto [s, prefix] = polled[i - 1];
+      ssize_t got = ::read(s->fd, buf.data(), buf.size());
+      if (got > 0) {
+        s->take(buf.data(), static_cast<size_t>(got), *prefix, output);
+      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+        s->close(*prefix, output);
+      }
+    }
+
+    // Ranks that mpirun reported failed: mpirun ends the others itself; it gets grace_s to do so.
+    take_mpirun_reports();
+
+    // Ranks that ended. (mpirun's own exit is judged once its output is read: its report names the rank.)
+    // Of the ranks reaped in one pass, one killed by a signal is more likely the cause than those that
+    // exited with an error after noticing it, so it is reported as the first failure.
+    Rank* failed = nullptr;
+    for (Rank& r : job.ranks) {
+      if (!r.running || !reap(r) || r.status == 0) continue;
+      bool signaled = r.how.find("signal") != std::string::npos;
+      if (failed == nullptr || (signaled && failed->how.find("signal") == std::string::npos)) failed = &r;
+    }
+    if (failed != nullptr && first_failure == 0 && interrupted_by == 0 && !via_mpirun) {
+      Rank& r = *failed;
+      first_failure = r.status;
+      std::string what = r.name + " " + r.how;
+      announce(what);
+      int others = job.running();
+      say(others > 0 ? what + "; waiting up to " + fmt_seconds(o.grace_s) + " s for the other ranks" : what);
+      if (others > 0)
+        term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
+    }
+
+    // Escalation.
+    now = Clock::now();
+    if (term_at && !termed && now >= *term_at) {
+      termed = true;
+      if (job.running() > 0) {
+        say("terminating " + running() + " still running after " + fmt_seconds(o.grace_s) + " s");
+        job.signal_all(SIGTERM);
+      }
+      kill_at = now + kKillAfter;
+    }
+    if (kill_at && !killed && now >= *kill_at) {
+      killed = true;
+      if (job.running() > 0) {
+        say("killing " + running() + " that did not end 2 s after SIGTERM");
+        job.signal_all(SIGKILL);
+      }
+      if (via_mpirun) sweep_job_processes(job_id);
+    }
+  }
+
+  if (via_mpirun) {
+    take_mpirun_reports();
+    const Rank& m = job.ranks[0];
+    if (first_failure == 0 && interrupted_by == 0 && !m.running && m.status != 0) {
+      first_failure = m.status;  // mpirun failed without naming a rank
+      say(m.name + " " + m.how);
+    }
+    remove_mpirun_session_dir(m.pid);
+  }
+  if (interrupted_by != 0) return 128 + interrupted_by;
+  return first_failure;
+}
+
+}  // namespace mpcomm

@@ -1,0 +1,112 @@
+// mpcomm launch, options: checks LaunchOptions, finds the program the way execvp() would, makes the
+// job's random ids (token, job id), and writes the numbers the launcher says or exports as text.
+//
+// Guarantees: a bad option or a program that cannot be run is refused with InvalidArgument, whose
+// message names the option and the value, before launch() starts anything (no process, file or socket
+// of the job exists yet).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bootstrap/launch/launch_internal.h"
+#include "mpcomm/error.h"
+
+namespace mpcomm::launch_detail {
+
+std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
+
+std::string fmt_seconds(double s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+namespace {
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+// The path execve() should run, found the way execvp() would find it.
+std::string find_program(const std::string& prog) {
+  if (prog.empty()) throw InvalidArgument("mpcomm: launch: the program name is empty");
+  if (prog.find('/') != std::string::npos) {
+    if (is_executable_file(prog)) return prog;
+    throw InvalidArgument("mpcomm: launch: cannot run '" + prog +
+                          "': " + (::access(prog.c_str(), F_OK) != 0 ? errno_text(errno) : "not an executable file"));
+  }
+  const char* env_path = std::getenv("PATH");
+  std::string path = env_path != nullptr && *env_path != '\0' ? env_path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + prog;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
+  throw InvalidArgument("mpcomm: launch: program '" + prog + "' not found on PATH (" + path + ")");
+}
+
+void validate(const LaunchOptions& o) {
+  auto bad = [](const std::string& why) { throw InvalidArgument("mpcomm: launch: " + why); };
+  if (o.nranks < 1) bad("-n must be at least 1 (got " + std::to_string(o.nranks) + ")");
+  if (o.hosts < 1 || o.hosts > o.nranks)
+    bad("--hosts must be between 1 and -n " + std::to_string(o.nranks) + " (got " + std::to_string(o.hosts) + ")");
+  if (!(o.timeout_s > 0) || !std::isfinite(o.timeout_s))
+    bad("--timeout must be a positive number of seconds (got " + fmt_seconds(o.timeout_s) + ")");
+  if (!(o.grace_s >= 0) || !std::isfinite(o.grace_s))
+    bad("the grace period must be >= 0 seconds (got " + fmt_seconds(o.grace_s) + ")");
+  if (o.backend.empty()) bad("the backend name is empty");
+  if (o.bind_addr.empty()) bad("the bind address is empty");
+  if (o.argv.empty()) bad("no program given (mpcomm launch -n N -- PROGRAM ARGS...)");
+}
+
+std::string random_hex(size_t nbytes) {
+  std::vector<unsigned char> raw(nbytes);
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Internal("mpcomm: launch: cannot open /dev/urandom: " + errno_text(errno));
+  size_t got = 0;
+  while (got < nbytes) {
+    ssize_t n = ::read(fd, raw.data() + got, nbytes - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw Internal("mpcomm: launch: cannot read /dev/urandom: " + errno_text(e));
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : raw) {
+    hex += digits[b >> 4];
+    hex += digits[b & 15];
+  }
+  return hex;
+}
+
+// MPCOMM_TIMEOUT as the ranks will parse it: an integer when it is one.
+std::string timeout_text(double s) {
+  char buf[64];
+  if (s == std::floor(s) && s < 1e15)
+    std::snprintf(buf, sizeof buf, "%.0f", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.3f", s);
+  return buf;
+}
+
+}  // namespace mpcomm::launch_detail

@@ -1,0 +1,59 @@
+// What each backend needs from `mpcomm launch` (backends/launch_needs.h): the table agrees with the
+// backends of this build, and a backend the build has not got is refused before anything starts.
+#include "backends/launch_needs.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "harness/process.h"
+#include "mpcomm/communicator.h"
+#include "mpcomm/error.h"
+
+namespace mpcomm {
+namespace {
+
+std::string refusal(const std::string& backend) {
+  try {
+    launch_needs(backend);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "launch_needs(\"" << backend << "\") did not throw InvalidArgument";
+  return "";
+}
+
+TEST(LaunchNeeds, OnlyMpiGoesThroughMpirunAndOnlyGlooIsNotPinned) {
+  const auto built = compiled_backends();
+  ASSERT_FALSE(built.empty());
+  for (const auto& b : built) {
+    LaunchNeeds needs;
+    ASSERT_NO_THROW(needs = launch_needs(b)) << b;
+    EXPECT_EQ(needs.via_mpirun, b == "mpi") << b;
+    EXPECT_EQ(needs.may_pin, b != "gloo") << b;
+  }
+}
+
+TEST(LaunchNeeds, ABackendThisBuildHasNotGotIsRefusedWithTheReason) {
+  const auto built = compiled_backends();
+  for (const std::string b : {"gloo", "mpi", "nccl"}) {
+    if (std::find(built.begin(), built.end(), b) != built.end()) continue;
+    const std::string msg = refusal(b);
+    EXPECT_EQ(msg.rfind("mpcomm: launch: --backend " + b + ": this build of mpcomm has no " + b + " backend (", 0), 0u)
+        << msg;
+    EXPECT_NE(msg.find("reconfigure and rebuild"), std::string::npos) << msg;
+  }
+  const std::string msg = refusal("carrier-pigeon");
+  EXPECT_EQ(msg.rfind("mpcomm: launch: --backend carrier-pigeon: no such backend (this build has: native", 0), 0u)
+      << msg;
+}
+
+TEST(LaunchNeeds, TheLaunchCommandRefusesABackendItHasNotGot) {
+  auto r = testing::run_command(std::string(MPCOMM_CLI) + " launch -n 1 --backend carrier-pigeon -- true");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--backend carrier-pigeon: no such backend"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace mpcomm
