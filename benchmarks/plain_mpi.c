@@ -5,7 +5,7 @@
  *
  *   mpirun [placement] build/benchmarks/plain_mpi [-o allreduce,broadcast] [-b 8] [-e 64M] [-f 2]
  *                                                [-w 10] [-n 100] [-m 10] [-B 1G] [-j FILE]
- *                                                [--nonblocking] [--thread-multiple]
+ *                                                [--nonblocking] [--ibarrier] [--thread-multiple]
  *
  * The placement `mpcomm launch -n N --backend mpi` gives its ranks (src/bootstrap/launcher.cc,
  * mpirun_plan), for N ranks on a host with C cores, as root:
@@ -35,9 +35,11 @@
  *    "bytes":8,"count":2,"ranks":2,"warmup":10,"iters":100,"wrong":0,"median_us":1.23,
  *    "min_median_us":1.10,"mean_us":1.30,"min_us":0.98}
  *
- * Diagnostics, not what a user writes: --nonblocking posts MPI_Iallreduce / MPI_Ibcast and completes
- * them with MPI_Wait (variant "nonblocking"); --thread-multiple initialises MPI with
- * MPI_THREAD_MULTIPLE, as mpcomm's mpi backend does (variant gets "+mt"). */
+ * Diagnostics, not what a user writes, each one a step towards the MPI calls mpcomm's mpi backend makes
+ * (src/backends/mpi): --nonblocking posts MPI_Iallreduce / MPI_Ibcast and completes them with MPI_Wait
+ * (variant "nonblocking"); --ibarrier does the barrier with MPI_Ibarrier and MPI_Wait ("+ibarrier");
+ * --thread-multiple initialises MPI with MPI_THREAD_MULTIPLE ("+mt"). With all three, what is left
+ * between plain_mpi and api_latency is mpcomm's own: its entry point and its MPI_Testall polling. */
 #include <mpi.h>
 
 #include <stdint.h>
@@ -55,7 +57,7 @@ struct config {
   int warmup, iters, min_iters;
   size_t budget;
   const char* json;
-  int nonblocking, thread_multiple;
+  int nonblocking, ibarrier, thread_multiple;
 };
 
 static int rank, nranks;
@@ -81,13 +83,14 @@ static size_t parse_bytes(const char* s) {
 static void usage(void) {
   if (rank == 0)
     printf("usage: plain_mpi [-o allreduce,broadcast] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS]\n"
-           "                 [-m MIN_ITERS] [-B BUDGET_BYTES] [-j FILE] [--nonblocking] [--thread-multiple]\n"
+           "                 [-m MIN_ITERS] [-B BUDGET_BYTES] [-j FILE] [--nonblocking] [--ibarrier]\n"
+           "                 [--thread-multiple]\n"
            "defaults: -o allreduce,broadcast -b 8 -e 64M -f 2 -w 10 -n 100 -m 10 -B 1G\n"
            "iterations per size: I = min(n, max(m, B / bytes)), warm-up max(1, w * I / n)\n");
 }
 
 static struct config parse(int argc, char** argv) {
-  struct config c = {1, 1, 8, 64 * MiB, 2.0, 10, 100, 10, (size_t)1 << 30, NULL, 0, 0};
+  struct config c = {1, 1, 8, 64 * MiB, 2.0, 10, 100, 10, (size_t)1 << 30, NULL, 0, 0, 0};
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -97,6 +100,8 @@ static struct config parse(int argc, char** argv) {
       exit(0);
     } else if (!strcmp(a, "--nonblocking")) {
       c.nonblocking = 1;
+    } else if (!strcmp(a, "--ibarrier")) {
+      c.ibarrier = 1;
     } else if (!strcmp(a, "--thread-multiple")) {
       c.thread_multiple = 1;
     } else if (v == NULL) {
@@ -146,6 +151,16 @@ static int cmp_double(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+static void barrier(const struct config* c) {
+  if (c->ibarrier) {
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 static void call(const struct config* c, int is_allreduce, const float* send, float* recv, int count) {
   if (c->nonblocking) {
     MPI_Request req;
@@ -183,7 +198,7 @@ static void row(const struct config* c, int is_allreduce, size_t bytes, float* s
   long long wrong = check(c, is_allreduce, send, recv, count), all_wrong = 0;
   const int iters = timed_iters(c, bytes), warm = warmup_iters(c, iters);
   for (int i = -warm; i < iters; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier(c);
     const double t0 = now_us();
     call(c, is_allreduce, send, recv, count);
     const double t1 = now_us();
@@ -201,10 +216,10 @@ static void row(const struct config* c, int is_allreduce, size_t bytes, float* s
   if (rank != 0) return;
   char line[512];
   snprintf(line, sizeof line,
-           "{\"program\":\"plain_mpi\",\"backend\":\"plain\",\"variant\":\"%s%s\",\"op\":\"%s\",\"dtype\":\"float32\","
+           "{\"program\":\"plain_mpi\",\"backend\":\"plain\",\"variant\":\"%s%s%s\",\"op\":\"%s\",\"dtype\":\"float32\","
            "\"bytes\":%zu,\"count\":%d,\"ranks\":%d,\"warmup\":%d,\"iters\":%d,\"wrong\":%lld,\"median_us\":%.3f,"
            "\"min_median_us\":%.3f,\"mean_us\":%.3f,\"min_us\":%.3f}",
-           c->nonblocking ? "nonblocking" : "blocking", c->thread_multiple ? "+mt" : "",
+           c->nonblocking ? "nonblocking" : "blocking", c->ibarrier ? "+ibarrier" : "", c->thread_multiple ? "+mt" : "",
            is_allreduce ? "allreduce" : "broadcast", bytes, count, nranks, warm, iters, all_wrong, most[0], least_med,
            most[1], most[2]);
   printf("%s\n", line);
