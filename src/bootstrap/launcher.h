@@ -32,7 +32,7 @@
 namespace mpcomm {
 
 // What a backend needs from the launcher. The launcher does not know backends by name: whoever fills
-// LaunchOptions asks launch_needs(backend) (src/backends/launch_needs.h), which also says why each
+// LaunchOptions asks launch_needs(backend) (src/backends/registry.h), which also says why each
 // backend needs what it does.
 struct LaunchNeeds {
   bool via_mpirun = false;  // ranks are started by one mpirun child (the mpi backend)

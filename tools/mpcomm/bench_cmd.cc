@@ -19,7 +19,7 @@
 
 #include "bench.h"
 #include "bench_turns.h"
-#include "backends/launch_needs.h"
+#include "backends/registry.h"
 #include "bootstrap/launcher.h"
 #include "core/cpu_pair.h"
 #include "core/device.h"

@@ -1,4 +1,4 @@
-#include "backends/launch_needs.h"
+#include "backends/registry.h"
 #include "bootstrap/launcher.h"
 #include "commands.h"
 

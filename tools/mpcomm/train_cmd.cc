@@ -16,7 +16,7 @@
 #include "parallel/trainer.h"
 #include "bench.h"
 #include "progress.h"
-#include "backends/launch_needs.h"
+#include "backends/registry.h"
 #include "bootstrap/launcher.h"
 
 namespace mpcomm::cli {

@@ -178,7 +178,7 @@ int launch(const LaunchOptions& o) {
         std::string what = "rank " + std::to_string(f.rank) + " " + f.how;
         announce(what);
         say(what + " (reported by mpirun)" +
-            (job.running() > 0 ? "; waiting up to " + fmt_seconds(o.grace_s) + " s for mpirun to end the job" : ""));
+            (job.running() > 0 ? "; waiting up to " + seconds_text(o.grace_s) + " s for mpirun to end the job" : ""));
         term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
       }
   };
@@ -259,7 +259,7 @@ int launch(const LaunchOptions& o) {
       std::string what = r.name + " " + r.how;
       announce(what);
       int others = job.running();
-      say(others > 0 ? what + "; waiting up to " + fmt_seconds(o.grace_s) + " s for the other ranks" : what);
+      say(others > 0 ? what + "; waiting up to " + seconds_text(o.grace_s) + " s for the other ranks" : what);
       if (others > 0)
         term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
     }
@@ -269,7 +269,7 @@ int launch(const LaunchOptions& o) {
     if (term_at && !termed && now >= *term_at) {
       termed = true;
       if (job.running() > 0) {
-        say("terminating " + running() + " still running after " + fmt_seconds(o.grace_s) + " s");
+        say("terminating " + running() + " still running after " + seconds_text(o.grace_s) + " s");
         job.signal_all(SIGTERM);
       }
       kill_at = now + kKillAfter;

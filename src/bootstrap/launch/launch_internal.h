@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bootstrap/launcher.h"
+#include "core/wait.h"
 
 namespace mpcomm::launch_detail {
 
@@ -33,7 +34,6 @@ constexpr auto kKillAfter = std::chrono::seconds(2);  // SIGTERM, then SIGKILL t
 // ---- options.cc ------------------------------------------------------------------------------------
 
 std::string errno_text(int e);  // "No such file or directory (errno 2)"
-std::string fmt_seconds(double s);
 
 // The path execve() should run, found the way execvp() would find it. Throws InvalidArgument.
 std::string find_program(const std::string& prog);

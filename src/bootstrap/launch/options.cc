@@ -23,12 +23,6 @@ namespace mpcomm::launch_detail {
 
 std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
 
-std::string fmt_seconds(double s) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
-
 namespace {
 
 bool is_executable_file(const std::string& path) {
@@ -66,9 +60,9 @@ void validate(const LaunchOptions& o) {
   if (o.hosts < 1 || o.hosts > o.nranks)
     bad("--hosts must be between 1 and -n " + std::to_string(o.nranks) + " (got " + std::to_string(o.hosts) + ")");
   if (!(o.timeout_s > 0) || !std::isfinite(o.timeout_s))
-    bad("--timeout must be a positive number of seconds (got " + fmt_seconds(o.timeout_s) + ")");
+    bad("--timeout must be a positive number of seconds (got " + seconds_text(o.timeout_s) + ")");
   if (!(o.grace_s >= 0) || !std::isfinite(o.grace_s))
-    bad("the grace period must be >= 0 seconds (got " + fmt_seconds(o.grace_s) + ")");
+    bad("the grace period must be >= 0 seconds (got " + seconds_text(o.grace_s) + ")");
   if (o.backend.empty()) bad("the backend name is empty");
   if (o.bind_addr.empty()) bad("the bind address is empty");
   if (o.argv.empty()) bad("no program given (mpcomm launch -n N -- PROGRAM ARGS...)");

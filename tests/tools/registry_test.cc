@@ -1,6 +1,6 @@
-// What each backend needs from `mpcomm launch` (backends/launch_needs.h): the table agrees with the
-// backends of this build, and a backend the build has not got is refused before anything starts.
-#include "backends/launch_needs.h"
+// The backend registry (backends/registry.h): what each backend needs from `mpcomm launch` agrees with
+// the backends of this build, and a backend the build has not got is refused before anything starts.
+#include "backends/registry.h"
 
 #include <gtest/gtest.h>
 
@@ -53,6 +53,17 @@ TEST(LaunchNeeds, TheLaunchCommandRefusesABackendItHasNotGot) {
   auto r = testing::run_command(std::string(MPCOMM_CLI) + " launch -n 1 --backend carrier-pigeon -- true");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("--backend carrier-pigeon: no such backend"), std::string::npos) << r.output;
+}
+
+// create() refuses the same way, naming what this build has.
+TEST(Registry, CreateRefusesAnUnknownBackend) {
+  try {
+    create("carrier-pigeon", std::make_shared<HashStore>(), 0, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("mpcomm: backend carrier-pigeon: no such backend (this build has: native", 0), 0u)
+        << e.what();
+  }
 }
 
 }  // namespace

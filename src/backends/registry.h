@@ -1,0 +1,19 @@
+// The backends of this build, one table (registry.cc) that says of each what it declares about itself:
+// its factory, whether it needs a GPU or a store, and what it needs from `mpcomm launch` (LaunchNeeds,
+// bootstrap/launcher.h: whether its ranks are started by mpirun, and whether they may be pinned to a
+// CPU). The launcher knows no backend by name; whoever fills LaunchOptions asks here:
+// o.needs = launch_needs(o.backend).
+#pragma once
+
+#include <string_view>
+
+#include "bootstrap/launcher.h"
+
+namespace mpcomm {
+
+// The launch needs of `backend`. Throws InvalidArgument, before anything starts, for a backend this
+// build does not have (saying what was missing when it was configured, and how to get it) or does not
+// know at all.
+LaunchNeeds launch_needs(std::string_view backend);
+
+}  // namespace mpcomm
