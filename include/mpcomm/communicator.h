@@ -33,6 +33,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -83,6 +84,9 @@ struct Options {
   // 1: the CPU backends copy host buffers through their staging buffer, exactly as they do cuda buffers,
   // so the staging path is tested without a GPU. -1: MPCOMM_STAGING (default 0).
   int staging = -1;
+  // MPCOMM_* knobs for this communicator (and those split from it) only, over the environment's:
+  // {"MPCOMM_SINGLE_COPY", "0"}. `mpcomm info` lists the knobs; an unknown name is an InvalidArgument.
+  std::map<std::string, std::string> params;
   // Fills every unset field from the environment.
   Options resolved() const;
 };

@@ -63,9 +63,9 @@ Core::Core(std::unique_ptr<Backend> backend, BackendFactory recreate)
       may_stage_(backend_->may_stage()),
       cheap_test_(backend_->cheap_test()),
       check_(backend_->options().check > 0 && backend_->size() > 1),
-      recorder_([] {
+      recorder_([this] {
         OpClock::init();
-        const long entries = param_int("MPCOMM_TRACE_ENTRIES");
+        const long entries = param_int(backend_->options(), "MPCOMM_TRACE_ENTRIES");
         return entries > 0 ? static_cast<size_t>(entries) : size_t{0};
       }()) {
   static std::atomic<uint64_t> created{0};

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "mpcomm/communicator.h"
 #include "mpcomm/error.h"
 
 namespace mpcomm {
@@ -49,8 +50,17 @@ std::string param_string(const char* name) {
   return v != nullptr ? std::string(v) : std::string(p.def);
 }
 
-int64_t param_int(const char* name) {
-  std::string s = param_string(name);
+std::string param_string(const Options& opts, const char* name) {
+  if (auto it = opts.params.find(name); it != opts.params.end()) {
+    (void)find_param(name);
+    return it->second;
+  }
+  return param_string(name);
+}
+
+namespace {
+
+int64_t to_int(const char* name, const std::string& s) {
   if (s.empty()) return 0;
   char* end = nullptr;
   long long v = std::strtoll(s.c_str(), &end, 10);
@@ -59,14 +69,29 @@ int64_t param_int(const char* name) {
   return v;
 }
 
-double param_double(const char* name) {
-  std::string s = param_string(name);
+double to_double(const char* name, const std::string& s) {
   if (s.empty()) return 0;
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || *end != '\0')
     throw InvalidArgument(std::string("mpcomm: ") + name + "='" + s + "' is not a number");
   return v;
+}
+
+}  // namespace
+
+int64_t param_int(const char* name) { return to_int(name, param_string(name)); }
+double param_double(const char* name) { return to_double(name, param_string(name)); }
+int64_t param_int(const Options& opts, const char* name) { return to_int(name, param_string(opts, name)); }
+double param_double(const Options& opts, const char* name) { return to_double(name, param_string(opts, name)); }
+
+void check_params(const Options& opts) {
+  for (const auto& [name, value] : opts.params) {
+    bool known = false;
+    for (const auto& p : all_params()) known = known || name == p.name;
+    if (!known)
+      throw InvalidArgument("mpcomm: Options::params names '" + name + "', which is not an mpcomm knob (mpcomm info lists them)");
+  }
 }
 
 }  // namespace mpcomm
