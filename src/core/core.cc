@@ -229,7 +229,7 @@ void Core::finished(const Op& op, uint64_t ticket, uint64_t t0, uint64_t t1, boo
     st.calls.store(st.calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     st.bytes.store(st.bytes.load(std::memory_order_relaxed) + op.bytes(), std::memory_order_relaxed);
   }
-  st.seconds.store(st.seconds.load(std::memory_order_relaxed) + OpClock::seconds(t1 - t0), std::memory_order_relaxed);
+  st.ticks.store(st.ticks.load(std::memory_order_relaxed) + (t1 - t0), std::memory_order_relaxed);
 }
 
 // A failed op: recorded; unless it was only refused (bad argument, unsupported), the record is written
@@ -637,7 +637,7 @@ std::array<OpStats, kNumOpKinds> Core::stats() const {
   for (size_t k = 0; k < out.size(); ++k) {
     out[k].calls = stats_[k].calls.load(std::memory_order_relaxed);
     out[k].bytes = stats_[k].bytes.load(std::memory_order_relaxed);
-    out[k].seconds = stats_[k].seconds.load(std::memory_order_relaxed);
+    out[k].seconds = OpClock::seconds(stats_[k].ticks.load(std::memory_order_relaxed));
   }
   return out;
 }

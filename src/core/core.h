@@ -68,8 +68,7 @@ class Core : public std::enable_shared_from_this<Core> {
  private:
   enum class Driver : uint8_t { none, caller, worker };
   struct Stat {
-    std::atomic<uint64_t> calls{0}, bytes{0};
-    std::atomic<double> seconds{0};
+    std::atomic<uint64_t> calls{0}, bytes{0}, ticks{0};  // ticks: OpClock
   };
 
   void throw_if_aborted(const Op& op) const;

@@ -26,8 +26,6 @@ const char* state_name(FlightRecorder::State s) {
 
 FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity), t0_(OpClock::now()) {}
 
-double FlightRecorder::ms_since_t0(uint64_t at) const { return OpClock::seconds(at - t0_) * 1e3; }
-
 FlightRecorder::Entry* FlightRecorder::entry(uint64_t ticket) {
   if (ring_.empty() || ticket >= next_ || next_ - ticket > ring_.size()) return nullptr;  // overwritten since
   return &ring_[ticket % ring_.size()];
@@ -41,8 +39,8 @@ uint64_t FlightRecorder::start(const Op& op, uint64_t at, State state) {
   e.op.send = nullptr;
   e.op.recv = nullptr;
   e.state = state;
-  e.start_ms = ms_since_t0(at);
-  e.took_ms = -1;
+  e.start = at;
+  e.end = 0;
   e.error.clear();
   return next_++;
 }
@@ -51,7 +49,7 @@ void FlightRecorder::running(uint64_t ticket, uint64_t at) {
   std::lock_guard<std::mutex> lock(mu_);
   if (Entry* e = entry(ticket)) {
     e->state = State::running;
-    e->start_ms = ms_since_t0(at);
+    e->start = at;
   }
 }
 
@@ -61,7 +59,7 @@ void FlightRecorder::finish(uint64_t ticket, State state, uint64_t at, const cha
   if (e == nullptr) return;
   e->state = state;
   e->op.algorithm = algorithm;
-  e->took_ms = ms_since_t0(at) - e->start_ms;
+  e->end = at;
   if (!error.empty()) e->error = error.substr(0, error.find('\n'));
 }
 
@@ -80,12 +78,12 @@ std::string FlightRecorder::dump(const std::string& who) const {
     const bool p2p = op.kind == OpKind::send || op.kind == OpKind::recv;
     auto num = [](int v, bool show) { return show ? std::to_string(v) : std::string("-"); };
     char took[32] = "-";
-    if (e.took_ms >= 0) std::snprintf(took, sizeof took, "%.3f", e.took_ms);
+    if (e.end != 0) std::snprintf(took, sizeof took, "%.3f", OpClock::seconds(e.end - e.start) * 1e3);
     std::snprintf(line, sizeof line, "  %-6s %-15s %12zu %-9s %-5s %4s %4s %4s %-8s %12.3f %10s  %-20s",
                   ((p2p ? "p" : "#") + std::to_string(op.seq)).c_str(), std::string(to_string(op.kind)).c_str(),
                   op.count, std::string(to_string(op.dtype)).c_str(),
                   op.reduces() ? std::string(to_string(op.redop)).c_str() : "-", num(op.root, op.rooted()).c_str(),
-                  num(op.peer, p2p).c_str(), num(op.tag, p2p).c_str(), state_name(e.state), e.start_ms, took,
+                  num(op.peer, p2p).c_str(), num(op.tag, p2p).c_str(), state_name(e.state), OpClock::seconds(e.start - t0_) * 1e3, took,
                   op.algorithm != nullptr ? op.algorithm : "-");
     out += line;
     if (!e.error.empty()) out += "  " + e.error;

@@ -21,8 +21,8 @@ class FlightRecorder {
   struct Entry {
     Op op;                 // buffers are not kept: only what describes the call (and op.algorithm)
     State state = State::running;
-    double start_ms = 0;   // since the communicator was created: when it was issued, then when it started
-    double took_ms = -1;   // -1 until it ends
+    uint64_t start = 0;    // OpClock: when it was issued, then when it started
+    uint64_t end = 0;      // OpClock: when it ended (0 until then)
     std::string error;     // first line of the failure
   };
 
@@ -47,7 +47,6 @@ class FlightRecorder {
 
  private:
   Entry* entry(uint64_t ticket);  // null when the ring has moved past it
-  double ms_since_t0(uint64_t at) const;
   mutable std::mutex mu_;  // ops may end on another thread than the one that issued them
   std::vector<Entry> ring_;
   uint64_t next_ = 0;      // tickets handed out so far

@@ -20,7 +20,6 @@ bool cpu_has_invariant_tsc() {
 }
 
 std::once_flag g_once;
-double g_seconds_per_tick = 1e-9;  // steady_clock's ticks (libstdc++: nanoseconds) unless the TSC is used
 
 // TSC ticks per second, measured against steady_clock over 2 ms; 0 when the TSC cannot be used.
 double tsc_seconds_per_tick() {
@@ -46,8 +45,9 @@ double tsc_seconds_per_tick() {
 
 void OpClock::init() {
   std::call_once(g_once, [] {
+    // Unless the TSC is used, ticks are steady_clock's (libstdc++: nanoseconds): the default 1e-9.
     if (double s = tsc_seconds_per_tick(); s > 0) {
-      g_seconds_per_tick = s;
+      seconds_per_tick_ = s;
       use_tsc_ = true;
     }
   });
@@ -58,9 +58,5 @@ bool OpClock::tsc() {
   return use_tsc_;
 }
 
-double OpClock::seconds_per_tick() {
-  init();
-  return g_seconds_per_tick;
-}
 
 }  // namespace mpcomm::detail

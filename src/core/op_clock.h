@@ -24,14 +24,16 @@ struct OpClock {
 #endif
     return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   }
-  // Seconds per tick (measured once; the first call may take 2 ms).
-  static double seconds_per_tick();
-  static double seconds(uint64_t ticks) { return static_cast<double>(ticks) * seconds_per_tick(); }
-  // Prepares now() and seconds_per_tick() (called when a communicator is created).
+  // Seconds per tick (measured once, by init()).
+  static double seconds_per_tick() { return seconds_per_tick_; }
+  static double seconds(uint64_t ticks) { return static_cast<double>(ticks) * seconds_per_tick_; }
+  // Prepares now() and seconds_per_tick() (about 2 ms, once per process); the front door calls it when a
+  // communicator is created, before any reading is taken.
   static void init();
 
  private:
   static inline bool use_tsc_ = false;
+  static inline double seconds_per_tick_ = 1e-9;
 };
 
 }  // namespace mpcomm::detail
