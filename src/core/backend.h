@@ -47,6 +47,22 @@ struct SplitPlan {
   BackendFactory recreate = nullptr;  // the factory that made the parent
 };
 
+class Backend;
+
+// What an error message names, built only when a message is: an op on a backend ("allreduce #3 (...) on
+// rank 1 of 4 [mpi]"), or a fixed text (setup, split). Keeps strings off the paths of ops that succeed.
+class What {
+ public:
+  What(const Op& op, const Backend& b) : op_(&op), b_(&b) {}
+  explicit What(std::string text) : text_(std::move(text)) {}
+  std::string str() const;
+
+ private:
+  const Op* op_ = nullptr;
+  const Backend* b_ = nullptr;
+  std::string text_;
+};
+
 class Backend {
  public:
   Backend(std::string name, int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store);

@@ -25,6 +25,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_SHM_RING_BYTES", "0", "bytes per shared-memory channel (0: sized from the number of local ranks)"},
       {"MPCOMM_SPIN_US", "1000", "microseconds a waiting native rank keeps polling (yielding the CPU between passes) before it sleeps"},
       {"MPCOMM_MPI_SPIN_MS", "1000", "milliseconds a waiting mpi rank keeps calling MPI_Test back to back (yielding the CPU between bursts) before it sleeps between calls; Open MPI moves a non-blocking collective on only inside those calls"},
+      {"MPCOMM_MPI_CALLS", "auto", "which MPI calls the mpi backend makes: blocking (Open MPI's tuned collectives on the calling thread; a watchdog ends the job when one outlasts the timeout), nonblocking (MPI_Iallreduce ... polled against the deadline), or auto (by op, size and whether ranks outnumber cores, as measured)"},
       {"MPCOMM_SINGLE_COPY", "1", "large native collective messages between local ranks are read straight from the sender's buffer (process_vm_readv); 0: through the shared-memory ring"},
       {"MPCOMM_SINGLE_COPY_KB", "256", "smallest native collective message, in KiB, that goes by single copy (0: none)"},
       {"MPCOMM_FAR_NS", "200", "the CPUs count as far apart when a cache line's round trip between ranks 0 and 1, measured at each call, takes longer than this (ns; 0: never): the two-copy allreduce, the 2-rank allgather of 256 KiB-2 MiB blocks and the crowded host's ring allreduce from 256 KiB then run their direct algorithms"},

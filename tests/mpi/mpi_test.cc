@@ -96,12 +96,13 @@ class MpiProcesses : public ::testing::Test {
 
 // ---- the conformance matrix -------------------------------------------------------------------------
 
-class MpiConformance : public MpiProcesses, public ::testing::WithParamInterface<int> {};
+// (ranks, MPCOMM_MPI_CALLS): the calls the table picks, and each kind of call forced.
+class MpiConformance : public MpiProcesses, public ::testing::WithParamInterface<std::tuple<int, std::string>> {};
 
 TEST_P(MpiConformance, FullMatrixPasses) {
-  const int n = GetParam();
-  RunResult r =
-      run_command(launch("-n " + std::to_string(n) + " --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance"));
+  const auto& [n, calls] = GetParam();
+  RunResult r = run_command("MPCOMM_MPI_CALLS=" + calls + " " +
+                            launch("-n " + std::to_string(n) + " --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance"));
   EXPECT_EQ(r.status, 0) << r.output;
   std::string summary = line_with(r.output, "conformance: backend mpi");
   EXPECT_EQ(summary.rfind("[0] conformance: backend mpi, " + std::to_string(n) + " ranks, ", 0), 0u) << r.output;
@@ -111,8 +112,15 @@ TEST_P(MpiConformance, FullMatrixPasses) {
 
 // 1-8 ranks, 2-13 s each on a 2-core machine (8 ranks took 26-42 s while the mpi backend slept between
 // MPI_Test calls after 50 µs: Open MPI's non-blocking collectives advance only inside those calls).
-INSTANTIATE_TEST_SUITE_P(Ranks, MpiConformance, ::testing::Values(1, 2, 3, 4, 5, 8),
-                         [](const auto& info) { return "n" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Ranks, MpiConformance,
+                         ::testing::Values(std::make_tuple(1, "auto"), std::make_tuple(2, "auto"),
+                                           std::make_tuple(3, "auto"), std::make_tuple(4, "auto"),
+                                           std::make_tuple(5, "auto"), std::make_tuple(8, "auto"),
+                                           std::make_tuple(2, "nonblocking"), std::make_tuple(3, "blocking"),
+                                           std::make_tuple(4, "nonblocking"), std::make_tuple(5, "blocking")),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                         });
 
 // ---- groups, checks, counts, point to point ---------------------------------------------------------
 
@@ -271,7 +279,8 @@ TEST_F(MpiProcesses, FailingRankStatusIsReturned) {
 // A wait keeps calling MPI_Test back to back for MPCOMM_MPI_SPIN_MS before it sleeps; the deadline and
 // the abort key are checked all along, also while it spins.
 TEST_F(MpiProcesses, TheDeadlineHoldsWhileAWaitSpins) {
-  RunResult r = run_command("MPCOMM_MPI_SPIN_MS=60000 " + launch("-n 3 --timeout 3 -- " + kTestProg + " stall 2 2"));
+  RunResult r = run_command("MPCOMM_MPI_CALLS=nonblocking MPCOMM_MPI_SPIN_MS=60000 " +
+                            launch("-n 3 --timeout 3 -- " + kTestProg + " stall 2 2"));
   EXPECT_EQ(r.status, 3) << r.output;
   for (int rank = 0; rank < 2; ++rank) {
     std::string tag = "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " failed after ";
@@ -284,7 +293,7 @@ TEST_F(MpiProcesses, TheDeadlineHoldsWhileAWaitSpins) {
 }
 
 TEST_F(MpiProcesses, ARankThatNeverCallsGivesATimeoutNamingTheOp) {
-  RunResult r = run_command(launch("-n 3 --timeout 3 -- " + kTestProg + " stall 2 2"));
+  RunResult r = run_command("MPCOMM_MPI_CALLS=nonblocking " + launch("-n 3 --timeout 3 -- " + kTestProg + " stall 2 2"));
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_LT(r.seconds, 20.0) << r.output;
   for (int rank = 0; rank < 2; ++rank) {
@@ -307,7 +316,7 @@ TEST_F(MpiProcesses, ARankThatNeverCallsGivesATimeoutNamingTheOp) {
 TEST_F(MpiProcesses, AnAbortReachesRanksWaitingInACollective) {
   // Rank 1 aborts instead of calling allreduce #2; ranks 0 and 2 learn it from the store's abort key
   // (polled every 500 ms), long before their 30 s timeout.
-  RunResult r = run_command(launch("-n 3 --timeout 30 -- " + kTestProg + " abort 1 2"));
+  RunResult r = run_command("MPCOMM_MPI_CALLS=nonblocking " + launch("-n 3 --timeout 30 -- " + kTestProg + " abort 1 2"));
   EXPECT_EQ(r.status, 3) << r.output;
   for (int rank : {0, 2}) {
     std::string tag = "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " failed after ";
@@ -316,6 +325,29 @@ TEST_F(MpiProcesses, AnAbortReachesRanksWaitingInACollective) {
     EXPECT_TRUE(contains(line, ": peer failure: mpcomm: allreduce #2 ")) << line;
     EXPECT_TRUE(contains(line, "aborted because another rank failed: rank 1 aborted: testing")) << line;
     EXPECT_LT(std::atof(line.c_str() + line.find(tag) + tag.size()), 3.0) << line;
+  }
+}
+
+// A blocking MPI call cannot time out or be interrupted: when a rank never makes the matching call, the
+// watchdog ends the job once the others' call has lasted the timeout, with our error naming the op, its
+// sequence number and the rank; when a rank aborts while the others sit in a blocking call, it ends the
+// job naming the abort. Nothing is left behind.
+TEST_F(MpiProcesses, TheWatchdogEndsAJobStuckInABlockingCall) {
+  for (const std::string mode : {"stall", "abort"}) {
+    const std::string tag = testing::unique_tag();
+    RunResult r = run_command("MPCOMM_MPI_CALLS=blocking " +
+                              launch("-n 3 --timeout 3 -- " + kTestProg + " " + mode + " 1 2 " + tag));
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_LT(r.seconds, 15.0) << r.output;
+    const std::string line = line_with(r.output, "the watchdog ends the job with MPI_Abort");
+    ASSERT_FALSE(line.empty()) << r.output;
+    EXPECT_TRUE(contains(line, "allreduce #2 (count 262144, float32, max) on rank ")) << line;
+    EXPECT_TRUE(contains(line, " of 3 [mpi]: ")) << line;
+    if (mode == "stall")
+      EXPECT_TRUE(contains(line, "timed out after 3 s in a blocking MPI call")) << line;
+    else
+      EXPECT_TRUE(contains(line, "aborted because another rank failed: rank 1 aborted: testing")) << line;
+    EXPECT_EQ(count_processes_running(kTestProg, tag), 0) << "orphaned ranks";
   }
 }
 

@@ -40,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -52,6 +53,7 @@
 #include "core/reduce.h"
 #include "core/topology.h"
 #include "core/wait.h"
+#include "core/watchdog.h"
 
 namespace mpcomm::mpi {
 
@@ -59,10 +61,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using detail::Op;
+using detail::What;
 
 // How long bursts go back to back (sched_yield between): MPCOMM_MPI_SPIN_MS, at most an hour.
-std::chrono::milliseconds spin_setting() {
-  return std::chrono::milliseconds(std::clamp<int64_t>(param_int("MPCOMM_MPI_SPIN_MS"), 0, int64_t{3600} * 1000));
+std::chrono::milliseconds spin_setting(const Options& o) {
+  return std::chrono::milliseconds(std::clamp<int64_t>(param_int(o, "MPCOMM_MPI_SPIN_MS"), 0, int64_t{3600} * 1000));
 }
 // MPI_Testall calls per burst. Open MPI progresses its non-blocking collectives (coll/libnbc) from a
 // low-priority callback that runs on every 8th opal_progress() only, and each MPI_Test makes one: with
@@ -280,8 +283,8 @@ size_t chunk_elements(size_t elem_size) {
 
 class CommState {
  public:
-  CommState(int rank, int size, Millis timeout, const std::shared_ptr<Store>& store)
-      : rank_(rank), size_(size), timeout_(timeout), spin_(spin_setting()),
+  CommState(int rank, int size, const Options& opts, const std::shared_ptr<Store>& store)
+      : rank_(rank), size_(size), timeout_(opts.timeout), spin_(spin_setting(opts)),
         abort_watch_(store, kStoreEvery, "mpi rank " + std::to_string(rank)) {
     Runtime::get().acquire();
   }
@@ -307,13 +310,13 @@ class CommState {
   int size() const { return size_; }
 
   // Throws Internal (or `code`) in the format every MPI failure has.
-  void check(int rc, const std::string& what, const char* call, ErrorCode code = ErrorCode::internal) const {
-    if (rc != MPI_SUCCESS) throw_mpi(code, what, call, rc);
+  void check(int rc, const What& what, const char* call, ErrorCode code = ErrorCode::internal) const {
+    if (rc != MPI_SUCCESS) throw_mpi(code, what.str(), call, rc);
   }
 
   // Starts one non-blocking MPI call (`post` fills the request) and appends its request to `reqs`.
   template <class Post>
-  void post(std::vector<MPI_Request>& reqs, const std::string& what, const char* call, Post&& post_call) {
+  void post(std::vector<MPI_Request>& reqs, const What& what, const char* call, Post&& post_call) {
     MPI_Request r = MPI_REQUEST_NULL;
     int rc;
     {
@@ -327,8 +330,7 @@ class CommState {
 
   // One MPI_Testall over `reqs` (posted with post()): true when all completed. An MPI error is a
   // PeerFailure (Mismatch for a truncated receive).
-  bool test(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const std::string& what,
-            const char* call) {
+  bool test(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const What& what, const char* call) {
     int flag = 0, rc;
     {
       auto g = Runtime::get().guard();
@@ -349,18 +351,17 @@ class CommState {
         }
     const std::string waiting = std::string(" (completing ") + call + ")";
     if (mpi_error_class(rc) == MPI_ERR_TRUNCATE)
-      throw_mpi(ErrorCode::mismatch, what, "MPI_Testall", rc, waiting + ": the peer sent more than was received");
-    throw_mpi(ErrorCode::peer_failure, what, "MPI_Testall", rc, waiting);
+      throw_mpi(ErrorCode::mismatch, what.str(), "MPI_Testall", rc, waiting + ": the peer sent more than was received");
+    throw_mpi(ErrorCode::peer_failure, what.str(), "MPI_Testall", rc, waiting);
   }
 
   // Completes `reqs` or throws: Timeout past the deadline, PeerFailure when the job's abort key appears
   // (how mpcomm launch reports a dead rank) or MPI reports an error.
-  void wait(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const std::string& what,
-            const char* call) {
+  void wait(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const What& what, const char* call) {
     const PollPace pace{.spin_for = spin_, .first_nap = std::chrono::microseconds(50),
                         .max_nap = std::chrono::microseconds(1000), .polls_per_round = kTestsPerBurst};
     poll_until([&] { return test(reqs, statuses, what, call); }, pace, Clock::now() + timeout_, timeout_, &abort_watch_,
-               [&] { return what; },
+               [&] { return what.str(); },
                std::string(call) + " to complete (a rank did not make the matching call, or is stuck)");
   }
 
@@ -380,6 +381,8 @@ class CommState {
     return abort_reason_;
   }
 
+  AbortWatch& abort_watch() { return abort_watch_; }
+
  private:
   const int rank_;
   const int size_;
@@ -395,7 +398,7 @@ class CommState {
 
 class MpiRequest : public detail::RequestState {
  public:
-  MpiRequest(std::shared_ptr<CommState> st, const Op& op, std::string what)
+  MpiRequest(std::shared_ptr<CommState> st, const Op& op, What what)
       : st_(std::move(st)),
         op_(op),
         what_(std::move(what)),
@@ -454,7 +457,7 @@ class MpiRequest : public detail::RequestState {
  private:
   void throw_if_aborted() {
     std::string why = st_->abort_reason();
-    if (!why.empty()) throw PeerFailure("mpcomm: " + what_ + ": communicator was aborted: " + why);
+    if (!why.empty()) throw PeerFailure("mpcomm: " + what_.str() + ": communicator was aborted: " + why);
   }
 
   // A receive must get exactly the count it named (MPI itself only catches a longer message).
@@ -465,7 +468,7 @@ class MpiRequest : public detail::RequestState {
         int got = 0;
         st_->check(MPI_Get_count(&statuses_[i], type, &got), what_, "MPI_Get_count");
         if (got != expected_[i])
-          throw Mismatch("mpcomm: " + what_ + ": rank " + std::to_string(op_.peer) + " sent " + std::to_string(got) +
+          throw Mismatch("mpcomm: " + what_.str() + ": rank " + std::to_string(op_.peer) + " sent " + std::to_string(got) +
                          " elements where " + std::to_string(expected_[i]) + " were expected");
       }
     }
@@ -490,7 +493,7 @@ class MpiRequest : public detail::RequestState {
 
   std::shared_ptr<CommState> st_;
   Op op_;
-  std::string what_;
+  What what_;
   const char* call_;
   std::vector<MPI_Request> reqs_;
   std::vector<MPI_Status> statuses_;
@@ -498,23 +501,72 @@ class MpiRequest : public detail::RequestState {
   bool done_ = false;
 };
 
-// ---- the communicator -----------------------------------------------------------------------------
+// ---- which MPI calls an op makes ------------------------------------------------------------------
+
+// Blocking MPI collectives run Open MPI's tuned algorithms (coll/tuned) on the calling thread, as an Open
+// MPI user's MPI_Allreduce does; the non-blocking ones (MPI_Iallreduce ...) run libnbc's schedules, which
+// are slower for most sizes on few ranks but faster for some, and they let the wait yield the CPU. Which
+// is faster was measured (docs/performance.md, "The mpi backend's calls"); the rows below are those
+// measurements as data: the first row matching (op, whether ranks outnumber cores, bytes) wins.
+enum class MpiCalls : uint8_t { blocking, nonblocking };
+
+struct CallsRow {
+  OpKind op;            // OpKind::split: any op
+  int crowded;          // 1: only when ranks outnumber this host's cores; 0: only when they do not; -1: either
+  size_t from_bytes;    // the op's buffer size (Op::bytes()) from which the row applies ...
+  size_t below_bytes;   // ... up to here (exclusive)
+  MpiCalls calls;
+};
+
+constexpr size_t KiB = size_t{1} << 10, MiB = size_t{1} << 20, kAny = SIZE_MAX;
+constexpr CallsRow kCallsTable[] = {
+    // One rank per core: blocking, but for the largest allreduces (2 ranks, 32 MiB: 15.4 against 19.7 ms).
+    {OpKind::allreduce, 0, 32 * MiB, kAny, MpiCalls::nonblocking},
+    {OpKind::split, 0, 0, kAny, MpiCalls::blocking},
+    // Ranks outnumbering cores: allreduce from 8 KiB and broadcast from 128 KiB non-blocking (4 ranks on 2
+    // cores, allreduce 32 KiB: 49 against 78 us; broadcast 2 MiB: 0.54 against 2.2 ms).
+    {OpKind::allreduce, 1, 8 * KiB, kAny, MpiCalls::nonblocking},
+    {OpKind::broadcast, 1, 128 * KiB, kAny, MpiCalls::nonblocking},
+    {OpKind::split, 1, 0, kAny, MpiCalls::blocking},
+};
+
+MpiCalls table_calls(const Op& op, bool crowded) {
+  const size_t b = op.bytes();
+  for (const CallsRow& r : kCallsTable)
+    if ((r.op == OpKind::split || r.op == op.kind) && (r.crowded < 0 || r.crowded == (crowded ? 1 : 0)) &&
+        b >= r.from_bytes && b < r.below_bytes)
+      return r.calls;
+  return MpiCalls::blocking;
+}
+
+// ---- the backend ----------------------------------------------------------------------------------
 
 class MpiBackend final : public detail::Backend {
  public:
   MpiBackend(std::shared_ptr<CommState> st, Topology topo, Options opts, std::shared_ptr<Store> store)
       : Backend("mpi", st->rank(), st->size(), std::move(topo), std::move(opts), std::move(store)),
-        st_(std::move(st)) {}
+        st_(std::move(st)),
+        forced_(forced_calls(options())),
+        crowded_(topology().local_size > static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN))),
+        // A blocking call holds the MPI call lock for as long as it lasts: with less than
+        // MPI_THREAD_MULTIPLE, a second communicator's calls on another thread would wait behind it.
+        may_block_(Runtime::get().provided() >= MPI_THREAD_MULTIPLE) {
+    // A blocking call cannot time out by itself: the watchdog ends the job when one lasts past the
+    // timeout, or when the job's abort record appears while one is in progress.
+    slot_ = Watchdog::watch(options().timeout, &st_->abort_watch(),
+                            [this](ErrorCode code, const std::string& why, uint64_t armed) {
+                              blocked_too_long(code, why, armed);
+                            });
+  }
 
   void run(const Op& op) override;
 
   std::shared_ptr<detail::RequestState> start(const Op& op) override {
-    std::string what = describe(op);
     op.algorithm = op.kind == OpKind::send ? "MPI_Isend" : "MPI_Irecv";
     if (op.tag > st_->tag_ub)
-      throw Unsupported("mpcomm: " + what + ": tag " + std::to_string(op.tag) + " is above this MPI's MPI_TAG_UB " +
+      throw Unsupported("mpcomm: " + describe(op) + ": tag " + std::to_string(op.tag) + " is above this MPI's MPI_TAG_UB " +
                         std::to_string(st_->tag_ub));
-    auto req = std::make_shared<MpiRequest>(st_, op, std::move(what));
+    auto req = std::make_shared<MpiRequest>(st_, op, What(describe(op)));
     req->start();
     return req;
   }
@@ -528,11 +580,175 @@ class MpiBackend final : public detail::Backend {
   }
 
  private:
+  // MPCOMM_MPI_CALLS: auto (the table), blocking or nonblocking.
+  static std::optional<MpiCalls> forced_calls(const Options& o) {
+    const std::string v = param_string(o, "MPCOMM_MPI_CALLS");
+    if (v == "auto") return std::nullopt;
+    if (v == "blocking") return MpiCalls::blocking;
+    if (v == "nonblocking") return MpiCalls::nonblocking;
+    throw InvalidArgument("mpcomm: MPCOMM_MPI_CALLS='" + v + "': expected auto, blocking or nonblocking");
+  }
+  MpiCalls calls_for(const Op& op) const {
+    if (!may_block_) return MpiCalls::nonblocking;
+    return forced_ ? *forced_ : table_calls(op, crowded_);
+  }
+  void run_blocking(const Op& op);
+  void run_nonblocking(const Op& op);
+  // The watchdog's thread: a blocking call outlasted the timeout, or the job was aborted during one.
+  [[noreturn]] void blocked_too_long(ErrorCode code, const std::string& why, uint64_t armed);
+
   std::shared_ptr<CommState> st_;
+  const std::optional<MpiCalls> forced_;
+  const bool crowded_;
+  const bool may_block_;
+  std::shared_ptr<Watchdog::Slot> slot_;
+  Op blocked_in_{};  // the blocking call in progress (read by the watchdog's thread once it fired)
 };
 
+// The chunks of a call of `count` elements: post(offset in bytes, elements) for each, at least one call
+// (count 0 included); every chunk is posted before any is completed (MPI matches collectives in order).
+template <class Post>
+void for_chunks(size_t count, size_t es, Post&& post) {
+  const size_t chunk = chunk_elements(es);
+  size_t off = 0;
+  do {
+    const size_t n = std::min(chunk, count - off);
+    post(off * es, static_cast<int>(n));
+    off += n;
+  } while (off < count);
+}
+
+// The other collectives take one count per rank block, which MPI cannot express past INT_MAX.
+int one_call_count(const Op& op, const detail::Backend& b) {
+  if (op.count > static_cast<size_t>(INT_MAX))
+    throw Unsupported("mpcomm: " + b.describe(op) + ": count " + std::to_string(op.count) + " is more than the " +
+                      std::to_string(INT_MAX) + " elements one MPI call can carry per rank, and the mpi backend " +
+                      "splits only allreduce, broadcast, reduce, send and recv into chunks");
+  return static_cast<int>(op.count);
+}
+
 void MpiBackend::run(const Op& op) {
-  const std::string what = describe(op);
+  if (op.kind == OpKind::send || op.kind == OpKind::recv || op.kind == OpKind::split)
+    throw Internal("mpcomm: " + describe(op) + ": not a collective the mpi backend runs");
+  if (calls_for(op) == MpiCalls::blocking)
+    run_blocking(op);
+  else
+    run_nonblocking(op);
+  // avg: MPI's sum, then divided where the result lives.
+  const bool has_result = op.kind == OpKind::allreduce || op.kind == OpKind::reduce_scatter ||
+                          (op.kind == OpKind::reduce && op.root == rank());
+  if (op.redop == ReduceOp::avg && op.reduces() && has_result) divide_by(op.recv, op.count, op.dtype, size());
+}
+
+// Every op as one MPI call on this thread, watched by the watchdog. Buffers and in-place layouts as in
+// run_nonblocking.
+void MpiBackend::run_blocking(const Op& op) {
+  const MPI_Datatype type = mpi_type(op.dtype);
+  const size_t es = dtype_size(op.dtype);
+  const MPI_Comm comm = st_->comm;
+  const bool is_root = op.rooted() && op.root == rank();
+  const auto* src = static_cast<const char*>(op.send);
+  auto* dst = static_cast<char*>(op.recv);
+  auto block = [&](const void* base, int r) {
+    return static_cast<const char*>(base) + static_cast<size_t>(r) * op.count * es;
+  };
+  const char* call = "";
+  int rc = MPI_SUCCESS;
+  auto once = [&](const char* name, auto&& f) {
+    call = name;
+    if (rc == MPI_SUCCESS) rc = f();
+  };
+  blocked_in_ = op;
+  slot_->arm(op.seq + 1);
+  switch (op.kind) {
+    case OpKind::allreduce: {
+      const MPI_Op mop = mpi_op(op.dtype, op.redop);
+      const bool in_place = op.send == op.recv;
+      for_chunks(op.count, es, [&](size_t off, int n) {
+        once("MPI_Allreduce", [&] { return MPI_Allreduce(in_place ? MPI_IN_PLACE : src + off, dst + off, n, type, mop, comm); });
+      });
+      break;
+    }
+    case OpKind::broadcast:
+      for_chunks(op.count, es, [&](size_t off, int n) {
+        once("MPI_Bcast", [&] { return MPI_Bcast(dst + off, n, type, op.root, comm); });
+      });
+      break;
+    case OpKind::reduce: {
+      const MPI_Op mop = mpi_op(op.dtype, op.redop);
+      const bool in_place = is_root && op.send == op.recv;
+      for_chunks(op.count, es, [&](size_t off, int n) {
+        once("MPI_Reduce", [&] {
+          return MPI_Reduce(in_place ? MPI_IN_PLACE : src + off, is_root ? dst + off : nullptr, n, type, mop, op.root, comm);
+        });
+      });
+      break;
+    }
+    case OpKind::allgather: {
+      const int n = one_call_count(op, *this);
+      const bool in_place = op.count > 0 && op.send == block(op.recv, rank());
+      once("MPI_Allgather",
+           [&] { return MPI_Allgather(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm); });
+      break;
+    }
+    case OpKind::reduce_scatter: {
+      const int n = one_call_count(op, *this);
+      const MPI_Op mop = mpi_op(op.dtype, op.redop);
+      const bool in_place = op.count > 0 && op.recv == block(op.send, rank());
+      once("MPI_Reduce_scatter_block", [&] {
+        return in_place ? MPI_Reduce_scatter_block(MPI_IN_PLACE, const_cast<void*>(op.send), n, type, mop, comm)
+                        : MPI_Reduce_scatter_block(op.send, op.recv, n, type, mop, comm);
+      });
+      // MPI's in-place result is at the start of the buffer; ours at block rank().
+      if (rc == MPI_SUCCESS && in_place && rank() != 0) std::memmove(op.recv, op.send, op.count * es);
+      break;
+    }
+    case OpKind::gather: {
+      const int n = one_call_count(op, *this);
+      const bool in_place = is_root && op.count > 0 && op.send == block(op.recv, op.root);
+      once("MPI_Gather", [&] {
+        return MPI_Gather(in_place ? MPI_IN_PLACE : op.send, n, type, is_root ? op.recv : nullptr, n, type, op.root, comm);
+      });
+      break;
+    }
+    case OpKind::scatter: {
+      const int n = one_call_count(op, *this);
+      const bool in_place = is_root && op.count > 0 && op.recv == block(op.send, op.root);
+      once("MPI_Scatter", [&] {
+        return MPI_Scatter(is_root ? op.send : nullptr, n, type, in_place ? MPI_IN_PLACE : op.recv, n, type, op.root, comm);
+      });
+      break;
+    }
+    case OpKind::alltoall: {
+      const int n = one_call_count(op, *this);
+      const bool in_place = op.count > 0 && op.send == op.recv;
+      once("MPI_Alltoall",
+           [&] { return MPI_Alltoall(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm); });
+      break;
+    }
+    case OpKind::barrier: once("MPI_Barrier", [&] { return MPI_Barrier(comm); }); break;
+    default: break;
+  }
+  slot_->disarm();
+  op.algorithm = call;
+  if (rc != MPI_SUCCESS) throw_mpi(ErrorCode::peer_failure, describe(op), call, rc);
+}
+
+void MpiBackend::blocked_too_long(ErrorCode code, const std::string& why, uint64_t armed) {
+  const Op& op = blocked_in_;
+  const std::string msg = "mpcomm: " + describe(op) + ": " + why + " in a blocking MPI call (" +
+                          (op.seq + 1 == armed ? "" : "sequence changed; ") +
+                          "MPI cannot cancel it): the watchdog ends the job with MPI_Abort";
+  std::fprintf(stderr, "%s\n", msg.c_str());
+  std::fflush(stderr);
+  if (code == ErrorCode::timeout) st_->abort(msg);  // tells the job, as any failure does
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::_Exit(3);
+}
+
+// Every op as one or more non-blocking MPI calls, completed by polling (CommState::wait).
+void MpiBackend::run_nonblocking(const Op& op) {
+  const What what(op, *this);
   const MPI_Datatype type = mpi_type(op.dtype);
   const size_t es = dtype_size(op.dtype);
   const MPI_Comm comm = st_->comm;
@@ -547,25 +763,9 @@ void MpiBackend::run(const Op& op) {
     op.algorithm = name;
     st_->post(reqs, what, name, post);
   };
-  // allreduce, broadcast and reduce go out in chunks of at most chunk_elements(); every chunk is posted
-  // before any is waited for (MPI matches collectives in order). count 0 still makes one call.
-  auto chunked = [&](auto&& post_chunk) {
-    const size_t chunk = chunk_elements(es);
-    size_t off = 0;
-    do {
-      const size_t n = std::min(chunk, op.count - off);
-      post_chunk(off * es, static_cast<int>(n));
-      off += n;
-    } while (off < op.count);
-  };
-  // The other collectives take one count per rank block, which MPI cannot express past INT_MAX.
-  auto one_call_count = [&]() {
-    if (op.count > static_cast<size_t>(INT_MAX))
-      throw Unsupported("mpcomm: " + what + ": count " + std::to_string(op.count) + " is more than the " +
-                        std::to_string(INT_MAX) + " elements one MPI call can carry per rank, and the mpi backend " +
-                        "splits only allreduce, broadcast, reduce, send and recv into chunks");
-    return static_cast<int>(op.count);
-  };
+  // allreduce, broadcast and reduce go out in chunks of at most chunk_elements() (for_chunks); the other
+  // collectives take one count per rank block (one_call_count).
+  auto chunked = [&](auto&& post_chunk) { for_chunks(op.count, es, post_chunk); };
   // Where the block of rank r starts in a buffer of per-rank blocks.
   auto block = [&](const void* base, int r) {
     return static_cast<const char*>(base) + static_cast<size_t>(r) * op.count * es;
@@ -599,7 +799,7 @@ void MpiBackend::run(const Op& op) {
       break;
     }
     case OpKind::allgather: {
-      const int n = one_call_count();
+      const int n = one_call_count(op, *this);
       const bool in_place = op.count > 0 && op.send == block(op.recv, rank());
       start("MPI_Iallgather", [&](MPI_Request* r) {
         return MPI_Iallgather(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm, r);
@@ -609,7 +809,7 @@ void MpiBackend::run(const Op& op) {
     case OpKind::reduce_scatter: {
       // MPI's in-place reduce_scatter takes every block from recvbuf and leaves the result at its start;
       // ours has the result at block rank(), so it is moved there afterwards (block 0 is scratch then).
-      const int n = one_call_count();
+      const int n = one_call_count(op, *this);
       const MPI_Op mop = mpi_op(op.dtype, op.redop);
       const bool in_place = op.count > 0 && op.recv == block(op.send, rank());
       start("MPI_Ireduce_scatter_block", [&](MPI_Request* r) {
@@ -618,11 +818,10 @@ void MpiBackend::run(const Op& op) {
       });
       st_->wait(reqs, nullptr, what, call);
       if (in_place && rank() != 0) std::memmove(op.recv, op.send, op.count * es);
-      if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, size());
       return;
     }
     case OpKind::gather: {
-      const int n = one_call_count();
+      const int n = one_call_count(op, *this);
       const bool in_place = is_root && op.count > 0 && op.send == block(op.recv, op.root);
       start("MPI_Igather", [&](MPI_Request* r) {
         return MPI_Igather(in_place ? MPI_IN_PLACE : op.send, n, type, is_root ? op.recv : nullptr, n, type, op.root,
@@ -631,7 +830,7 @@ void MpiBackend::run(const Op& op) {
       break;
     }
     case OpKind::scatter: {
-      const int n = one_call_count();
+      const int n = one_call_count(op, *this);
       const bool in_place = is_root && op.count > 0 && op.recv == block(op.send, op.root);
       start("MPI_Iscatter", [&](MPI_Request* r) {
         return MPI_Iscatter(is_root ? op.send : nullptr, n, type, in_place ? MPI_IN_PLACE : op.recv, n, type, op.root,
@@ -640,7 +839,7 @@ void MpiBackend::run(const Op& op) {
       break;
     }
     case OpKind::alltoall: {
-      const int n = one_call_count();
+      const int n = one_call_count(op, *this);
       const bool in_place = op.count > 0 && op.send == op.recv;
       start("MPI_Ialltoall", [&](MPI_Request* r) {
         return MPI_Ialltoall(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm, r);
@@ -650,22 +849,17 @@ void MpiBackend::run(const Op& op) {
     case OpKind::barrier:
       start("MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm, r); });
       break;
-    case OpKind::send:
-    case OpKind::recv:
-    case OpKind::split:
-      throw Internal("mpcomm: " + what + ": not a collective the mpi backend runs");
+    default: break;
   }
   st_->wait(reqs, nullptr, what, call);
-  if (op.redop == ReduceOp::avg && op.reduces() && (op.kind == OpKind::allreduce || is_root))
-    divide_by(op.recv, op.count, op.dtype, size());
 }
 
 // MPI_Comm_split blocks and cannot time out, so it is only entered once the front door's bounded allgather
 // of every rank's (color, key) has shown that every rank is entering it too; the same allgather gave the
 // new group's members, hence its topology (SplitPlan).
 std::unique_ptr<detail::Backend> MpiBackend::split(const detail::SplitPlan& plan) {
-  const std::string what = "split (color " + std::to_string(plan.color) + ", key " + std::to_string(plan.key) +
-                           ") on rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " [mpi]";
+  const What what("split (color " + std::to_string(plan.color) + ", key " + std::to_string(plan.key) + ") on rank " +
+                  std::to_string(rank()) + " of " + std::to_string(size()) + " [mpi]");
   MPI_Comm child = MPI_COMM_NULL;
   {
     int rc;
@@ -678,7 +872,7 @@ std::unique_ptr<detail::Backend> MpiBackend::split(const detail::SplitPlan& plan
   if (plan.color < 0) return nullptr;
   const int new_rank = plan.new_rank;
   const int new_size = static_cast<int>(plan.members.size());
-  auto st = std::make_shared<CommState>(new_rank, new_size, options().timeout, store());
+  auto st = std::make_shared<CommState>(new_rank, new_size, options(), store());
   st->comm = child;
   int mpi_rank = -1, mpi_size = -1;
   {
@@ -688,7 +882,7 @@ std::unique_ptr<detail::Backend> MpiBackend::split(const detail::SplitPlan& plan
     st->check(MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN), what, "MPI_Comm_set_errhandler");
   }
   if (mpi_rank != new_rank || mpi_size != new_size)
-    throw Internal("mpcomm: " + what + ": MPI_Comm_split made this rank " + std::to_string(mpi_rank) + " of " +
+    throw Internal("mpcomm: " + what.str() + ": MPI_Comm_split made this rank " + std::to_string(mpi_rank) + " of " +
                    std::to_string(mpi_size) + ", expected " + std::to_string(new_rank) + " of " +
                    std::to_string(new_size));
   st->tag_ub = st_->tag_ub;
@@ -698,14 +892,14 @@ std::unique_ptr<detail::Backend> MpiBackend::split(const detail::SplitPlan& plan
 
 // Starts one non-blocking call and waits for it (setup has no Op to describe).
 template <class Post>
-void call_and_wait(CommState& st, const std::string& what, const char* call, Post&& post) {
+void call_and_wait(CommState& st, const What& what, const char* call, Post&& post) {
   std::vector<MPI_Request> reqs;
   st.post(reqs, what, call, post);
   st.wait(reqs, nullptr, what, call);
 }
 
 // Duplicates MPI_COMM_WORLD into st.comm (errors returned, not fatal) and learns every rank's host id.
-Topology setup_world(CommState& st, const std::string& host_id, const std::string& what) {
+Topology setup_world(CommState& st, const std::string& host_id, const What& what) {
   call_and_wait(st, what, "MPI_Comm_idup", [&](MPI_Request* r) { return MPI_Comm_idup(MPI_COMM_WORLD, &st.comm, r); });
   {
     auto g = Runtime::get().guard();
@@ -760,8 +954,8 @@ std::unique_ptr<detail::Backend> create_mpi(std::shared_ptr<Store> store, int ra
                           " of " + std::to_string(world_size) +
                           " (start the ranks with mpirun, e.g. mpcomm launch --backend mpi)");
 
-  const std::string what = "mpi communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
-  auto st = std::make_shared<CommState>(rank, size, opts.timeout, store);
+  const What what("mpi communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size));
+  auto st = std::make_shared<CommState>(rank, size, opts, store);
   try {
     Topology topo = setup_world(*st, opts.host_id, what);
     MPCOMM_LOG(info, "mpi rank %d/%d up: host %d of %d, %d local ranks, thread level %d", rank, size, topo.host,

@@ -122,19 +122,7 @@ const char* nccl_call(OpKind k) {
   }
 }
 
-// What an error message names: an op on a communicator (described only when a message is built, so the
-// fast path builds no strings) or a fixed text (setup, split, point to point).
-class What {
- public:
-  What(const Op& op, const detail::Backend& c) : op_(&op), c_(&c) {}
-  explicit What(std::string text) : text_(std::move(text)) {}
-  std::string str() const { return op_ != nullptr ? c_->describe(*op_) : text_; }
-
- private:
-  const Op* op_ = nullptr;
-  const detail::Backend* c_ = nullptr;
-  std::string text_;
-};
+using detail::What;
 
 // One posted send or receive. `done` is set when it is handed to NCCL, and completes with its batch.
 struct P2PSlot {
