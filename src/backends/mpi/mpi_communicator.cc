@@ -2,23 +2,31 @@
 //
 // Shape: a process-wide Runtime owns MPI's lifetime (initialised once, finalised at a successful exit
 // after the last communicator) and the user-defined reduction ops for float16/bfloat16. Each
-// communicator holds a CommState — its MPI_Comm, its abort reason and the store it polls for the job's
-// abort key — that its point-to-point Requests share, so a Request may outlive its Communicator.
-// Every op starts one or more non-blocking MPI calls and completes them in CommState::wait(): bursts of
-// MPI_Testall, back to back (yielding the core between bursts, as Open MPI's own blocking calls do when
-// ranks outnumber cores) for MPCOMM_MPI_SPIN_MS (1 s), then with sleeps of 50 µs growing to 1 ms between
-// bursts; all along it polls the store's abort key every 500 ms and checks the deadline. Open MPI moves
-// a non-blocking collective on only inside those calls, one round at a time: with sleeps after the first 50 µs (as
-// before) a 2-rank 2 MiB MPI_Ireduce took 290 ms instead of 2 ms, and a 4-rank 256 KiB allreduce 2.0 ms
-// instead of 0.33 ms. The sleeps are for long waits only: a straggler, a dead peer, a pipeline bubble.
+// communicator holds a CommState — its MPI_Comm, its abort reason and its view of the job's abort record
+// — that its point-to-point Requests share, so a Request may outlive its Communicator.
 //
-// What is guaranteed: no call blocks past Options::timeout except MPI_Comm_split, which has no
-// non-blocking form and is only entered once a bounded allgather has shown that every rank called split.
-// MPI cannot cancel a collective: when a communicator is aborted with MPI calls still in flight (a
-// timeout, a peer's failure), their buffers may still be written if the late rank arrives, the MPI_Comm
-// is left alone rather than freed under them, and MPI_Finalize is skipped at exit (it would wait for
-// ranks that may never come). An abort with nothing in flight (a mismatch found by MPCOMM_CHECK, an
-// unsupported count) leaves MPI in order.
+// Two kinds of calls, chosen per op by a table of measurements (kCallsTable; MPCOMM_MPI_CALLS forces one):
+//  - blocking (MPI_Allreduce ...): Open MPI's tuned algorithms on the calling thread, what an Open MPI
+//    program gets. MPI cannot cancel or interrupt such a call, so each is watched by the watchdog
+//    (core/watchdog.h): past the timeout, or when the job's abort record appears during it, the watchdog
+//    prints our error naming the op, its sequence number and the rank, and ends the job (MPI_Abort).
+//  - non-blocking (MPI_Iallreduce ...), completed in CommState::wait(): bursts of MPI_Testall, back to
+//    back (yielding the core between bursts, as Open MPI's own blocking calls do when ranks outnumber
+//    cores) for MPCOMM_MPI_SPIN_MS (1 s), then with sleeps of 50 µs growing to 1 ms between bursts; all
+//    along it watches the job's abort record every 500 ms and checks the deadline. Open MPI moves a
+//    non-blocking collective on only inside those calls, one round at a time: with sleeps after the first
+//    50 µs a 2-rank 2 MiB MPI_Ireduce took 290 ms instead of 2 ms, and a 4-rank 256 KiB allreduce 2.0 ms
+//    instead of 0.33 ms. The sleeps are for long waits only: a straggler, a dead peer, a pipeline bubble.
+// Sends and receives are always non-blocking (MPI_Isend / MPI_Irecv).
+//
+// What is guaranteed: no non-blocking call waits past Options::timeout, no blocking one outlives it by
+// more than the watchdog's look (50 ms), and MPI_Comm_split (which has no non-blocking form) is only
+// entered once the front door's bounded allgather has shown that every rank called split. MPI cannot
+// cancel a collective: when a communicator is aborted with MPI calls still in flight (a timeout, a peer's
+// failure), their buffers may still be written if the late rank arrives, the MPI_Comm is left alone
+// rather than freed under them, and MPI_Finalize is skipped at exit (it would wait for ranks that may
+// never come). An abort with nothing in flight (a mismatch found by MPCOMM_CHECK, an unsupported count)
+// leaves MPI in order.
 //
 // MPI_Finalize is collective in practice (Open MPI fences every rank in it), so a rank that exits with a
 // failure status skips it: otherwise it would sit in MPI_Finalize until every other rank got there too,
