@@ -27,22 +27,26 @@ const char* state_name(FlightRecorder::State s) {
 FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity), t0_(OpClock::now()) {}
 
 FlightRecorder::Entry* FlightRecorder::entry(uint64_t ticket) {
-  if (ring_.empty() || ticket >= next_ || next_ - ticket > ring_.size()) return nullptr;  // overwritten since
+  const uint64_t next = next_.load(std::memory_order_acquire);
+  if (ring_.empty() || ticket >= next || next - ticket > ring_.size()) return nullptr;  // overwritten since
   return &ring_[ticket % ring_.size()];
 }
 
 uint64_t FlightRecorder::start(const Op& op, uint64_t at, State state) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ring_.empty()) return 0;
-  Entry& e = ring_[next_ % ring_.size()];
+  const uint64_t ticket = next_.load(std::memory_order_relaxed);
+  Entry& e = ring_[ticket % ring_.size()];
   e.op = op;
   e.op.send = nullptr;
   e.op.recv = nullptr;
-  e.state = state;
+  e.state.store(state, std::memory_order_relaxed);
   e.start = at;
-  e.end = 0;
+  e.end.store(0, std::memory_order_relaxed);
+  e.algorithm.store(nullptr, std::memory_order_relaxed);
   e.error.clear();
-  return next_++;
+  next_.store(ticket + 1, std::memory_order_release);
+  return ticket;
 }
 
 void FlightRecorder::running(uint64_t ticket, uint64_t at) {
@@ -54,37 +58,48 @@ void FlightRecorder::running(uint64_t ticket, uint64_t at) {
 }
 
 void FlightRecorder::finish(uint64_t ticket, State state, uint64_t at, const char* algorithm, const std::string& error) {
+  if (state == State::done && error.empty()) {  // the common case: no lock (see Entry)
+    if (Entry* e = entry(ticket)) {
+      e->algorithm.store(algorithm, std::memory_order_relaxed);
+      e->end.store(at, std::memory_order_relaxed);
+      e->state.store(state, std::memory_order_release);
+    }
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = entry(ticket);
   if (e == nullptr) return;
-  e->state = state;
-  e->op.algorithm = algorithm;
-  e->end = at;
+  e->state.store(state, std::memory_order_relaxed);
+  e->algorithm.store(algorithm, std::memory_order_relaxed);
+  e->end.store(at, std::memory_order_relaxed);
   if (!error.empty()) e->error = error.substr(0, error.find('\n'));
 }
 
 std::string FlightRecorder::dump(const std::string& who) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t n = std::min<uint64_t>(next_, ring_.size());
-  std::string out = "mpcomm flight recorder: " + who + ": last " + std::to_string(n) + " of " + std::to_string(next_) +
+  const uint64_t next = next_.load(std::memory_order_acquire);
+  const uint64_t n = std::min<uint64_t>(next, ring_.size());
+  std::string out = "mpcomm flight recorder: " + who + ": last " + std::to_string(n) + " of " + std::to_string(next) +
                     " operations, oldest first\n";
   char line[512];
   std::snprintf(line, sizeof line, "  %-6s %-15s %12s %-9s %-5s %4s %4s %4s %-8s %12s %10s  %-20s\n", "seq", "op",
                 "count", "dtype", "redop", "root", "peer", "tag", "state", "start(ms)", "took(ms)", "algorithm");
   out += line;
-  for (uint64_t t = next_ - n; t < next_; ++t) {
+  for (uint64_t t = next - n; t < next; ++t) {
     const Entry& e = ring_[t % ring_.size()];
     const Op& op = e.op;
     const bool p2p = op.kind == OpKind::send || op.kind == OpKind::recv;
     auto num = [](int v, bool show) { return show ? std::to_string(v) : std::string("-"); };
     char took[32] = "-";
-    if (e.end != 0) std::snprintf(took, sizeof took, "%.3f", OpClock::seconds(e.end - e.start) * 1e3);
+    const uint64_t end = e.end.load(std::memory_order_acquire);
+    if (end != 0) std::snprintf(took, sizeof took, "%.3f", OpClock::seconds(end - e.start) * 1e3);
+    const char* algorithm = e.algorithm.load(std::memory_order_relaxed);
     std::snprintf(line, sizeof line, "  %-6s %-15s %12zu %-9s %-5s %4s %4s %4s %-8s %12.3f %10s  %-20s",
                   ((p2p ? "p" : "#") + std::to_string(op.seq)).c_str(), std::string(to_string(op.kind)).c_str(),
                   op.count, std::string(to_string(op.dtype)).c_str(),
                   op.reduces() ? std::string(to_string(op.redop)).c_str() : "-", num(op.root, op.rooted()).c_str(),
-                  num(op.peer, p2p).c_str(), num(op.tag, p2p).c_str(), state_name(e.state), OpClock::seconds(e.start - t0_) * 1e3, took,
-                  op.algorithm != nullptr ? op.algorithm : "-");
+                  num(op.peer, p2p).c_str(), num(op.tag, p2p).c_str(), state_name(e.state.load(std::memory_order_acquire)), OpClock::seconds(e.start - t0_) * 1e3, took,
+                  algorithm != nullptr ? algorithm : "-");
     out += line;
     if (!e.error.empty()) out += "  " + e.error;
     out += "\n";

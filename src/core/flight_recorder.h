@@ -5,6 +5,7 @@
 // PyTorch's TORCH_NCCL_TRACE_BUFFER_SIZE idea). MPCOMM_TRACE_ENTRIES sets N (0 turns it off).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -18,11 +19,14 @@ class FlightRecorder {
  public:
   // queued: a non-blocking op issued behind others, not started yet.
   enum class State : uint8_t { queued, running, done, failed };
+  // The driving thread finishes ops that succeed without taking the lock (state, end and algorithm are
+  // atomics); everything else is written and read under mu_.
   struct Entry {
-    Op op;                 // buffers are not kept: only what describes the call (and op.algorithm)
-    State state = State::running;
+    Op op;                 // buffers are not kept: only what describes the call
+    std::atomic<State> state{State::running};
     uint64_t start = 0;    // OpClock: when it was issued, then when it started
-    uint64_t end = 0;      // OpClock: when it ended (0 until then)
+    std::atomic<uint64_t> end{0};                   // OpClock: when it ended (0 until then)
+    std::atomic<const char*> algorithm{nullptr};    // what the backend ran
     std::string error;     // first line of the failure
   };
 
@@ -49,7 +53,7 @@ class FlightRecorder {
   Entry* entry(uint64_t ticket);  // null when the ring has moved past it
   mutable std::mutex mu_;  // ops may end on another thread than the one that issued them
   std::vector<Entry> ring_;
-  uint64_t next_ = 0;      // tickets handed out so far
+  std::atomic<uint64_t> next_{0};  // tickets handed out so far (advanced under mu_)
   bool written_ = false;
   uint64_t t0_;
 };

@@ -610,7 +610,7 @@ class MpiBackend final : public detail::Backend {
   const bool crowded_;
   const bool may_block_;
   std::shared_ptr<Watchdog::Slot> slot_;
-  Op blocked_in_{};  // the blocking call in progress (read by the watchdog's thread once it fired)
+  const Op* blocked_in_ = nullptr;  // the blocking call in progress (read by the watchdog's thread once it fired)
 };
 
 // The chunks of a call of `count` elements: post(offset in bytes, elements) for each, at least one call
@@ -666,7 +666,7 @@ void MpiBackend::run_blocking(const Op& op) {
     call = name;
     if (rc == MPI_SUCCESS) rc = f();
   };
-  blocked_in_ = op;
+  blocked_in_ = &op;
   slot_->arm(op.seq + 1);
   switch (op.kind) {
     case OpKind::allreduce: {
@@ -743,7 +743,7 @@ void MpiBackend::run_blocking(const Op& op) {
 }
 
 void MpiBackend::blocked_too_long(ErrorCode code, const std::string& why, uint64_t armed) {
-  const Op& op = blocked_in_;
+  const Op& op = *blocked_in_;
   const std::string msg = "mpcomm: " + describe(op) + ": " + why + " in a blocking MPI call (" +
                           (op.seq + 1 == armed ? "" : "sequence changed; ") +
                           "MPI cannot cancel it): the watchdog ends the job with MPI_Abort";
