@@ -56,7 +56,8 @@ void inject(const Fault& f) {
     const std::string head = "[" + std::to_string(s) + "] rank " + std::to_string(s) + " fault after ";
     const std::string line = testing::line_with(r.output, head);
     if (line.empty()) {
-      // Only mpirun may end a survivor before it reports.
+      // Only mpirun may end a survivor before it reports (a rank that died, or the mpi backend's watchdog
+      // ending a job stuck in a blocking MPI call: MPI_Abort).
       EXPECT_EQ(f.backend, "mpi") << "rank " << s << " did not report the fault:\n" << r.output;
       continue;
     }

@@ -116,6 +116,7 @@ class TagDemux {
   Stream untagged_;
   std::string untagged_line_;
   int process_name_rank_ = -1;
+  int abort_rank_ = -1;          // "MPI_ABORT was invoked on rank R", before its errorcode line
   std::vector<RankFailure> failures_;
 };
 

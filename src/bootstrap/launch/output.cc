@@ -216,6 +216,7 @@ void TagDemux::parse(bool eof, Output& out) {
 // mpirun's reports, e.g.
 //   "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."
 //   "  Process name: [[19502,1],1]" followed by "  Exit code:    3"
+//   "MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD" followed by "with errorcode 3."
 void TagDemux::scan_mpirun_line(const std::string& line) {
   const char* p = line.c_str();
   while (*p == ' ' || *p == '\t') ++p;
@@ -231,6 +232,11 @@ void TagDemux::scan_mpirun_line(const std::string& line) {
   } else if (process_name_rank_ >= 0 && std::sscanf(p, "Exit code: %d", &value) == 1) {
     failures_.push_back({process_name_rank_, value, "exited with status " + std::to_string(value)});
     process_name_rank_ = -1;
+  } else if (std::sscanf(p, "MPI_ABORT was invoked on rank %d in communicator", &rank) == 1) {
+    abort_rank_ = rank;
+  } else if (abort_rank_ >= 0 && std::sscanf(p, "with errorcode %d", &value) == 1) {
+    failures_.push_back({abort_rank_, value, "called MPI_Abort (errorcode " + std::to_string(value) + ")"});
+    abort_rank_ = -1;
   }
 }
 
