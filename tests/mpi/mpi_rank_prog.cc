@@ -28,7 +28,6 @@
 #include <thread>
 #include <vector>
 
-#include "backends/mpi/mpi_communicator.h"
 #include "mpcomm/mpcomm.h"
 #include "testing/collective_check.h"
 
@@ -81,9 +80,9 @@ int grid(Communicator& world) {
   return 0;
 }
 
-// Forces 1000-element chunks, then checks counts around chunk boundaries.
+// With 1000-element chunks (MPCOMM_MPI_CHUNK_ELEMENTS for this communicator), counts around chunk
+// boundaries.
 int chunks(Communicator& comm) {
-  mpi::set_max_chunk_elements_for_testing(1000);
   for (size_t count : {size_t{999}, size_t{1000}, size_t{1001}, size_t{3500}})
     for (OpKind op : {OpKind::allreduce, OpKind::broadcast, OpKind::reduce})
       for (const auto& base : check::conformance_cases(op, comm.size())) {
@@ -102,7 +101,6 @@ int chunks(Communicator& comm) {
     comm.recv(buf.data(), buf.size(), DataType::int64, 0, 5);
     for (size_t i = 0; i < buf.size(); ++i) require(buf[i] == static_cast<int64_t>(i) * 7 - 3, "p2p chunk data");
   }
-  mpi::set_max_chunk_elements_for_testing(0);
   comm.barrier();
   return 0;
 }
@@ -210,7 +208,9 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  auto comm = init_from_env();
+  Options opts;
+  if (mode == "chunks") opts.params["MPCOMM_MPI_CHUNK_ELEMENTS"] = "1000";
+  auto comm = init_from_env(opts);
   const int rank = comm->rank();
   try {
     int rc = 2;

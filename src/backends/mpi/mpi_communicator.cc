@@ -84,7 +84,6 @@ constexpr auto kStoreEvery = std::chrono::milliseconds(500);
 // Open MPI code path computes in int.
 constexpr size_t kChunkBytes = size_t{1} << 30;
 
-std::atomic<size_t> g_chunk_elements_for_testing{0};
 
 std::string mpi_error_text(int rc) {
   char buf[MPI_MAX_ERROR_STRING] = {};
@@ -281,8 +280,9 @@ MPI_Op mpi_op(DataType t, ReduceOp op) {
   throw InvalidArgument("mpcomm: mpi: unknown ReduceOp value " + std::to_string(static_cast<int>(op)));
 }
 
-size_t chunk_elements(size_t elem_size) {
-  size_t forced = g_chunk_elements_for_testing.load(std::memory_order_relaxed);
+// Elements per MPI call: MPCOMM_MPI_CHUNK_ELEMENTS when set (tests cross chunk boundaries with small
+// counts), else as many as kChunkBytes and INT_MAX allow.
+size_t chunk_elements(size_t elem_size, size_t forced) {
   if (forced > 0) return forced;
   return std::min(kChunkBytes / elem_size, static_cast<size_t>(INT_MAX));
 }
@@ -293,6 +293,7 @@ class CommState {
  public:
   CommState(int rank, int size, const Options& opts, const std::shared_ptr<Store>& store)
       : rank_(rank), size_(size), timeout_(opts.timeout), spin_(spin_setting(opts)),
+        chunk_(static_cast<size_t>(std::clamp<int64_t>(param_int(opts, "MPCOMM_MPI_CHUNK_ELEMENTS"), 0, INT_MAX))),
         abort_watch_(store, kStoreEvery, "mpi rank " + std::to_string(rank)) {
     Runtime::get().acquire();
   }
@@ -316,6 +317,7 @@ class CommState {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  size_t chunk_elements(size_t elem_size) const { return mpi::chunk_elements(elem_size, chunk_); }
 
   // Throws Internal (or `code`) in the format every MPI failure has.
   void check(int rc, const What& what, const char* call, ErrorCode code = ErrorCode::internal) const {
@@ -396,6 +398,7 @@ class CommState {
   const int size_;
   const Millis timeout_;
   const std::chrono::milliseconds spin_;
+  const size_t chunk_;  // MPCOMM_MPI_CHUNK_ELEMENTS (0: unset)
   std::atomic<int> in_flight_{0};  // requests posted and not completed
   mutable std::mutex mu_;          // abort_reason_: abort() may come from another thread
   std::string abort_reason_;
@@ -415,7 +418,7 @@ class MpiRequest : public detail::RequestState {
   // Posts every chunk; on failure the communicator is aborted.
   void start() {
     const MPI_Datatype type = mpi_type(op_.dtype);
-    const size_t es = dtype_size(op_.dtype), chunk = chunk_elements(es);
+    const size_t es = dtype_size(op_.dtype), chunk = st_->chunk_elements(es);
     size_t off = 0;
     try {
       do {
@@ -616,8 +619,8 @@ class MpiBackend final : public detail::Backend {
 // The chunks of a call of `count` elements: post(offset in bytes, elements) for each, at least one call
 // (count 0 included); every chunk is posted before any is completed (MPI matches collectives in order).
 template <class Post>
-void for_chunks(size_t count, size_t es, Post&& post) {
-  const size_t chunk = chunk_elements(es);
+void for_chunks(const CommState& st, size_t count, size_t es, Post&& post) {
+  const size_t chunk = st.chunk_elements(es);
   size_t off = 0;
   do {
     const size_t n = std::min(chunk, count - off);
@@ -672,20 +675,20 @@ void MpiBackend::run_blocking(const Op& op) {
     case OpKind::allreduce: {
       const MPI_Op mop = mpi_op(op.dtype, op.redop);
       const bool in_place = op.send == op.recv;
-      for_chunks(op.count, es, [&](size_t off, int n) {
+      for_chunks(*st_, op.count, es, [&](size_t off, int n) {
         once("MPI_Allreduce", [&] { return MPI_Allreduce(in_place ? MPI_IN_PLACE : src + off, dst + off, n, type, mop, comm); });
       });
       break;
     }
     case OpKind::broadcast:
-      for_chunks(op.count, es, [&](size_t off, int n) {
+      for_chunks(*st_, op.count, es, [&](size_t off, int n) {
         once("MPI_Bcast", [&] { return MPI_Bcast(dst + off, n, type, op.root, comm); });
       });
       break;
     case OpKind::reduce: {
       const MPI_Op mop = mpi_op(op.dtype, op.redop);
       const bool in_place = is_root && op.send == op.recv;
-      for_chunks(op.count, es, [&](size_t off, int n) {
+      for_chunks(*st_, op.count, es, [&](size_t off, int n) {
         once("MPI_Reduce", [&] {
           return MPI_Reduce(in_place ? MPI_IN_PLACE : src + off, is_root ? dst + off : nullptr, n, type, mop, op.root, comm);
         });
@@ -773,7 +776,7 @@ void MpiBackend::run_nonblocking(const Op& op) {
   };
   // allreduce, broadcast and reduce go out in chunks of at most chunk_elements() (for_chunks); the other
   // collectives take one count per rank block (one_call_count).
-  auto chunked = [&](auto&& post_chunk) { for_chunks(op.count, es, post_chunk); };
+  auto chunked = [&](auto&& post_chunk) { for_chunks(*st_, op.count, es, post_chunk); };
   // Where the block of rank r starts in a buffer of per-rank blocks.
   auto block = [&](const void* base, int r) {
     return static_cast<const char*>(base) + static_cast<size_t>(r) * op.count * es;
@@ -941,7 +944,6 @@ Topology setup_world(CommState& st, const std::string& host_id, const What& what
 
 }  // namespace
 
-void set_max_chunk_elements_for_testing(size_t elements) { g_chunk_elements_for_testing.store(elements); }
 
 std::unique_ptr<detail::Backend> create_mpi(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
