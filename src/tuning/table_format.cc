@@ -206,10 +206,10 @@ void parse_header(const Where& at, const std::vector<std::string_view>& w, const
   const std::string want = format_header(backend);
   if (w.empty() || w[0] != kMagic) at.fail("expected the header '" + want + "' before any row");
   if (w.size() < 2 || w[1] != std::to_string(kVersion))
-    at.fail("field 'version'", "format version " + std::to_string(kVersion) + " (this mpcomm reads no other)",
+    at.fail("version", "format version " + std::to_string(kVersion) + " (this mpcomm reads no other)",
             w.size() < 2 ? std::string_view("nothing") : w[1]);
   if (w.size() < 3 || w[2].substr(0, 8) != "backend=")
-    at.fail("field 'backend'", "backend=" + backend, w.size() < 3 ? std::string_view("nothing") : w[2]);
+    at.fail("backend", "backend=" + backend, w.size() < 3 ? std::string_view("nothing") : w[2]);
   if (w[2].substr(8) != backend)
     at.fail("field 'backend': this table is for backend '" + std::string(w[2].substr(8)) + "', expected '" + backend + "'");
   if (w.size() > 3) at.fail("expected nothing after '" + want + "', got '" + std::string(w[3]) + "'");
@@ -219,7 +219,7 @@ Row parse_row(const Where& at, const std::vector<std::string_view>& w, const std
   Row row;
   row.line = at.line;
   if (!op_named(w[0], &row.op))
-    at.fail("field 'op'", "an op (allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall, barrier)", w[0]);
+    at.fail("op", "an op (allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall, barrier)", w[0]);
   size_t i = 1;
   int seen = 0;
   for (; i < w.size() && w[i] != "->"; ++i) {
@@ -233,7 +233,7 @@ Row parse_row(const Where& at, const std::vector<std::string_view>& w, const std
   if (std::find(known.begin(), known.end(), row.choice) == known.end()) {
     std::string list;
     for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-    at.fail("field 'algorithm'", "an " + std::string(to_string(row.op)) + " algorithm of backend " + backend + " (" + list + ")",
+    at.fail("algorithm", "one of backend " + backend + "'s " + std::string(to_string(row.op)) + " algorithms (" + list + ")",
             row.choice);
   }
   for (i += 2; i < w.size(); ++i) {
