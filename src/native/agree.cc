@@ -10,8 +10,7 @@
 namespace mpcomm::native {
 
 CpuDistance cpu_distance(double ns, double far_ns) {
-  if (std::isnan(ns)) return CpuDistance::unknown;
-  return far_ns > 0 && ns > far_ns ? CpuDistance::far : CpuDistance::near;
+  return far_ns > 0 && !std::isnan(ns) && ns > far_ns ? CpuDistance::far : CpuDistance::near;
 }
 
 namespace {

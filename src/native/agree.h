@@ -11,10 +11,11 @@
 
 namespace mpcomm::native {
 
-// Far apart, near, or not known (ranks 0 and 1 not on one host with the others, or no answer in time).
+// Far apart, near, or not known (not every rank on one host: nothing measured).
 enum class CpuDistance : uint8_t { unknown, near, far };
 
-// Rank 0's verdict on a round trip of `ns` (NaN: not known) against `far_ns` (0: never far).
+// Rank 0's verdict on a round trip of `ns` against `far_ns`: far only when measured above it (0: never);
+// a measure that did not finish in time (NaN) counts as near.
 CpuDistance cpu_distance(double ns, double far_ns);
 
 struct CallAgreement {

@@ -12,9 +12,6 @@
 
 namespace mpcomm::native {
 
-namespace {
-
-// The built-in table, read once (it is part of the program: a constant).
 const tuning::Table& builtin_table() {
   static const tuning::Table t = [] {
     tuning::Table b = tuning::parse_table(tuning::builtin_table_text("native"), "the built-in table", "native", algorithm_names);
@@ -23,6 +20,8 @@ const tuning::Table& builtin_table() {
   }();
   return t;
 }
+
+namespace {
 
 std::string list(const std::vector<std::string>& names) {
   std::string s;

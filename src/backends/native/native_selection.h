@@ -21,6 +21,9 @@
 
 namespace mpcomm::native {
 
+// The built-in table (src/tuning/native_defaults.cc), read once: it is part of the program.
+const tuning::Table& builtin_table();
+
 class Selection {
  public:
   // Reads MPCOMM_ALGO, MPCOMM_FAR_NS and the MPCOMM_TUNING file of `opts` (before the communicator's
@@ -38,9 +41,10 @@ class Selection {
     return choose_anew(c);
   }
 
-  // Which tables answer, for `mpcomm info` and the log: "tuning file PATH (N rows for this shape), then
-  // the built-in table".
+  // Which tables answer, for `mpcomm info` and the log: "tuning file PATH, then the built-in table".
   std::string describe() const;
+  // The MPCOMM_TUNING table (null without one).
+  const tuning::Table* file() const { return file_.get(); }
 
  private:
   const Algorithm& choose_anew(AlgoCtx& c);

@@ -70,8 +70,8 @@ WorldFacts agree_world_facts(Store& store, Engine& engine, const Topology& topo,
     double least = std::numeric_limits<double>::infinity();
     for (int h = 0; h < s.hosts; ++h)
       least = std::min(least, static_cast<double>(host_cpus[static_cast<size_t>(h)]) / per[static_cast<size_t>(h)]);
-    std::snprintf(text, sizeof text, "%d %.17g %d %.17g", host != nullptr && all_reach ? 1 : 0, least,
-                  static_cast<int>(cpu_distance(rt, far_ns)), rt);
+    const CpuDistance d = host != nullptr ? cpu_distance(rt, far_ns) : CpuDistance::unknown;
+    std::snprintf(text, sizeof text, "%d %.17g %d %.17g", host != nullptr && all_reach ? 1 : 0, least, static_cast<int>(d), rt);
     store.set_string("facts", text);
   }
   if (size > 1) {
