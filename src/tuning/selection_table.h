@@ -101,8 +101,7 @@ struct Row {
 
 struct Table {
   std::string backend;  // whose algorithms the rows name
-  std::string source;   // where it came from: "the built-in defaults", "tuning file PATH"
-  bool builtin = false;
+  std::string source;   // where it came from: "the built-in table", "tuning file PATH"
   std::vector<Row> rows;
 };
 

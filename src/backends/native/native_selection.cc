@@ -2,7 +2,6 @@
 #include "backends/native/native_selection.h"
 
 #include <bit>
-#include <cmath>
 
 #include "core/log.h"
 #include "core/params.h"
@@ -13,11 +12,8 @@
 namespace mpcomm::native {
 
 const tuning::Table& builtin_table() {
-  static const tuning::Table t = [] {
-    tuning::Table b = tuning::parse_table(tuning::builtin_table_text("native"), "the built-in table", "native", algorithm_names);
-    b.builtin = true;
-    return b;
-  }();
+  static const tuning::Table t =
+      tuning::parse_table(tuning::builtin_table_text("native"), "the built-in table", "native", algorithm_names);
   return t;
 }
 
@@ -149,10 +145,10 @@ void Selection::log_choice(const AlgoCtx& c, const Algorithm& a, const std::stri
   if (c.rank != 0 || !log_enabled(LogLevel::info)) return;
   const size_t bytes = c.op.bytes();
   const int bucket = bytes == 0 ? 0 : std::bit_width(bytes);
-  const auto index = static_cast<uint32_t>(&a - all_algorithms().data());
-  uint32_t& seen = logged_[static_cast<size_t>(c.op.kind)][static_cast<size_t>(bucket)];
+  const auto index = static_cast<uint64_t>(&a - all_algorithms().data()) % 64;
+  uint64_t& seen = logged_[static_cast<size_t>(c.op.kind)][static_cast<size_t>(bucket)];
   if ((seen >> index & 1) != 0) return;
-  seen |= uint32_t{1} << index;
+  seen |= uint64_t{1} << index;
   const size_t lo = bucket == 0 ? 0 : size_t{1} << (bucket - 1), hi = bucket == 0 ? 0 : (size_t{1} << bucket) - 1;
   MPCOMM_LOG(info, "native: %s, %zu-%zu bytes per rank, %d ranks: %s (%s)", std::string(to_string(c.op.kind)).c_str(),
              lo, hi, c.size, a.name, why.c_str());

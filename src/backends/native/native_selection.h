@@ -65,7 +65,7 @@ class Selection {
   std::array<Memo, kNumOpKinds> memo_{};
   // Per op kind and size bucket (bit width of the byte count), the algorithms already logged (bit: index
   // in all_algorithms()).
-  std::array<std::array<uint32_t, 65>, kNumOpKinds> logged_{};
+  std::array<std::array<uint64_t, 65>, kNumOpKinds> logged_{};
 };
 
 }  // namespace mpcomm::native

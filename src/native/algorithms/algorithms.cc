@@ -2,7 +2,6 @@
 // selection makes before one runs.
 #include <cstring>
 
-#include "core/reduce.h"
 #include "mpcomm/error.h"
 #include "native/algorithms/algorithms.h"
 

@@ -32,7 +32,7 @@ struct alignas(64) Doorbell {
   // docs/performance.md).
   alignas(64) std::atomic<uint64_t> entered{0};
   // Written only by its rank, read by one peer: a cache line's round trip between the two
-  // (Engine::round_trip_ns), on a line of its own.
+  // (HostLocal::round_trip_ns), on a line of its own.
   alignas(64) std::atomic<uint64_t> echo{0};
 };
 
