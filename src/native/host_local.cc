@@ -51,7 +51,10 @@ double HostLocal::round_trip_ns(int peer, int trips, uint64_t stamp, std::chrono
     for (uint32_t spins = 0; theirs.load(std::memory_order_acquire) != word(i); ++spins) {
       if ((spins & 63) != 63) continue;
       if (Clock::now() > give_up) return lead ? unknown : 0;
-      if (i == 0 && crowded_) ::sched_yield();  // the peer may need this CPU to get here at all
+      if (i > 0) continue;
+      if (crowded_) ::sched_yield();  // the peer may need this CPU to get here at all
+      // Meeting may take long (at creation): a peer that is gone never comes.
+      if ((spins & 0xffff) == 0xffff && !e_.peer_alive(peer)) return lead ? unknown : 0;
     }
     if (!lead) mine.store(word(i), std::memory_order_release);
     if (lead && i > 0) ns[i - 1] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
@@ -67,8 +70,8 @@ bool HostLocal::probe_single_copy(std::chrono::steady_clock::time_point deadline
     if (r == e_.rank()) continue;
     Engine::Peer& p = e_.peers_[static_cast<size_t>(r)];
     // Not known until the peer's engine has published its probe word.
-    while (!e_.can_single_copy(r, p) && p.single_copy_ok == 0) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
+    for (uint32_t spins = 1; !e_.can_single_copy(r, p) && p.single_copy_ok == 0; ++spins) {
+      if (std::chrono::steady_clock::now() > deadline || ((spins & 1023) == 0 && !e_.peer_alive(r))) return false;
       std::this_thread::yield();
     }
     all = all && p.single_copy_ok > 0;
