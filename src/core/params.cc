@@ -27,7 +27,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_MPI_SPIN_MS", "1000", "milliseconds a waiting mpi rank keeps calling MPI_Test back to back (yielding the CPU between bursts) before it sleeps between calls; Open MPI moves a non-blocking collective on only inside those calls"},
       {"MPCOMM_SINGLE_COPY", "1", "large native collective messages between local ranks are read straight from the sender's buffer (process_vm_readv); 0: through the shared-memory ring"},
       {"MPCOMM_SINGLE_COPY_KB", "256", "smallest native collective message, in KiB, that goes by single copy (0: none)"},
-      {"MPCOMM_FAR_NS", "200", "the CPUs of native ranks 0 and 1 count as far apart when a cache line's round trip between them takes longer than this (ns; 0: never); measured at communicator creation and at the calls whose selection-table row asks (placement, placement_now)"},
+      {"MPCOMM_FAR_NS", "200", "the CPUs of native ranks 0 and 1 count as far apart when a cache line's round trip between them takes longer than this (ns; 0: never, negative: always); measured at communicator creation and at the calls whose selection-table row asks (placement, placement_now)"},
       {"MPCOMM_MAX_UNEXPECTED_MB", "1024", "largest native message buffered before its receive is posted; a larger one fails the job naming the sender"},
       {"MPCOMM_KERNELS", "", "reduction kernels: generic, avx2 or avx512 (default: the best this CPU runs; all give the same bits)"},
       {"MPCOMM_ALGO", "", "force native algorithms, e.g. allreduce=ring,broadcast=binomial; one that cannot run for a call fails it (Unsupported)"},

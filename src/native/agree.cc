@@ -10,6 +10,7 @@
 namespace mpcomm::native {
 
 CpuDistance cpu_distance(double ns, double far_ns) {
+  if (far_ns < 0) return CpuDistance::far;
   return far_ns > 0 && !std::isnan(ns) && ns > far_ns ? CpuDistance::far : CpuDistance::near;
 }
 

@@ -14,8 +14,8 @@ namespace mpcomm::native {
 // Far apart, near, or not known (not every rank on one host: nothing measured).
 enum class CpuDistance : uint8_t { unknown, near, far };
 
-// Rank 0's verdict on a round trip of `ns` against `far_ns`: far only when measured above it (0: never);
-// a measure that did not finish in time (NaN) counts as near.
+// Rank 0's verdict on a round trip of `ns` against `far_ns`: far when measured above it; a measure that
+// did not finish in time (NaN) counts as near. far_ns 0: never far; below 0: always far.
 CpuDistance cpu_distance(double ns, double far_ns);
 
 struct CallAgreement {

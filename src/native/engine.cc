@@ -54,7 +54,6 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
     peers_[r].link = std::move(links[r]);
     if (peers_[r].link && peers_[r].link->poll_fd() >= 0) has_tcp_ = true;
   }
-  single_copy_ = settings_.single_copy;
   const long cpus = settings_.cpus > 0 ? settings_.cpus : ::sysconf(_SC_NPROCESSORS_ONLN);
   crowded_ = seg_ != nullptr && seg_->nlocal() > cpus;
   if (has_tcp_ || crowded_) spin_passes_ = 2;
@@ -513,7 +512,7 @@ bool Engine::same_host(int peer) const { return info_[peer].same_host && info_[p
 // process_vm_readv() of the peer's published probe word. Asked once the peer has published it.
 bool Engine::can_single_copy(int peer, Peer& p) {
   if (p.single_copy_ok != 0) return p.single_copy_ok > 0;
-  if (!single_copy_ || !same_host(peer)) {
+  if (!settings_.single_copy || !same_host(peer)) {
     p.single_copy_ok = -1;
     return false;
   }

@@ -148,7 +148,7 @@ class Engine {
   // they are not, or for one rank.
   HostLocal* host() { return host_.get(); }
   // Collective frames from this size on go by single copy to local ranks (SIZE_MAX: never).
-  size_t single_copy_from() const { return single_copy_ ? settings_.single_copy_from : SIZE_MAX; }
+  size_t single_copy_from() const { return settings_.single_copy ? settings_.single_copy_from : SIZE_MAX; }
 
   // Fails the current op: "mpcomm: <op on this rank>: msg", published as this communicator's abort
   // reason (so that the other ranks fail too), then thrown as the error of `code`.
@@ -217,7 +217,12 @@ class Engine {
   bool progress_reduce_payload(Peer& p);
   bool can_single_copy(int peer, Peer& p);
   void copy_with_peer(int peer, char* local_buf, uint64_t remote, size_t n, bool write);
-  // HostLocal::wait and wake.
+  // HostLocal::wait: waits until done() holds, for shared memory that local peers write outside frames
+  // (the board, the stages). `pending()` gives the ranks still awaited, watched for liveness; `what()`
+  // says what a timeout waited for. Frames keep moving meanwhile, and a collective frame of this op's
+  // sequence number but another fingerprint is a Mismatch: its sender runs another collective, one that
+  // waits for frames. (The other way round, every wait checks the board's tags: check_board_tags.)
+  // wake_local_peers: HostLocal::wake.
   void wait_shared(const std::function<bool()>& done, const std::function<std::vector<int>()>& pending,
                    const std::function<std::string()>& what);
   void wake_local_peers() const;
@@ -258,7 +263,6 @@ class Engine {
   // 2 CPUs, 8 B allreduce 140 -> 25 us).
   int spin_passes_ = 200;
   bool crowded_ = false;  // this host's ranks outnumber its CPUs
-  bool single_copy_ = true;  // settings_.single_copy, and a size to start from
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;
   detail::Fingerprint fp_{};

@@ -164,7 +164,7 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
                                          root_store(store), opts.timeout, settings);
 
   // 4. The facts the algorithm choice depends on, the same on every rank; the tables and MPCOMM_ALGO.
-  const WorldFacts facts = agree_world_facts(*store, *engine, topo, settings.cpus, param_double(opts, "MPCOMM_FAR_NS"), deadline, who);
+  const WorldFacts facts = agree_world_facts(*store, *engine, topo, settings.cpus, selection.far_ns(), deadline, who);
   selection.fit(facts.shape);
   MPCOMM_LOG(info, "native rank %d/%d up: host %d of %d, %d local ranks, %zu tcp peers; algorithms from %s", rank, size,
              topo.host, topo.num_hosts(), topo.local_size, remote.size(), selection.describe().c_str());

@@ -43,6 +43,8 @@ class Selection {
 
   // Which tables answer, for `mpcomm info` and the log: "tuning file PATH, then the built-in table".
   std::string describe() const;
+  // MPCOMM_FAR_NS: above this a cache line's round trip between ranks 0 and 1 counts as far.
+  double far_ns() const { return far_ns_; }
   // The MPCOMM_TUNING table (null without one).
   const tuning::Table* file() const { return file_.get(); }
 
