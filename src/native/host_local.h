@@ -36,8 +36,6 @@ class HostLocal {
   // Every rank may read and write every other rank's memory: MPCOMM_SINGLE_COPY is on and the kernel
   // allows it between every pair (probed at creation: probe_single_copy(), then agreed).
   bool single_copy() const { return single_copy_; }
-  // The host's ranks outnumber its CPUs.
-  bool crowded() const { return crowded_; }
 
   // ---- single copy ----
   // Copies n bytes from `rank`'s memory at `remote` / to it. Errors name the rank; a rank that is gone
@@ -89,7 +87,7 @@ class HostLocal {
   Engine& e_;
   const ShmSegment& seg_;
   std::vector<int> local_of_;  // segment index of every rank
-  bool crowded_;
+  bool crowded_;               // the host's ranks outnumber its CPUs: meeting yields the CPU
   bool single_copy_ = false;
 };
 
