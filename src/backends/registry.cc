@@ -122,22 +122,29 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
   return detail::make_communicator(b.make(std::move(store), rank, size, opts), b.make);
 }
 
-std::unique_ptr<Communicator> init_from_env(const Options& in) {
+EnvWorld env_world(const Options& in) {
   EnvInfo env = discover_env();
+  EnvWorld w;
+  w.rank = env.rank;
+  w.size = env.size;
   Options with_host = in;
   // Under mpirun the emulated host (mpcomm launch --hosts) follows from the world rank: env.cc knows how.
   if (with_host.host_id.empty()) with_host.host_id = host_id_from_env();
-  Options opts = with_host.resolved();
-  std::shared_ptr<Store> store;
+  w.opts = with_host.resolved();
   if (env.store_url.rfind("tcp://", 0) == 0) {
     auto [host, port] = net::parse_host_port(env.store_url.substr(6));
-    store = std::make_shared<TcpStore>(host, port, opts.token, opts.timeout, env.serve_store);
+    w.store = std::make_shared<TcpStore>(host, port, w.opts.token, w.opts.timeout, env.serve_store);
   } else {
-    store = open_store(env.store_url, opts.token, opts.timeout);
+    w.store = open_store(env.store_url, w.opts.token, w.opts.timeout);
   }
+  return w;
+}
+
+std::unique_ptr<Communicator> init_from_env(const Options& in) {
+  EnvWorld w = env_world(in);
   std::string backend = param_string("MPCOMM_BACKEND");
-  auto prefixed = std::make_shared<PrefixStore>("world/" + backend, store);
-  return create(backend, std::move(prefixed), env.rank, env.size, opts);
+  auto prefixed = std::make_shared<PrefixStore>("world/" + backend, w.store);
+  return create(backend, std::move(prefixed), w.rank, w.size, w.opts);
 }
 
 }  // namespace mpcomm

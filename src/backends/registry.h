@@ -5,9 +5,11 @@
 // o.needs = launch_needs(o.backend).
 #pragma once
 
+#include <memory>
 #include <string_view>
 
 #include "bootstrap/launcher.h"
+#include "mpcomm/communicator.h"
 
 namespace mpcomm {
 
@@ -15,5 +17,15 @@ namespace mpcomm {
 // build does not have (saying what was missing when it was configured, and how to get it) or does not
 // know at all.
 LaunchNeeds launch_needs(std::string_view backend);
+
+// This process's place in its job, read from the environment as init_from_env() reads it: rank, size,
+// the options resolved, and the job's rendezvous store (served here when this rank must serve it). For
+// tools that create several communicators in one job, each on a PrefixStore of its own.
+struct EnvWorld {
+  int rank = 0, size = 1;
+  Options opts;
+  std::shared_ptr<Store> store;
+};
+EnvWorld env_world(const Options& opts);
 
 }  // namespace mpcomm

@@ -26,21 +26,20 @@ static constexpr auto kLivenessEvery = std::chrono::milliseconds(100);
 static constexpr auto kStoreEvery = std::chrono::milliseconds(500);
 static constexpr uint64_t kProbeMagic = 0x6d70636f6d6d5052ull;
 
-size_t single_copy_from() {
-  static const size_t from = [] {
-    int64_t kb = param_int("MPCOMM_SINGLE_COPY_KB");
-    return kb <= 0 ? SIZE_MAX : static_cast<size_t>(kb) << 10;
-  }();
-  return from;
-}
-
-bool single_copy_enabled() {
-  static const bool on = param_int("MPCOMM_SINGLE_COPY") != 0 && single_copy_from() != SIZE_MAX;
-  return on;
+EngineSettings engine_settings(const Options& opts) {
+  EngineSettings s;
+  s.spin_for = std::chrono::microseconds(std::max<int64_t>(0, param_int(opts, "MPCOMM_SPIN_US")));
+  const int64_t kb = param_int(opts, "MPCOMM_SINGLE_COPY_KB");
+  s.single_copy = param_int(opts, "MPCOMM_SINGLE_COPY") != 0 && kb > 0;
+  s.single_copy_from = kb > 0 ? static_cast<size_t>(kb) << 10 : SIZE_MAX;
+  s.max_unexpected = static_cast<uint64_t>(std::max<int64_t>(1, param_int(opts, "MPCOMM_MAX_UNEXPECTED_MB"))) << 20;
+  s.cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return s;
 }
 
 Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std::vector<PeerInfo> peers,
-               std::shared_ptr<const ShmSegment> seg, int my_local, std::shared_ptr<Store> abort_store, Millis timeout)
+               std::shared_ptr<const ShmSegment> seg, int my_local, std::shared_ptr<Store> abort_store, Millis timeout,
+               EngineSettings settings)
     : rank_(rank),
       size_(size),
       peers_(static_cast<size_t>(size)),
@@ -49,17 +48,20 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
       seg_(seg_holder_.get()),
       my_local_(my_local),
       abort_watch_(abort_store, kStoreEvery, "rank " + std::to_string(rank)),
-      timeout_(timeout) {
+      timeout_(timeout),
+      settings_(settings) {
   for (int r = 0; r < size; ++r) {
     peers_[r].link = std::move(links[r]);
     if (peers_[r].link && peers_[r].link->poll_fd() >= 0) has_tcp_ = true;
   }
-  spin_for_ = std::chrono::microseconds(std::max<int64_t>(0, param_int("MPCOMM_SPIN_US")));
-  // Read per engine, not once per process like single_copy_enabled(): tests turn it off for one world.
-  single_copy_ = param_int("MPCOMM_SINGLE_COPY") != 0 && single_copy_from() != SIZE_MAX;
-  crowded_ = seg_ != nullptr && seg_->nlocal() > ::sysconf(_SC_NPROCESSORS_ONLN);
+  const long cpus = settings_.cpus > 0 ? settings_.cpus : ::sysconf(_SC_NPROCESSORS_ONLN);
+  crowded_ = seg_ != nullptr && seg_->nlocal() > cpus;
   if (has_tcp_ || crowded_) spin_passes_ = 2;
-  max_unexpected_ = static_cast<uint64_t>(std::max<int64_t>(1, param_int("MPCOMM_MAX_UNEXPECTED_MB"))) << 20;
+  if (seg_ != nullptr && my_local_ >= 0 && seg_->nlocal() == size_ && seg_->board_ctl() != nullptr) {
+    std::vector<int> local_of(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) local_of[static_cast<size_t>(r)] = r == rank_ ? my_local_ : info_[static_cast<size_t>(r)].local;
+    host_ = std::make_unique<HostLocal>(*this, *seg_, std::move(local_of), crowded_);
+  }
   if (seg_ != nullptr && my_local_ >= 0) {
     Doorbell* me = seg_->doorbell(my_local_);
     me->probe_value = kProbeMagic ^ static_cast<uint64_t>(::getpid());
@@ -281,9 +283,9 @@ bool Engine::progress_send(int peer, Peer& p) {
   bool moved = false;
   while (!p.sendq.empty()) {
     Xfer& x = *p.sendq.front();
-    const size_t single_from = x.route == Route::direct ? std::min(kDirectFrom, single_copy_from())
+    const size_t single_from = x.route == Route::direct ? std::min(kDirectFrom, settings_.single_copy_from)
                                : x.route == Route::ring   ? SIZE_MAX
-                                                          : single_copy_from();
+                                                          : settings_.single_copy_from;
     if (x.done_bytes == 0 && x.kind == kFrameCollective && x.bytes >= single_from && can_single_copy(peer, p)) {
       x.single_copy = true;
       x.hdr.pad[0] = kFlagSingleCopy;
@@ -372,10 +374,10 @@ void Engine::on_header(int peer, Peer& p) {
     p.rx_stalled = true;
     return;
   }
-  if (!p.rx_target && h.bytes > max_unexpected_)
+  if (!p.rx_target && h.bytes > settings_.max_unexpected)
     fail(ErrorCode::internal, "rank " + std::to_string(peer) + " sent " + frame_name(h) + " of " +
                                   std::to_string(h.bytes) + " bytes before this rank posted its receive: more than the " +
-                                  std::to_string(max_unexpected_ >> 20) + " MiB a rank buffers (MPCOMM_MAX_UNEXPECTED_MB)");
+                                  std::to_string(settings_.max_unexpected >> 20) + " MiB a rank buffers (MPCOMM_MAX_UNEXPECTED_MB)");
   if (!p.rx_target) {
     p.rx_unexp = std::make_shared<Unexpected>();
     p.rx_unexp->hdr = h;
@@ -510,7 +512,7 @@ bool Engine::same_host(int peer) const { return info_[peer].same_host && info_[p
 // process_vm_readv() of the peer's published probe word. Asked once the peer has published it.
 bool Engine::can_single_copy(int peer, Peer& p) {
   if (p.single_copy_ok != 0) return p.single_copy_ok > 0;
-  if (!single_copy_ || !same_host(peer)) {
+  if (!settings_.single_copy || !same_host(peer)) {
     p.single_copy_ok = -1;
     return false;
   }
@@ -524,11 +526,6 @@ bool Engine::can_single_copy(int peer, Peer& p) {
   if (!ok) MPCOMM_LOG(info, "rank %d: no single-copy transfers with rank %d (%s)", rank_, peer, std::strerror(errno));
   p.single_copy_ok = ok ? 1 : -1;
   return ok;
-}
-
-const ShmSegment* Engine::board() const {
-  if (seg_ == nullptr || my_local_ < 0 || seg_->nlocal() != size_ || seg_->board_ctl() == nullptr) return nullptr;
-  return seg_;
 }
 
 void Engine::wake_local_peers() const {
@@ -564,54 +561,17 @@ void Engine::check_frames_match_op() {
 // arguments). Not for point-to-point ops (their seq counts something else) nor MPCOMM_CHECK's probe
 // (it shares the op's seq, and a rank past it may already be on the board).
 void Engine::check_board_tags() {
-  const ShmSegment* b = board();
-  if (b == nullptr || op_ == nullptr || op_->fingerprint_probe || op_->kind == OpKind::send || op_->kind == OpKind::recv)
+  if (host_ == nullptr || op_ == nullptr || op_->fingerprint_probe || op_->kind == OpKind::send || op_->kind == OpKind::recv)
     return;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     detail::Fingerprint theirs;
-    if (!b->board_tag(local_of(r))->read(fp_.seq + 1, &theirs, sizeof theirs)) continue;
+    if (!host_->board_tag(r)->read(fp_.seq + 1, &theirs, sizeof theirs)) continue;
     if (!(theirs == fp_))
       fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
                                     " but this rank called " + detail::describe(fp_));
   }
 }
-
-char* Engine::stage(int peer) const {
-  if (seg_ == nullptr) return nullptr;
-  if (peer == rank_) return my_local_ >= 0 ? seg_->stage(my_local_) : nullptr;
-  return same_host(peer) ? seg_->stage(info_[static_cast<size_t>(peer)].local) : nullptr;
-}
-
-double Engine::round_trip_ns(int peer, int n) {
-  constexpr int kMaxTrips = 64;
-  if (seg_ == nullptr || !same_host(peer) || n < 1 || n > kMaxTrips) return std::numeric_limits<double>::quiet_NaN();
-  std::atomic<uint64_t>& mine = seg_->doorbell(my_local_)->echo;
-  const std::atomic<uint64_t>& theirs = seg_->doorbell(info_[static_cast<size_t>(peer)].local)->echo;
-  const bool lead = rank_ < peer;
-  const auto give_up = Clock::now() + std::chrono::milliseconds(5);
-  // Stamps of this op (fp_.seq): a word left from an earlier call never matches. Trip 0 meets the peer
-  // (when it arrives is not timed); trips 1..n are timed one by one and their median counts, so that
-  // one preemption does not.
-  auto stamp = [&](int i) { return (fp_.seq + 1) << 16 | static_cast<uint64_t>(i); };
-  double ns[kMaxTrips];
-  for (int i = 0; i <= n; ++i) {
-    const auto t0 = Clock::now();
-    if (lead) mine.store(stamp(i), std::memory_order_release);
-    for (uint32_t spins = 0; theirs.load(std::memory_order_acquire) != stamp(i); ++spins) {
-      if ((spins & 63) != 63) continue;
-      if (Clock::now() > give_up) return lead ? std::numeric_limits<double>::quiet_NaN() : 0;
-      if (i == 0 && crowded_) ::sched_yield();  // the peer may need this CPU to get here at all
-    }
-    if (!lead) mine.store(stamp(i), std::memory_order_release);
-    if (lead && i > 0) ns[i - 1] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-  }
-  if (!lead) return 0;
-  std::nth_element(ns, ns + n / 2, ns + n);
-  return ns[n / 2];
-}
-
-bool Engine::can_access(int peer) { return peer == rank_ || can_single_copy(peer, peers_[static_cast<size_t>(peer)]); }
 
 // n bytes between our memory and `peer`'s at `remote`, by process_vm_readv or process_vm_writev (the
 // kernel checks the same permission for both: what can_single_copy() probed), in as many calls as the
@@ -633,28 +593,19 @@ void Engine::copy_with_peer(int peer, char* local_buf, uint64_t remote, size_t n
   }
 }
 
-void Engine::read_peer(int peer, void* dst, uint64_t remote, size_t n) {
-  copy_with_peer(peer, static_cast<char*>(dst), remote, n, false);
-}
-
-void Engine::write_peer(int peer, uint64_t remote, const void* src, size_t n) {
-  // process_vm_writev only reads the local side.
-  copy_with_peer(peer, const_cast<char*>(static_cast<const char*>(src)), remote, n, true);
-}
-
 // Copies (or reduces) a single-copy frame's payload straight out of the sender's buffer, then
 // acknowledges it so that the sender's send completes.
 void Engine::receive_single_copy(int peer, Peer& p) {
   Xfer& x = *p.rx_target;  // single-copy frames are large collective frames: never unexpected (they stall)
   const size_t total = p.rx_hdr.bytes;
-  // (read_peer uses info_[peer].pid, the pid can_single_copy() probed; the descriptor's own pid is not needed.)
+  // (copy_with_peer uses info_[peer].pid, the pid can_single_copy() probed; the descriptor's own pid is not needed.)
   if (x.reduce) {
     // In pieces that stay in the cache between the copy and the reduction.
     const size_t es = dtype_size(x.dtype), piece = (256u << 10) / es * es;
     if (bounce_.size() < piece) bounce_.resize(piece);
     for (size_t off = 0; off < total; off += piece) {
       const size_t n = std::min(piece, total - off);
-      read_peer(peer, bounce_.data(), p.rx_desc[0] + off, n);
+      copy_with_peer(peer, bounce_.data(), p.rx_desc[0] + off, n, false);
       combine(x, off, bounce_.data(), n);
     }
   } else if (total > 0) {
@@ -663,7 +614,7 @@ void Engine::receive_single_copy(int peer, Peer& p) {
     // in the cache (4 ranks on 2 CPUs, 4 MiB broadcast: 1.97-2.01 ms in one piece, 1.26-1.33 ms so).
     const size_t piece = crowded_ ? size_t{1} << 20 : total;
     for (size_t off = 0; off < total; off += piece) {
-      read_peer(peer, x.rdata + off, p.rx_desc[0] + off, std::min(piece, total - off));
+      copy_with_peer(peer, x.rdata + off, p.rx_desc[0] + off, std::min(piece, total - off), false);
       if (off + piece < total) sched_yield();
     }
   }
@@ -844,7 +795,7 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
     if (done()) return;
     ++idle;
     if (idle < spin_passes_) continue;
-    if (idle == spin_passes_) spin_until = Clock::now() + spin_for_;
+    if (idle == spin_passes_) spin_until = Clock::now() + settings_.spin_for;
     if (idle > spin_passes_ && idle < spin_passes_ + kYieldPasses && Clock::now() < spin_until) {
       // Keep polling, yielding between passes: a rank that shares our CPU runs at once, and with nobody
       // else runnable we are back in a microsecond. Sleeping instead lets the CPU halt, and waking a

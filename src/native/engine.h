@@ -27,6 +27,7 @@
 #include "core/op.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
+#include "native/host_local.h"
 #include "native/transport/link.h"
 #include "native/transport/shm/shm_segment.h"
 
@@ -50,17 +51,27 @@ inline constexpr uint8_t kFrameP2P = 2;
 inline constexpr uint8_t kFrameAck = 3;  // single-copy frame read: the sender may reuse its buffer
 inline constexpr uint8_t kFlagSingleCopy = 1;  // FrameHeader::pad[0]: the payload is a SingleCopy descriptor
 inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
-// Collective payloads from this many bytes on go by single copy between local processes: the receiver
-// reads the sender's buffer with process_vm_readv(). MPCOMM_SINGLE_COPY_KB (0: never); read once.
-size_t single_copy_from();
-// Whether large frames between local processes may go by single copy at all (MPCOMM_SINGLE_COPY on and
-// MPCOMM_SINGLE_COPY_KB > 0); the same on every rank, so algorithms may choose by it.
-bool single_copy_enabled();
 // Sends marked Route::direct go by single copy from this size on (unless MPCOMM_SINGLE_COPY_KB is lower).
 inline constexpr size_t kDirectFrom = size_t{128} << 10;
-// How a collective frame to a local rank travels: usual (single copy from single_copy_from()), direct
-// (single copy from kDirectFrom on), ring (always through the shared-memory ring).
+// How a collective frame to a local rank travels: usual (single copy from Engine::single_copy_from()),
+// direct (single copy from kDirectFrom on), ring (always through the shared-memory ring).
 enum class Route : uint8_t { usual, direct, ring };
+
+// The engine's knobs, read once per communicator from its Options (engine_settings()).
+struct EngineSettings {
+  // How long a waiter keeps polling (yielding between passes) before it sleeps: MPCOMM_SPIN_US.
+  std::chrono::microseconds spin_for{1000};
+  // Large collective frames between local processes may go by single copy (the receiver reads the
+  // sender's buffer with process_vm_readv()): MPCOMM_SINGLE_COPY on and MPCOMM_SINGLE_COPY_KB > 0 ...
+  bool single_copy = true;
+  // ... from this many bytes on: MPCOMM_SINGLE_COPY_KB.
+  size_t single_copy_from = size_t{256} << 10;
+  // Largest frame buffered before its receive is posted: MPCOMM_MAX_UNEXPECTED_MB.
+  uint64_t max_unexpected = uint64_t{1} << 30;
+  // This machine's online CPUs (0: ask the system).
+  long cpus = 0;
+};
+EngineSettings engine_settings(const Options& opts);
 
 // One pending send or receive.
 struct Xfer {
@@ -102,7 +113,8 @@ struct PeerInfo {
 class Engine {
  public:
   Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std::vector<PeerInfo> peers,
-         std::shared_ptr<const ShmSegment> seg, int my_local, std::shared_ptr<Store> abort_store, Millis timeout);
+         std::shared_ptr<const ShmSegment> seg, int my_local, std::shared_ptr<Store> abort_store, Millis timeout,
+         EngineSettings settings = {});
   ~Engine();
 
   // The op whose frames send()/recv() create and whose name errors carry; set before each collective.
@@ -132,40 +144,11 @@ class Engine {
   // One progress pass; true when h is done. Rethrows a failure.
   bool test(const Handle& h);
 
-  // Straight access to a local peer's memory (process_vm_readv/writev), for algorithms that read and
-  // write the other ranks' buffers themselves (the direct allreduce, broadcast, allgather and
-  // reduce-scatter). can_access: single copy is on, the peer is on this host, and reading its memory works (false also while the peer has not yet published
-  // its probe: ask again later). Errors name the peer; a peer that is gone is a peer_failure.
-  bool can_access(int peer);
-  void read_peer(int peer, void* dst, uint64_t remote, size_t n);
-  void write_peer(int peer, uint64_t remote, const void* src, size_t n);
-
-  // A local rank's stage in this host's shared memory (ShmSegment::stage; ours for peer == rank()), or
-  // null when that rank is not on this host or the host has only one rank.
-  char* stage(int peer) const;
-
-  // How far apart this rank's CPU and local peer `peer`'s are now: both call it in the same op; the
-  // lower rank writes its doorbell's echo word n + 1 times (n <= 64), each time waiting for the peer
-  // to write the same value back, and returns the median nanoseconds of the last n round trips (the
-  // higher rank answers and returns 0; the first trip only meets the peer and, on a crowded host,
-  // yields the CPU while it waits). Gives up after 5 ms: NaN, not known.
-  // On a virtual machine it changes within minutes: about 50 ns between hyperthreads of one core,
-  // 110 ns within a shared cache, 270 or 520 ns farther apart (docs/performance.md, "Why runs differ").
-  double round_trip_ns(int peer, int n);
-
-  // This host's shared memory when every rank of the communicator is on this host (its board serves
-  // the arrival allreduce), else null; and the slot (local index) of a rank in it.
-  const ShmSegment* board() const;
-  int local_of(int rank) const { return rank == rank_ ? my_local_ : info_[static_cast<size_t>(rank)].local; }
-  // Waits until done() holds, for shared memory that local peers write outside frames (the board).
-  // `pending()` gives the ranks still awaited, watched for liveness; `what()` says what a timeout waited
-  // for. Frames keep moving meanwhile, and a collective frame of this op's sequence number but another
-  // fingerprint is a Mismatch: its sender runs another collective, one that waits for frames. (The
-  // other way round, every wait checks the board's tags: see check_board_tags.)
-  void wait_shared(const std::function<bool()>& done, const std::function<std::vector<int>()>& pending,
-                   const std::function<std::string()>& what);
-  // Wakes every local peer that sleeps (after writing shared memory that it waits for).
-  void wake_local_peers() const;
+  // What the ranks can do besides frames when all of them are on this host (host_local.h); null when
+  // they are not, or for one rank.
+  HostLocal* host() { return host_.get(); }
+  // Collective frames from this size on go by single copy to local ranks (SIZE_MAX: never).
+  size_t single_copy_from() const { return settings_.single_copy ? settings_.single_copy_from : SIZE_MAX; }
 
   // Fails the current op: "mpcomm: <op on this rank>: msg", published as this communicator's abort
   // reason (so that the other ranks fail too), then thrown as the error of `code`.
@@ -180,6 +163,7 @@ class Engine {
   int size() const { return size_; }
 
  private:
+  friend class HostLocal;  // its waits, single copies and probes are the engine's
   struct Unexpected {
     FrameHeader hdr{};
     std::unique_ptr<char[]> data;  // not value-initialized: the payload overwrites it
@@ -233,6 +217,15 @@ class Engine {
   bool progress_reduce_payload(Peer& p);
   bool can_single_copy(int peer, Peer& p);
   void copy_with_peer(int peer, char* local_buf, uint64_t remote, size_t n, bool write);
+  // HostLocal::wait: waits until done() holds, for shared memory that local peers write outside frames
+  // (the board, the stages). `pending()` gives the ranks still awaited, watched for liveness; `what()`
+  // says what a timeout waited for. Frames keep moving meanwhile, and a collective frame of this op's
+  // sequence number but another fingerprint is a Mismatch: its sender runs another collective, one that
+  // waits for frames. (The other way round, every wait checks the board's tags: check_board_tags.)
+  // wake_local_peers: HostLocal::wake.
+  void wait_shared(const std::function<bool()>& done, const std::function<std::vector<int>()>& pending,
+                   const std::function<std::string()>& what);
+  void wake_local_peers() const;
   bool same_host(int peer) const;
   void receive_single_copy(int peer, Peer& p);
   static void deliver(Xfer& x, const char* data);
@@ -260,9 +253,9 @@ class Engine {
   int my_local_;
   AbortWatch abort_watch_;
   Millis timeout_;
+  EngineSettings settings_;
+  std::unique_ptr<HostLocal> host_;
   bool has_tcp_ = false;
-  // How long a waiter keeps polling (yielding between passes) before it sleeps: MPCOMM_SPIN_US.
-  Clock::duration spin_for_{};
   // Progress passes before the first yield: many while every local rank has a CPU of its own (a peer's
   // bytes arrive within microseconds); 2 when local ranks outnumber the CPUs (the peer we wait for may
   // need our CPU to run at all: 4 ranks on 2 CPUs, 8 B allreduce 17 -> 8 us) or when there are TCP
@@ -270,10 +263,6 @@ class Engine {
   // 2 CPUs, 8 B allreduce 140 -> 25 us).
   int spin_passes_ = 200;
   bool crowded_ = false;  // this host's ranks outnumber its CPUs
-  bool single_copy_ = true;  // MPCOMM_SINGLE_COPY
-  // Largest frame buffered before its receive is posted (MPCOMM_MAX_UNEXPECTED_MB): a length read from
-  // the wire is bounded before anything is allocated for it.
-  uint64_t max_unexpected_ = uint64_t{1} << 30;
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;
   detail::Fingerprint fp_{};

@@ -68,21 +68,19 @@ void expect_every_case_passes(testing::ThreadWorld& world) {
 // different dtypes leave payloads at every offset (elements split by the ring's end are combined through
 // the bounce buffer), and large collective frames wait in the ring for their receive.
 TEST(NativeSmallRing, EveryOpWrapsAroundTheRing) {
-  ::setenv("MPCOMM_SHM_RING_BYTES", "4096", 1);
-  ::setenv("MPCOMM_SINGLE_COPY", "0", 1);  // large frames through the ring too
-  testing::ThreadWorld world("native", 3);
-  ::unsetenv("MPCOMM_SHM_RING_BYTES");
-  ::unsetenv("MPCOMM_SINGLE_COPY");
+  Options o;
+  o.params = {{"MPCOMM_SHM_RING_BYTES", "4096"}, {"MPCOMM_SINGLE_COPY", "0"}};  // large frames through the ring too
+  testing::ThreadWorld world("native", 3, o);
   expect_every_case_passes(world);
 }
 
-// MPCOMM_SINGLE_COPY=1 (the default, set here in case the environment turned it off): large collective frames are read straight from the sender's buffer
+// MPCOMM_SINGLE_COPY=1 (the default, set for this communicator in case the environment turned it off): large collective frames are read straight from the sender's buffer
 // (process_vm_readv; ranks as threads read their own process) and acknowledged; reducing receives go
 // through the bounce buffer in pieces.
 TEST(NativeSingleCopy, EveryOpWithReadsFromTheSendersBuffer) {
-  ::setenv("MPCOMM_SINGLE_COPY", "1", 1);
-  testing::ThreadWorld world("native", 3);
-  ::unsetenv("MPCOMM_SINGLE_COPY");
+  Options o;
+  o.params = {{"MPCOMM_SINGLE_COPY", "1"}};
+  testing::ThreadWorld world("native", 3, o);
   expect_every_case_passes(world);
 }
 

@@ -13,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "mpcomm/communicator.h"
+
+namespace CLI {
+class App;
+}
 
 namespace mpcomm::bench {
 
@@ -40,6 +45,10 @@ struct Config {
   // backend's slot on it ("" = measure without waiting).
   std::string turns;
   int turn_slot = 0, turn_backends = 0;
+  // The driver's, not sent to the workers: the subcommand each rank runs (`mpcomm tune` runs its own),
+  // and how many rows each size yields per op and placement (tune: one per algorithm), for the progress.
+  std::string worker = "bench-worker";
+  int variants = 1;
 };
 
 // One measured row (one backend, op, size and placement).
@@ -61,6 +70,8 @@ struct Row {
   // Backends taking turns: a cache line's round trip between the first two CPUs, measured by the driver
   // just before the row's turn (core/cpu_pair.h; NaN or absent: not measured).
   double cpus_round_trip_ns = std::numeric_limits<double>::quiet_NaN();
+  // `mpcomm tune`: the native algorithm forced for the row, and why it could not run ("": it ran).
+  std::string algorithm, refused;
 };
 
 // All ops bench knows, in nccl-tests order.
@@ -78,10 +89,29 @@ std::string human_bytes(size_t b);
 
 std::string to_json(const Row& r);
 Row row_from_json(const std::string& line);
+// nccl-tests' sweep options (-b -e -f -n -w -c) on a command: the sizes as text, the rest into c.
+void add_sweep_options(CLI::App& app, Config& c, std::string* min_bytes, std::string* max_bytes);
+// The configuration a driver hands its workers (--config).
+Config config_from_json(const std::string& s);
 
 // Worker side: measure every op × size of c on comm; rank 0 prints the nccl-tests table to stdout and
 // appends JSON lines to json_path.
 int run_worker(Communicator& comm, const Config& c, const std::string& json_path);
+// Buffers sized for the largest message of c, reused for every size, on the communicator's device.
+struct Buffers {
+  device::Buffer send, recv;
+};
+Buffers make_buffers(const Communicator& comm, const Config& c);
+// Elements per rank (per block for the block ops) of nccl-tests' size `bytes` (the whole buffer).
+size_t elements_per_rank(const std::string& op, size_t bytes, size_t es, int n);
+// Whether op has an in-place layout to measure.
+bool has_inplace(const std::string& op);
+// One row: `op` on `count` elements per rank of comm, checked (c.check), warmed up, timed (c.iters
+// calls; the slowest rank's mean, and its per-call latencies). The checks' sums, the barrier and the
+// timings' maxima go through `control` (comm itself in bench; another communicator in tune, whose
+// comm may run only the op measured).
+Row measure(Communicator& comm, Communicator& control, const Config& c, const std::string& op, DataType dt, size_t count,
+            bool inplace, Buffers& b);
 
 // Driver side: run every backend of c (each through launch(); several at once, taking turns row by
 // row, unless c.sequential) and print each backend's table as its rank 0 prints it; returns all rows.

@@ -38,31 +38,6 @@ nlohmann::json config_to_json(const Config& c) {
           {"turn_slot", c.turn_slot}, {"turn_backends", c.turn_backends}};
 }
 
-Config config_from_json(const std::string& s) {
-  auto j = nlohmann::json::parse(s);
-  Config c;
-  c.ranks = j.at("ranks");
-  c.hosts = j.at("hosts");
-  c.backends = j.at("backends").get<std::vector<std::string>>();
-  c.ops = j.at("ops").get<std::vector<std::string>>();
-  c.min_bytes = j.at("min_bytes");
-  c.max_bytes = j.at("max_bytes");
-  c.factor = j.at("factor");
-  c.extra_sizes = j.at("extra_sizes").get<std::vector<size_t>>();
-  c.iters = j.at("iters");
-  c.warmup = j.at("warmup");
-  c.check = j.at("check");
-  c.dtypes = j.at("dtypes").get<std::vector<std::string>>();
-  c.redop = j.at("redop");
-  c.root = j.at("root");
-  c.timeout_s = j.at("timeout_s");
-  c.device = j.value("device", "cpu");
-  c.turns = j.value("turns", "");
-  c.turn_slot = j.value("turn_slot", 0);
-  c.turn_backends = j.value("turn_backends", 0);
-  return c;
-}
-
 size_t count_lines(const std::string& path) {
   std::ifstream f(path);
   size_t n = 0;
@@ -74,7 +49,7 @@ size_t count_lines(const std::string& path) {
 size_t expected_rows(const Config& c) {
   size_t per_op = sizes(c).size(), rows = 0;
   for (const auto& op : c.ops) rows += per_op * (op == "broadcast" || op == "sendrecv" ? 1 : 2);
-  return rows * c.dtypes.size();
+  return rows * c.dtypes.size() * static_cast<size_t>(c.variants);
 }
 
 void validate(const Config& c) {
@@ -116,6 +91,31 @@ int nccl_hosts(const Config& c, const std::string& backend) {
 }
 
 }  // namespace
+
+Config config_from_json(const std::string& s) {
+  auto j = nlohmann::json::parse(s);
+  Config c;
+  c.ranks = j.at("ranks");
+  c.hosts = j.at("hosts");
+  c.backends = j.at("backends").get<std::vector<std::string>>();
+  c.ops = j.at("ops").get<std::vector<std::string>>();
+  c.min_bytes = j.at("min_bytes");
+  c.max_bytes = j.at("max_bytes");
+  c.factor = j.at("factor");
+  c.extra_sizes = j.at("extra_sizes").get<std::vector<size_t>>();
+  c.iters = j.at("iters");
+  c.warmup = j.at("warmup");
+  c.check = j.at("check");
+  c.dtypes = j.at("dtypes").get<std::vector<std::string>>();
+  c.redop = j.at("redop");
+  c.root = j.at("root");
+  c.timeout_s = j.at("timeout_s");
+  c.device = j.value("device", "cpu");
+  c.turns = j.value("turns", "");
+  c.turn_slot = j.value("turn_slot", 0);
+  c.turn_backends = j.value("turn_backends", 0);
+  return c;
+}
 
 std::string self_exe_path() {
   char buf[4096] = {};
@@ -163,7 +163,7 @@ Job make_job(const Config& c, const std::string& exe, size_t slot, const std::st
   j.lo.needs = launch_needs(j.backend);
   j.lo.grace_s = 5;
   j.lo.prefix_output = false;  // only rank 0 prints: its lines are the table
-  j.lo.argv = {exe, "bench-worker", "--config", config_to_json(one).dump(), "--json-out", j.json_tmp};
+  j.lo.argv = {exe, c.worker, "--config", config_to_json(one).dump(), "--json-out", j.json_tmp};
   return j;
 }
 
@@ -412,6 +412,19 @@ void print_side_by_side(const std::vector<Row>& rows, FILE* out) {
 
 }  // namespace mpcomm::bench
 
+namespace mpcomm::bench {
+
+void add_sweep_options(CLI::App& app, Config& c, std::string* min_bytes, std::string* max_bytes) {
+  app.add_option("-b,--minbytes", *min_bytes, "smallest size, the whole buffer (K/M/G suffixes)");
+  app.add_option("-e,--maxbytes", *max_bytes, "largest size");
+  app.add_option("-f,--stepfactor", c.factor, "size multiplier between rows");
+  app.add_option("-n,--iters", c.iters, "timed iterations per row");
+  app.add_option("-w,--warmup_iters", c.warmup, "untimed warm-up iterations per row");
+  app.add_option("-c,--check", c.check, "check results (0 or 1)")->check(CLI::Range(0, 1));
+}
+
+}  // namespace mpcomm::bench
+
 namespace mpcomm::cli {
 
 namespace {
@@ -430,12 +443,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(CLI::PositiveNumber);
   app.add_option("--backends", o->backends, "comma list of backends, or all");
   app.add_option("--ops", o->ops, "comma list: allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall,sendrecv, or all");
-  app.add_option("-b,--minbytes", o->b, "smallest size (K/M/G suffixes)");
-  app.add_option("-e,--maxbytes", o->e, "largest size");
-  app.add_option("-f,--stepfactor", o->c.factor, "size multiplier between rows");
-  app.add_option("-n,--iters", o->c.iters, "timed iterations per row");
-  app.add_option("-w,--warmup_iters", o->c.warmup, "untimed warm-up iterations per row");
-  app.add_option("-c,--check", o->c.check, "check results (0 or 1)")->check(CLI::Range(0, 1));
+  bench::add_sweep_options(app, o->c, &o->b, &o->e);
   app.add_option("-d,--datatype", o->c.dtypes,
                  "float, half, bfloat16, double, int32, int64, uint8, int8; a comma list measures each in turn, in one run")
       ->delimiter(',');

@@ -86,6 +86,8 @@ std::string to_json(const Row& r) {
                       {"device", r.device},   {"start_s", r.start_s}, {"end_s", r.end_s}};
   if (!r.transport.empty()) j["transport"] = r.transport;
   if (!std::isnan(r.cpus_round_trip_ns)) j["cpus_round_trip_ns"] = r.cpus_round_trip_ns;
+  if (!r.algorithm.empty()) j["algorithm"] = r.algorithm;
+  if (!r.refused.empty()) j["refused"] = r.refused;
   return j.dump();
 }
 
@@ -113,6 +115,8 @@ Row row_from_json(const std::string& line) {
   r.cpus_round_trip_ns = j.value("cpus_round_trip_ns", std::numeric_limits<double>::quiet_NaN());
   r.device = j.value("device", "cpu");
   r.transport = j.value("transport", "");
+  r.algorithm = j.value("algorithm", "");
+  r.refused = j.value("refused", "");
   return r;
 }
 

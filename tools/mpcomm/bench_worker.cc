@@ -26,15 +26,9 @@ OpKind op_kind(const std::string& op) {
   return OpKind::send;  // "sendrecv"
 }
 
-bool has_inplace(const std::string& op) { return op != "broadcast" && op != "sendrecv"; }
 bool block_op(const std::string& op) {
   return op == "allgather" || op == "reduce_scatter" || op == "gather" || op == "scatter" || op == "alltoall";
 }
-
-// Buffers sized for the largest message, reused for every size, on the communicator's device.
-struct Buffers {
-  device::Buffer send, recv;
-};
 
 // One call of `op` on `bytes` (nccl-tests' size: the whole buffer for block ops).
 struct Call {
@@ -80,8 +74,8 @@ struct Call {
 };
 
 // Wrong elements of one checked run (summed over ranks).
-uint64_t check_once(Communicator& comm, const Config& c, const std::string& op, DataType dt, ReduceOp red,
-                    size_t count, bool inplace) {
+uint64_t check_once(Communicator& comm, Communicator& control, const Config& c, const std::string& op, DataType dt,
+                    ReduceOp red, size_t count, bool inplace) {
   uint64_t wrong = 0;
   if (op == "sendrecv") {
     const int r = comm.rank(), n = comm.size();
@@ -109,7 +103,7 @@ uint64_t check_once(Communicator& comm, const Config& c, const std::string& op, 
     wrong = check::run_case(comm, k).wrong;
   }
   uint64_t total = 0;
-  comm.allreduce(&wrong, &total, 1, DataType::int64, ReduceOp::sum);
+  control.allreduce(&wrong, &total, 1, DataType::int64, ReduceOp::sum);
   return total;
 }
 
@@ -135,26 +129,80 @@ void print_header(const Config& c, const std::string& op, const std::string& dty
 
 }  // namespace
 
+Buffers make_buffers(const Communicator& comm, const Config& c) {
+  size_t es_max = 1;
+  for (const auto& d : c.dtypes) es_max = std::max(es_max, dtype_size(parse_dtype(d)));
+  const std::vector<size_t> all_sizes = sizes(c);
+  const size_t largest = all_sizes.empty() ? 0 : all_sizes.back();
+  const Device dev = comm.options().device;
+  Buffers b;
+  b.send = device::Buffer(dev, largest + es_max * static_cast<size_t>(comm.size()));
+  b.recv = device::Buffer(dev, largest + es_max * static_cast<size_t>(comm.size()));
+  device::fill(dev, b.send.data(), 0, b.send.size());
+  device::fill(dev, b.recv.data(), 0, b.recv.size());
+  return b;
+}
+
+size_t elements_per_rank(const std::string& op, size_t bytes, size_t es, int n) {
+  // nccl-tests' size is the whole buffer; block ops split it into n blocks of whole elements.
+  return bytes / (es * (block_op(op) ? static_cast<size_t>(n) : 1));
+}
+
+Row measure(Communicator& comm, Communicator& control, const Config& c, const std::string& op, DataType dt, size_t count,
+            bool inplace, Buffers& b) {
+  const int n = comm.size();
+  const ReduceOp red = parse_reduce_op(c.redop);
+  const size_t es = dtype_size(dt), size = count * es * (block_op(op) ? static_cast<size_t>(n) : 1);
+  Row row;
+  Call call{comm, c, op, dt, red, count, inplace, b};
+  row.wrong = c.check ? check_once(comm, control, c, op, dt, red, count, inplace) : 0;
+  for (int w = 0; w < c.warmup; ++w) call();
+  control.barrier();
+  std::vector<double> lat(static_cast<size_t>(c.iters)), lat_max(lat.size());
+  auto t0 = clock_type::now();
+  for (int i = 0; i < c.iters; ++i) {
+    auto a = clock_type::now();
+    call();
+    lat[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(clock_type::now() - a).count();
+  }
+  const auto t1 = clock_type::now();
+  row.start_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
+  row.end_s = std::chrono::duration<double>(t1.time_since_epoch()).count();
+  double mean = std::chrono::duration<double, std::micro>(t1 - t0).count() / c.iters, slowest = 0;
+  control.allreduce(&mean, &slowest, 1, DataType::float64, ReduceOp::max);
+  control.allreduce(lat.data(), lat_max.data(), lat.size(), DataType::float64, ReduceOp::max);
+  row.backend = std::string(comm.backend());
+  row.op = op;
+  row.dtype = std::string(to_string(dt));
+  row.redop = (op == "allreduce" || op == "reduce" || op == "reduce_scatter") ? c.redop : "none";
+  row.ranks = n;
+  row.hosts = comm.topology().num_hosts();
+  row.device = to_string(comm.options().device);
+  row.root = (op == "broadcast" || op == "reduce" || op == "gather" || op == "scatter") ? c.root : -1;
+  row.bytes = size;
+  row.count = size / es;
+  row.inplace = inplace;
+  row.time_us = slowest;
+  row.algbw_gbs = static_cast<double>(size) / (slowest * 1e3);
+  row.busbw_gbs = row.algbw_gbs * busbw_factor(op, n);
+  row.p50_us = percentile(lat_max, 0.5);
+  row.p99_us = percentile(lat_max, 0.99);
+  return row;
+}
+
+bool has_inplace(const std::string& op) { return op != "broadcast" && op != "sendrecv"; }
+
 int run_worker(Communicator& comm, const Config& c, const std::string& json_path) {
   const int n = comm.size();
   const bool lead = comm.rank() == 0;
-  const ReduceOp red = parse_reduce_op(c.redop);
-  size_t es_max = 1;
-  for (const auto& d : c.dtypes) es_max = std::max(es_max, dtype_size(parse_dtype(d)));
   FILE* json = nullptr;
   if (lead && !json_path.empty()) {
     json = std::fopen(json_path.c_str(), "a");
     if (json == nullptr) throw InvalidArgument("mpcomm bench: cannot open " + json_path + " for writing");
   }
   uint64_t total_wrong = 0;
-  Buffers b;
+  Buffers b = make_buffers(comm, c);
   const std::vector<size_t> all_sizes = sizes(c);
-  const size_t largest = all_sizes.empty() ? 0 : all_sizes.back();
-  const Device dev = comm.options().device;
-  b.send = device::Buffer(dev, largest + es_max * static_cast<size_t>(n));
-  b.recv = device::Buffer(dev, largest + es_max * static_cast<size_t>(n));
-  device::fill(dev, b.send.data(), 0, b.send.size());
-  device::fill(dev, b.recv.data(), 0, b.recv.size());
   // Backends taking turns: this rank is ready once its communicator and buffers are.
   std::optional<TurnBoard> turns;
   uint32_t turn = 0;
@@ -183,49 +231,13 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
     double busbw_sum = 0;
     int busbw_rows = 0;
     for (size_t bytes : all_sizes) {
-      // nccl-tests' size is the whole buffer; block ops split it into n blocks of whole elements.
-      const size_t unit = es * (block_op(op) ? static_cast<size_t>(n) : 1);
-      const size_t size = bytes / unit * unit;
-      if (size == 0) continue;
-      const size_t count = size / unit;  // elements per block (block ops) or per buffer
+      const size_t count = elements_per_rank(op, bytes, es, n);  // elements per block (block ops) or per buffer
+      if (count == 0) continue;
       Row rows[2];
       for (int ip = 0; ip < (has_inplace(op) ? 2 : 1); ++ip) {
-        Row& row = rows[ip];
-        Call call{comm, c, op, dt, red, count, ip == 1, b};
         if (turns) turns->wait_turn(++turn, turn_timeout_s, who);
-        row.wrong = c.check ? check_once(comm, c, op, dt, red, count, ip == 1) : 0;
-        for (int w = 0; w < c.warmup; ++w) call();
-        comm.barrier();
-        std::vector<double> lat(static_cast<size_t>(c.iters)), lat_max(lat.size());
-        auto t0 = clock_type::now();
-        for (int i = 0; i < c.iters; ++i) {
-          auto a = clock_type::now();
-          call();
-          lat[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(clock_type::now() - a).count();
-        }
-        const auto t1 = clock_type::now();
-        row.start_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
-        row.end_s = std::chrono::duration<double>(t1.time_since_epoch()).count();
-        double mean = std::chrono::duration<double, std::micro>(t1 - t0).count() / c.iters, slowest = 0;
-        comm.allreduce(&mean, &slowest, 1, DataType::float64, ReduceOp::max);
-        comm.allreduce(lat.data(), lat_max.data(), lat.size(), DataType::float64, ReduceOp::max);
-        row.backend = std::string(comm.backend());
-        row.op = op;
-        row.dtype = std::string(to_string(dt));
-        row.redop = (op == "allreduce" || op == "reduce" || op == "reduce_scatter") ? c.redop : "none";
-        row.ranks = n;
-        row.hosts = comm.topology().num_hosts();
-        row.device = to_string(dev);
+        Row& row = rows[ip] = measure(comm, comm, c, op, dt, count, ip == 1, b);
         row.transport = transport;
-        row.root = (op == "broadcast" || op == "reduce" || op == "gather" || op == "scatter") ? c.root : -1;
-        row.bytes = size;
-        row.count = size / es;
-        row.inplace = ip == 1;
-        row.time_us = slowest;
-        row.algbw_gbs = static_cast<double>(size) / (slowest * 1e3);
-        row.busbw_gbs = row.algbw_gbs * busbw_factor(op, n);
-        row.p50_us = percentile(lat_max, 0.5);
-        row.p99_us = percentile(lat_max, 0.99);
         total_wrong += row.wrong;
         if (json != nullptr) std::fprintf(json, "%s\n", to_json(row).c_str());
         if (turns && lead) turns->finish(turn);

@@ -18,5 +18,7 @@ Runner add_compare(CLI::App& app);
 Runner add_bench_worker(CLI::App& app);
 Runner add_train(CLI::App& app);
 Runner add_train_worker(CLI::App& app);
+Runner add_tune(CLI::App& app);
+Runner add_tune_worker(CLI::App& app);
 
 }  // namespace mpcomm::cli

@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "backends/native/native_selection.h"
 #include "commands.h"
 #include "core/device.h"
 #include "core/params.h"
@@ -63,6 +64,30 @@ std::string nccl_headers() {
   return " " + major + "." + minor + "." + patch + " (headers in /usr/local/cuda)";
 }
 
+// Which selection table the native backend uses with this environment (MPCOMM_TUNING, MPCOMM_ALGO), and
+// with `rows` every row of it, in the order they are tried. A bad file or name is shown, not thrown.
+std::string selection_text(bool rows) {
+  std::string out = "native algorithm choice: ";
+  try {
+    const native::Selection sel(Options{});
+    const std::string forced = param_string("MPCOMM_ALGO");
+    const tuning::Table& builtin = native::builtin_table();
+    out += sel.describe() + " (";
+    if (sel.file() != nullptr) out += std::to_string(sel.file()->rows.size()) + " + ";
+    out += std::to_string(builtin.rows.size()) + " rows)" + (forced.empty() ? "" : "; MPCOMM_ALGO forces " + forced) + "\n";
+    if (rows) {
+      for (const tuning::Table* t : {sel.file(), &builtin}) {
+        if (t == nullptr) continue;
+        out += "  # " + t->source + "\n";
+        for (const auto& r : t->rows) out += "  " + tuning::format_row(r) + "   # line " + std::to_string(r.line) + "\n";
+      }
+    }
+  } catch (const Error& e) {
+    out += std::string("refused: ") + e.what() + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 // The text `mpcomm info` prints; also the machine section of `mpcomm compare --report`.
@@ -106,6 +131,7 @@ std::string info_text() {
     }
   line("host: %s, %u cores (%s), %.1f GiB memory, reduction kernels: %s\n", host, std::thread::hardware_concurrency(),
        cpu.c_str(), static_cast<double>(pages) * page / (1 << 30), reduce_kernel_isa());
+  out += selection_text(false);
   line("environment:\n");
   for (const auto& p : all_params()) {
     std::string v = param_string(p.name);
@@ -115,8 +141,10 @@ std::string info_text() {
 }
 
 Runner add_info(CLI::App& app) {
-  return [] {
-    std::fputs(info_text().c_str(), stdout);
+  auto table = std::make_shared<bool>(false);
+  app.add_flag("--table", *table, "print only the native selection table in use, every row in the order rows are tried");
+  return [table] {
+    std::fputs(*table ? selection_text(true).c_str() : info_text().c_str(), stdout);
     return 0;
   };
 }

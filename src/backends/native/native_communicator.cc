@@ -6,6 +6,8 @@
 #include <random>
 #include <sstream>
 
+#include "backends/native/native_selection.h"
+#include "backends/native/world_facts.h"
 #include "bootstrap/topology.h"
 #include "core/device.h"
 #include "core/log.h"
@@ -32,8 +34,10 @@ std::string random_hex(int n) {
 class NativeBackend final : public detail::Backend {
  public:
   NativeBackend(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
-                std::shared_ptr<Engine> engine)
-      : Backend("native", rank, size, std::move(topo), std::move(opts), std::move(store)), engine_(std::move(engine)) {}
+                std::shared_ptr<Engine> engine, Selection selection)
+      : Backend("native", rank, size, std::move(topo), std::move(opts), std::move(store)),
+        engine_(std::move(engine)),
+        selection_(std::move(selection)) {}
 
   ~NativeBackend() override { engine_->close(); }
 
@@ -41,9 +45,9 @@ class NativeBackend final : public detail::Backend {
     current_ = &op;
     engine_->begin(&op, [this] { return current_ ? describe(*current_) : std::string("native"); });
     engine_->entered(op.seq);
-    const Algorithm& a = select_algorithm(op, size(), topology());
-    op.algorithm = a.name;
     AlgoCtx ctx{*engine_, op, rank(), size(), scratch_, topology()};
+    const Algorithm& a = selection_.choose(ctx);
+    op.algorithm = a.name;
     a.fn(ctx);
   }
 
@@ -54,6 +58,7 @@ class NativeBackend final : public detail::Backend {
 
  private:
   std::shared_ptr<Engine> engine_;
+  Selection selection_;
   std::vector<char> scratch_;
   const detail::Op* current_ = nullptr;
 };
@@ -95,6 +100,7 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
   if (opts.device.kind == Device::cuda) device::require_cuda("native on " + to_string(opts.device));
   const auto deadline = net::deadline_after(opts.timeout);
   const int pid = static_cast<int>(getpid());
+  Selection selection(opts);  // MPCOMM_ALGO and MPCOMM_TUNING: bad input fails here, before any traffic
 
   // 1. Who is where: host id and pid of every rank.
   const std::string who = "native communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
@@ -116,9 +122,9 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
     const int nlocal = static_cast<int>(locals.size());
     const std::string key = "shm/" + std::to_string(topo.host);
     if (rank == locals[0]) {
-      std::string job = param_string("MPCOMM_JOB_ID");
+      std::string job = param_string(opts, "MPCOMM_JOB_ID");
       std::string name = "/mpcomm." + (job.empty() ? std::string("nojob") : job) + "." + std::to_string(pid) + "." + random_hex(8);
-      seg = ShmSegment::create(name, nlocal, ShmSegment::default_ring_bytes(nlocal));
+      seg = ShmSegment::create(name, nlocal, ShmSegment::default_ring_bytes(nlocal, param_int(opts, "MPCOMM_SHM_RING_BYTES")));
       store->set_string(key, name);
       try {
         for (size_t i = 1; i < locals.size(); ++i)
@@ -153,12 +159,17 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
     }
   }
   const int my_local = seg ? topo.local_rank : -1;
+  const EngineSettings settings = engine_settings(opts);
   auto engine = std::make_shared<Engine>(rank, size, std::move(links), std::move(peers), std::move(seg), my_local,
-                                         root_store(store), opts.timeout);
-  MPCOMM_LOG(info, "native rank %d/%d up: host %d of %d, %d local ranks, %zu tcp peers", rank, size, topo.host,
-             topo.num_hosts(), topo.local_size, remote.size());
+                                         root_store(store), opts.timeout, settings);
+
+  // 4. The facts the algorithm choice depends on, the same on every rank; the tables and MPCOMM_ALGO.
+  const WorldFacts facts = agree_world_facts(*store, *engine, topo, settings.cpus, selection.far_ns(), deadline, who);
+  selection.fit(facts.shape);
+  MPCOMM_LOG(info, "native rank %d/%d up: host %d of %d, %d local ranks, %zu tcp peers; algorithms from %s", rank, size,
+             topo.host, topo.num_hosts(), topo.local_size, remote.size(), selection.describe().c_str());
   return std::make_unique<NativeBackend>(rank, size, std::move(topo), std::move(opts), std::move(store),
-                                         std::move(engine));
+                                         std::move(engine), std::move(selection));
 }
 
 }  // namespace mpcomm::native

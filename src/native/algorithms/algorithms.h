@@ -1,10 +1,15 @@
-// Native collective algorithms. Each lives in its own file that starts with its steps and the bytes
-// it moves; all of them speak only to the Engine (send/recv of collective frames), so they run over
-// shared memory and TCP alike. select.cc picks one per op, size and world size; MPCOMM_ALGO forces one.
+// Native collective algorithms. Each lives in its own file that starts with its steps, the bytes it
+// moves and, when it needs more than frames, which host-local capabilities (host_local.h) it uses. They
+// speak to the Engine: frames through Engine::send/recv, everything else through Engine::host(). Each
+// does exactly what its name says; which one runs is the selection table's choice (src/tuning, asked by
+// backends/native), or MPCOMM_ALGO's. An algorithm that cannot run in a shape says so in its needs
+// (below): it is then never chosen, and a forced one fails on every rank before any traffic. With one
+// rank every algorithm is a local copy.
 #pragma once
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/op.h"
@@ -25,33 +30,39 @@ struct AlgoCtx {
     return scratch_buf.data();
   }
   size_t elem() const { return dtype_size(op.dtype); }
+  // The host-local capabilities; only for algorithms that declare a need of them (the selection checks
+  // the needs first), else Internal.
+  HostLocal& host() const;
 };
 
 using AlgoFn = void (*)(AlgoCtx&);
+
+// What an algorithm needs besides frames, checked before it runs (cannot_run()).
+enum Need : unsigned {
+  kNeedsNothing = 0,
+  kNeedsSingleCopy = 1,     // every rank on this host, each reading and writing the others' memory
+  kNeedsSharedMemory = 2,   // every rank on this host: the board and the stages
+  kNeedsTwoRanks = 4,       // exactly 2 ranks
+  kNeedsEvenHosts = 8,      // every host holds as many ranks
+  kNeedsBoardSize = 16,     // at most HostLocal::kBoardBytes per rank
+};
+
 struct Algorithm {
   OpKind kind;
   const char* name;
   AlgoFn fn;
+  unsigned needs = kNeedsNothing;
 };
 
 void allreduce_flat(AlgoCtx& c);
 void allreduce_ring(AlgoCtx& c);
 void allreduce_direct(AlgoCtx& c);
-// Two ranks on one host: pieces through the shared-memory ring, results left in the owner's result
-// area for the other rank to copy, outputs written with streaming stores (out of place; in place:
-// direct).
+// Two ranks on one host: pieces through the shared-memory ring, results left in the owner's stage for
+// the other rank to copy, outputs written with streaming stores.
 void allreduce_two_copy(AlgoCtx& c);
-// allreduce_two_copy from this buffer size on (2 ranks, one host, each with a CPU).
-inline constexpr size_t kTwoCopyFrom = size_t{8} << 20;
-// One host whose ranks outnumber its CPUs, small messages: every rank leaves its input on the host's
-// board (shared memory); once all are there the result is reduced, by the last to arrive alone up to
-// 4 KiB, in chunks by every waiting rank above (up to ShmSegment::kBoardBytes; larger, or on several
-// hosts: flat).
+// Every rank leaves its input on the host's board (shared memory); once all are there the result is
+// reduced, by the last to arrive alone up to 4 KiB, in chunks by every waiting rank above.
 void allreduce_arrival(AlgoCtx& c);
-// allreduce_arrival up to this buffer size on one host with at least twice as many ranks as CPUs; with
-// fewer (some ranks have a CPU of their own), up to kArrivalMildUpTo.
-inline constexpr size_t kArrivalUpTo = size_t{32} << 10;
-inline constexpr size_t kArrivalMildUpTo = size_t{4} << 10;
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
 void allreduce_hierarchical_sliced(AlgoCtx& c);
@@ -66,33 +77,18 @@ void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* bu
 void ring_reduce_scatter_over(AlgoCtx& c, const std::vector<int>& group, const char* in, char* buf,
                               Route route = Route::usual);
 void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf, Route route = Route::usual);
-// The ring allreduce with its chunks sent by `route` (Engine::send); allreduce_ring chooses the route
-// (and on a crowded host whether to run at all).
-void allreduce_ring_routed(AlgoCtx& c, Route route);
-// One host whose ranks outnumber its CPUs: from this buffer size the ring allreduce asks where the CPUs
-// are (cpus_far_apart) and runs the direct allreduce when they are far apart.
-inline constexpr size_t kCrowdedPlacementFrom = size_t{256} << 10;
-// This machine's online CPUs (read once).
-long online_cpus();
-// One host (every rank calls it, in the same op, n >= 2): whether the CPUs are far apart now, a cache
-// line's round trip between ranks 0 and 1 (Engine::round_trip_ns, measured by rank 0) above
-// MPCOMM_FAR_NS; rank 0's answer on every rank (one round of small frames). placement.cc says why.
-bool cpus_far_apart(AlgoCtx& c);
+// The ring allreduce with its chunks through the shared-memory rings between local ranks, never by
+// single copy (allreduce_ring.cc).
+void allreduce_ring_shm(AlgoCtx& c);
 // The direct algorithms' handshake (direct_handshake.cc). direct_exchange: sends `mine` to every rank
-// in `peers` (its can_access: mine.can_access and whether we can access that peer) and returns what
-// each sent us, indexed by rank (ours at our rank), with can_access the pair's verdict: both sides
-// said yes. Both ranks of a pair get the same verdict; only then may they touch each other's memory.
-// direct_done: tells every rank in `peers` that we are done with its
-// buffers and waits until each has said the same.
+// in `peers` and returns what each sent us, indexed by rank (ours at our rank). direct_done: tells
+// every rank in `peers` that we are done with its buffers and waits until each has said the same.
 struct DirectDesc {
   uint64_t in = 0, out = 0;  // the rank's buffers (addresses in its process)
-  uint64_t can_access = 1;
 };
 std::vector<DirectDesc> direct_exchange(AlgoCtx& c, const std::vector<int>& peers, const DirectDesc& mine);
-// direct_exchange with every other rank (`others`: r+1, r+2, ..., in that order), each sending whether
-// it reaches every other rank. True when all do: the same answer on every rank, so that all fall back
-// together when one cannot.
-bool direct_exchange_all(AlgoCtx& c, DirectDesc mine, std::vector<int>* others, std::vector<DirectDesc>* peer);
+// The other ranks, r+1, r+2, ..., in that order (each starts on a different one).
+std::vector<int> others_of(const AlgoCtx& c);
 // Bytes per piece and source for the algorithms that reduce pieces read from the other n-1 ranks: the
 // n-1 bounce pieces and the result stay in a core's L2. A whole number of es-byte elements.
 size_t direct_piece_bytes(int n, size_t es);
@@ -113,10 +109,8 @@ void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<in
 inline constexpr size_t kStagedStreamFrom = size_t{2} << 20;
 void broadcast_binomial(AlgoCtx& c);
 void broadcast_direct(AlgoCtx& c);
-// One host whose ranks outnumber its CPUs, from kStagedBroadcastFrom: the root copies its buffer once
-// into its stage, and every receiver copies it out (staged_flow).
+// The root copies its buffer once into its stage, and every receiver copies it out (staged_flow).
 void broadcast_staged(AlgoCtx& c);
-inline constexpr size_t kStagedBroadcastFrom = size_t{32} << 10;
 void broadcast_flat(AlgoCtx& c);
 // Flat broadcast of buf (bytes) over `group` from member `root`: the root sends to everyone at once.
 void broadcast_flat_over(AlgoCtx& c, const std::vector<int>& group, int root, void* buf, size_t bytes);
@@ -130,20 +124,16 @@ void reduce_hierarchical(AlgoCtx& c);
 // clobbered). reduce op only (no avg division); no scratch.
 void reduce_binomial_over(AlgoCtx& c, const std::vector<int>& group, int root, char* acc);
 void allgather_ring(AlgoCtx& c);
-// allgather_ring with its blocks sent by `route` (Engine::send).
-void allgather_ring_routed(AlgoCtx& c, Route route);
+// The ring allgather with its blocks through the shared-memory rings between local ranks, never by
+// single copy.
+void allgather_ring_shm(AlgoCtx& c);
 // allgather's first step: this rank's block copied to its place in the result (unless it is there
 // already: in place). Returns the result buffer.
 char* allgather_place_own_block(const AlgoCtx& c);
 void allgather_flat(AlgoCtx& c);
 void allgather_direct(AlgoCtx& c);
-// One host whose ranks outnumber its CPUs, from kStagedAllgatherFrom bytes in all: every rank copies its
-// block once into its stage, and every other copies it out (staged_flow).
+// Every rank copies its block once into its stage, and every other copies it out (staged_flow).
 void allgather_staged(AlgoCtx& c);
-inline constexpr size_t kStagedAllgatherFrom = size_t{16} << 10;
-// The smallest block the choice gives to allgather_direct and reduce_scatter_direct (one host, single
-// copy).
-inline constexpr size_t kDirectBlocksFrom = size_t{32} << 10;
 void reduce_scatter_ring(AlgoCtx& c);
 void reduce_scatter_direct(AlgoCtx& c);
 void gather_flat(AlgoCtx& c);
@@ -168,10 +158,17 @@ inline int index_in(const std::vector<int>& group, int rank) {
   return static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
 }
 
-// Every algorithm, for listing and for MPCOMM_ALGO.
+// Every algorithm, for listing, for the selection tables and for MPCOMM_ALGO (algorithms.cc).
 const std::vector<Algorithm>& all_algorithms();
-// The algorithm to run for op on `size` ranks.
-const Algorithm& select_algorithm(const detail::Op& op, int size, const Topology& topo);
+// The algorithms of one op, in all_algorithms() order.
+std::vector<std::string> algorithm_names(OpKind kind);
+// The algorithm of `kind` called `name`, or null.
+const Algorithm* find_algorithm(OpKind kind, std::string_view name);
+// Why `a` cannot run for c.op on this communicator (null: it can). The same on every rank: it depends
+// only on facts all ranks share (ranks, hosts, single copy agreed at creation, the op's size).
+const char* cannot_run(const Algorithm& a, const AlgoCtx& c);
+// The local part of a collective on 1 rank: recv = send where the op has both (avg divides by 1).
+void run_alone(const AlgoCtx& c);
 
 // Split `count` elements into `parts` nearly equal chunks; chunk i is [offset(i), offset(i+1)).
 inline size_t chunk_offset(size_t count, int parts, int i) {

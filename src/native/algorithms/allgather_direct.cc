@@ -1,10 +1,9 @@
-// allgather, direct — for large blocks on one host where every rank may access the others' memory
-// (process_vm_writev, single copy): every rank writes its own block straight into every other rank's
-// result, piece by piece, each piece read from memory once and written n times while it is in cache.
+// allgather, direct — for large blocks on one host: every rank writes its own block straight into
+// every other rank's result, piece by piece, each piece read from memory once and written n times
+// while it is in cache.
+// Needs: single copy (HostLocal::write: every rank on this host, each reaching the others' memory).
 //
-//   1. every rank sends every other its output address and whether it can access every other rank
-//      (one round of small frames); if any rank cannot, all run the flat allgather (the ring at 2 ranks
-//      and below kDirectFrom blocks, where flat's frames would go through the rings);
+//   1. every rank sends every other its output address (one round of small frames);
 //   2. our block, in pieces: copy the piece into our own slot (out of place; streamed from 4 MiB
 //      blocks), then write it into slot r of every other rank's result (ranks r+1, r+2, ...: the n
 //      ranks start on n different targets);
@@ -23,10 +22,6 @@
 
 namespace mpcomm::native {
 
-namespace {
-constexpr size_t kRingAllgatherFrom = size_t{256} << 10, kRingAllgatherUpTo = size_t{2} << 20;
-}  // namespace
-
 void allgather_direct(AlgoCtx& c) {
   const auto& op = c.op;
   const int n = c.size, r = c.rank;
@@ -37,18 +32,11 @@ void allgather_direct(AlgoCtx& c) {
     allgather_place_own_block(c);
     return;
   }
-  // Two ranks, blocks of 256 KiB to 2 MiB, CPUs near each other (cpus_far_apart): the ring through
-  // shared memory, which then moves each block from cache to cache. Medians, 2 ranks, by total size:
-  // 1 MiB 71 -> 43 us, 4 MiB 274-328 -> 157-193 us; but with the CPUs far apart 4 MiB takes 1.2-1.5 ms
-  // that way against 0.3 ms here, and from 4 MiB blocks this way wins either way (docs/performance.md).
-  if (n == 2 && b >= kRingAllgatherFrom && b <= kRingAllgatherUpTo && !cpus_far_apart(c))
-    return allgather_ring_routed(c, Route::ring);
+  HostLocal& host = c.host();
 
-  // 1. Addresses, and whether every rank reaches every other (all fall back together).
-  std::vector<int> others;
-  std::vector<DirectDesc> peer;
-  if (!direct_exchange_all(c, {reinterpret_cast<uint64_t>(op.send), reinterpret_cast<uint64_t>(out), 1}, &others, &peer))
-    return n == 2 || b < kDirectFrom ? allgather_ring(c) : allgather_flat(c);
+  // 1. Addresses.
+  const std::vector<int> others = others_of(c);
+  const std::vector<DirectDesc> peer = direct_exchange(c, others, {reinterpret_cast<uint64_t>(op.send), reinterpret_cast<uint64_t>(out)});
 
   // 2. Our block, piece by piece: once from memory, n times out of the cache.
   const char* src = static_cast<const char*>(op.send);
@@ -67,7 +55,7 @@ void allgather_direct(AlgoCtx& c) {
     } else if (src != slot) {
       std::memcpy(slot + at, src + at, len);
     }
-    for (int q : others) c.e.write_peer(q, peer[static_cast<size_t>(q)].out + static_cast<size_t>(r) * b + at, from, len);
+    for (int q : others) host.write(q, peer[static_cast<size_t>(q)].out + static_cast<size_t>(r) * b + at, from, len);
   }
 
   // 3. Done: nobody returns while its result is still being written.

@@ -7,9 +7,9 @@
 // from rank q into the result, for every q != r, in the order r+1, r+2, ... so that the n ranks start
 // on n different sources.
 // Bytes per rank: (n-1)·B out and in (B = one block), each copied once; one round; no scratch.
-// Not chosen by select.cc any more: it is the direct allgather's fallback (a rank that cannot reach
-// another's memory) for n > 2 and blocks from kDirectFrom (128 KiB), and MPCOMM_ALGO=allgather=flat.
-// Below kDirectFrom its frames would go through the rings, where every rank writes its block n-1 times.
+// The built-in table does not choose it (on one host the direct allgather moves each block through
+// memory once); MPCOMM_ALGO=allgather=flat or a measured table can. Its frames go by single copy from
+// kDirectFrom (128 KiB); below, through the rings, where every rank writes its block n-1 times.
 #include "native/algorithms/algorithms.h"
 
 namespace mpcomm::native {

@@ -3,6 +3,11 @@
 // Rank r places its block at r, then for s = 0..n-2 sends block (r-s) mod n to r+1 and receives
 // block (r-s-1) mod n from r-1 straight into the result.
 // Bytes per rank: (n-1)·B out and in (B = one block); n-1 rounds; no scratch.
+//
+// allgather, ring_shm: the same ring with every block between ranks of one host through the
+// shared-memory rings, never by single copy: from one CPU's cache to the other's, which wins while the
+// CPUs are near each other (2 ranks, blocks of 256 KiB-2 MiB) and loses 4-6 times when they are far
+// apart (docs/performance.md, "Why runs differ").
 #include <cstring>
 
 #include "native/algorithms/algorithms.h"
@@ -17,7 +22,7 @@ char* allgather_place_own_block(const AlgoCtx& c) {
   return out;
 }
 
-void allgather_ring(AlgoCtx& c) { allgather_ring_routed(c, Route::usual); }
+namespace {
 
 void allgather_ring_routed(AlgoCtx& c, Route route) {
   const int n = c.size, r = c.rank;
@@ -31,5 +36,10 @@ void allgather_ring_routed(AlgoCtx& c, Route route) {
     c.e.wait_all({rh, sh});
   }
 }
+
+}  // namespace
+
+void allgather_ring(AlgoCtx& c) { allgather_ring_routed(c, Route::usual); }
+void allgather_ring_shm(AlgoCtx& c) { allgather_ring_routed(c, Route::ring); }
 
 }  // namespace mpcomm::native

@@ -1,8 +1,9 @@
-// allgather, staged — on one host whose ranks outnumber its CPUs, from kStagedAllgatherFrom in all.
+// allgather, staged — on one host whose ranks outnumber its CPUs, from 16 KiB in all.
 // There the direct allgather's single copies (process_vm_writev) cost 2-3 times a memcpy each, and Open
 // MPI copies the same way; the ring's n-1 steps each make a rank wait for one that may not hold a CPU.
 // Here every rank copies its block once into its stage in shared memory, and every other rank copies
 // it out (staged_flow.cc), all at once: each rank publishes its block while it drains the others'.
+// Needs: shared memory (HostLocal: the stages and the board's tags, and waiting for them).
 //
 //   1. our block into our own slot of the result (out of place);
 //   2. the staged flow: we publish our block, and copy every other rank's block out of its stage into
@@ -17,7 +18,10 @@ void allgather_staged(AlgoCtx& c) {
   const auto& op = c.op;
   const int n = c.size, r = c.rank;
   const size_t b = op.bytes();
-  if (n == 1 || b == 0 || c.e.board() == nullptr) return allgather_direct(c);  // the same on every rank
+  if (n == 1) {
+    allgather_place_own_block(c);
+    return;
+  }
   // 1.
   char* out = allgather_place_own_block(c);
   // 2.

@@ -6,8 +6,9 @@
 // input is there, and every rank picks it up. With two ranks per CPU each rank then runs about once per
 // call (it picks up call k's result and arrives at call k+1 in one turn).
 //
-// Steps (n ranks, all on this host, B <= ShmSegment::kBoardBytes bytes per rank; the board has two sets
-// of slots, used by the parity of the op's sequence number):
+// Needs: shared memory (HostLocal: the board, and waiting for it), B <= HostLocal::kBoardBytes.
+// Steps (n ranks, all on this host, B bytes per rank; the board has two sets of slots, used by the
+// parity of the op's sequence number):
 //   1. copy our B bytes into our input slot on the host's board (shared memory), and our op's
 //      fingerprint and sequence number into our tag;
 //   2. arrive: add one to the board's count;
@@ -37,16 +38,15 @@ static_assert(sizeof(detail::Fingerprint) <= sizeof(BoardTag::words));
 
 // Results of more than this are reduced in chunks of it, claimed by every rank that waits.
 static constexpr size_t kChunkBytes = size_t{4} << 10;
-static_assert(ShmSegment::kBoardBytes / kChunkBytes < (1u << 16));
+static_assert(HostLocal::kBoardBytes / kChunkBytes < (1u << 16));
 
 void allreduce_arrival(AlgoCtx& c) {
   const auto& op = c.op;
   const size_t bytes = op.bytes();
-  const ShmSegment* seg = c.e.board();
-  // No board (ranks on several hosts), or too large for it: the same answer on every rank.
-  if (seg == nullptr || bytes == 0 || bytes > ShmSegment::kBoardBytes) return allreduce_flat(c);
   const int n = c.size;
-  BoardCtl* ctl = seg->board_ctl();
+  if (n == 1) return run_alone(c);
+  HostLocal& board = c.host();
+  BoardCtl* ctl = board.board_ctl();
   const uint64_t stamp = op.seq + 1;
   // Slots and result alternate between two sets by the op's parity: one set would be just as safe (see
   // the top), but a call that rewrites the lines the other ranks have just read waits for each one to
@@ -55,23 +55,23 @@ void allreduce_arrival(AlgoCtx& c) {
   const detail::Fingerprint fp = detail::fingerprint(op);
 
   // 1-2. Our input and tag, then arrive (release: they are visible to whoever arrives last).
-  BoardTag* tag = seg->board_tag(c.e.local_of(c.rank));
-  std::memcpy(seg->board_input(par, c.e.local_of(c.rank)), op.send, bytes);
+  BoardTag* tag = board.board_tag(c.rank);
+  if (bytes > 0) std::memcpy(board.board_input(par, c.rank), op.send, bytes);
   tag->write(stamp, &fp, sizeof fp);
-  char* result = seg->board_result(par);
+  char* result = board.board_result(par);
   const size_t es = c.elem(), chunk = kChunkBytes / es, chunks = (op.count + chunk - 1) / chunk;
   // The n sources of the elements [first, first + count), in rank order (pointer array in the reused
   // scratch: no allocation per call).
   const void** srcs = reinterpret_cast<const void**>(c.scratch(static_cast<size_t>(n) * sizeof(void*)));
   auto reduce_range = [&](size_t first, size_t count) {
-    for (int r = 0; r < n; ++r) srcs[r] = seg->board_input(par, c.e.local_of(r)) + first * es;
+    for (int r = 0; r < n; ++r) srcs[r] = board.board_input(par, r) + first * es;
     reduce_into(result + first * es, srcs, n, count, op.dtype, op.redop);
     if (op.redop == ReduceOp::avg) divide_by(result + first * es, count, op.dtype, n);
   };
   auto publish = [&] {
     ctl->arrived.store(0, std::memory_order_relaxed);
     ctl->published.store(stamp, std::memory_order_release);
-    c.e.wake_local_peers();
+    board.wake();
   };
   // Claims and reduces chunks of the result while any is left; whoever reduces the last one publishes.
   auto help = [&] {
@@ -90,13 +90,13 @@ void allreduce_arrival(AlgoCtx& c) {
       detail::Fingerprint theirs{};
       // Every tag holds this op's stamp now (no rank may go on before we publish), unless a rank runs
       // another op: then its fingerprint, read under a stamp that differs, shows which.
-      const BoardTag* t = seg->board_tag(c.e.local_of(r));
+      const BoardTag* t = board.board_tag(r);
       if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
       if (!(theirs == fp))
         c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
                                           " but this rank called " + detail::describe(fp));
     }
-    if (chunks == 1) {
+    if (chunks <= 1) {  // (0 bytes: nothing to reduce, but the ranks still meet)
       reduce_range(0, op.count);
       publish();
     } else {
@@ -104,7 +104,7 @@ void allreduce_arrival(AlgoCtx& c) {
       // our acquire above), and start on them.
       ctl->chunks_done.store(0, std::memory_order_relaxed);
       ctl->work.store(stamp << 16, std::memory_order_release);
-      c.e.wake_local_peers();  // a rank that already sleeps would help only after its 50 ms slice
+      board.wake();  // a rank that already sleeps would help only after its 50 ms slice
       help();
     }
   }
@@ -113,7 +113,7 @@ void allreduce_arrival(AlgoCtx& c) {
     auto others = [&](bool all) {
       std::vector<int> out;
       for (int r = 0; r < n; ++r)
-        if (r != c.rank && (all || seg->board_tag(c.e.local_of(r))->seq.load(std::memory_order_relaxed) != stamp))
+        if (r != c.rank && (all || board.board_tag(r)->seq.load(std::memory_order_relaxed) != stamp))
           out.push_back(r);
       return out;
     };
@@ -130,7 +130,7 @@ void allreduce_arrival(AlgoCtx& c) {
       return s + " to leave " + (late.size() == 1 ? "its" : "their") + " input on the board (arrival allreduce)";
     };
     // While we wait, we take a share of the chunks (ranks on other CPUs reduce in parallel).
-    c.e.wait_shared(
+    board.wait(
         [&] {
           if (chunks > 1) help();
           return ctl->published.load(std::memory_order_acquire) == stamp;
@@ -138,7 +138,7 @@ void allreduce_arrival(AlgoCtx& c) {
         pending, what);
   }
   // 4.
-  std::memcpy(op.recv, result, bytes);
+  if (bytes > 0) std::memcpy(op.recv, result, bytes);
 }
 
 }  // namespace mpcomm::native

@@ -1,10 +1,9 @@
-// allreduce, direct — for large buffers on one host where every rank has a CPU of its own and may
-// access the others' memory (process_vm_readv/writev, single copy): rank r owns chunk r of n, reads
-// that chunk straight out of every other rank's input, reduces, and writes the result straight into
-// every other rank's output.
+// allreduce, direct — for large buffers on one host where every rank has a CPU of its own: rank r owns
+// chunk r of n, reads that chunk straight out of every other rank's input, reduces, and writes the
+// result straight into every other rank's output.
+// Needs: single copy (HostLocal::read/write: every rank on this host, each reaching the others' memory).
 //
-//   1. every rank sends every other its input and output addresses and whether it can access every
-//      other rank (one round of small frames); if any rank cannot, all run the ring instead;
+//   1. every rank sends every other its input and output addresses (one round of small frames);
 //   2. chunk r, in pieces that stay in the cache: read the piece of every other rank's input into a
 //      bounce buffer, reduce the n pieces (ours first, then r+1, r+2, ...) into our output, divide for avg, then write
 //      the result piece into every other rank's output while it is still in our cache;
@@ -32,14 +31,12 @@ void allreduce_direct(AlgoCtx& c) {
   const int n = c.size, r = c.rank;
   char* out = static_cast<char*>(op.recv);
   const char* in = static_cast<const char*>(op.send);
-  if (n == 1 || op.count < static_cast<size_t>(n)) return allreduce_ring_routed(c, Route::usual);
+  if (n == 1) return run_alone(c);
+  HostLocal& host = c.host();
 
-  // 1. Addresses, and whether every rank can reach every other: each says whether it reaches all, so
-  // that every rank sees the same n flags and all decide alike.
-  std::vector<int> others;
-  std::vector<DirectDesc> peer;
-  if (!direct_exchange_all(c, {reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1}, &others, &peer))
-    return allreduce_ring_routed(c, Route::usual);
+  // 1. Addresses. (A rank whose chunk is empty, with fewer elements than ranks, only takes part.)
+  const std::vector<int> others = others_of(c);
+  const std::vector<DirectDesc> peer = direct_exchange(c, others, {reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out)});
 
   // 2. Our chunk, piece by piece.
   const size_t es = c.elem(), first = chunk_offset(op.count, n, r) * es, last = chunk_offset(op.count, n, r + 1) * es;
@@ -52,12 +49,12 @@ void allreduce_direct(AlgoCtx& c) {
     for (int k = 1; k < n; ++k) {
       const int q = others[static_cast<size_t>(k - 1)];
       char* into = bounce + static_cast<size_t>(k - 1) * piece;
-      c.e.read_peer(q, into, peer[static_cast<size_t>(q)].in + at, len);
+      host.read(q, into, peer[static_cast<size_t>(q)].in + at, len);
       srcs[static_cast<size_t>(k)] = into;
     }
     reduce_into(out + at, srcs.data(), n, len / es, op.dtype, op.redop);
     if (op.redop == ReduceOp::avg) divide_by(out + at, len / es, op.dtype, n);
-    for (int q : others) c.e.write_peer(q, peer[static_cast<size_t>(q)].out + at, out + at, len);
+    for (int q : others) host.write(q, peer[static_cast<size_t>(q)].out + at, out + at, len);
   }
 
   // 3. Done: nobody returns while its buffers are still in use.

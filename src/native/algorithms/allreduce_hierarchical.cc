@@ -12,6 +12,7 @@
 //
 // allreduce, hierarchical sliced — for large buffers when every host has the same number l > 1 of
 // ranks: all of them carry the traffic between hosts, each a 1/l slice, at the same time.
+// Needs: every host to hold as many ranks (the slices are cut alike everywhere).
 //   1. inside each host: ring reduce-scatter; local rank i then holds slice (i+1) mod l reduced over
 //      its host;
 //   2. the ranks with local index i on every host: recursive doubling on that slice (TCP);
@@ -57,10 +58,8 @@ void allreduce_hierarchical_sliced(AlgoCtx& c) {
   const char* in = static_cast<const char*>(op.send);
   const HostGroups g = host_groups(c);
   const int l = static_cast<int>(g.local.size());
-  if (l == 1 || op.count < static_cast<size_t>(l)) {  // nothing to slice: the leaders' version
-    allreduce_hierarchical(c);
-    return;
-  }
+  // One rank per host: one slice, the whole buffer (the ring below moves nothing).
+  if (l == 1 && op.bytes() > 0 && in != buf) std::memcpy(buf, in, op.bytes());
   // Local rank rank-order, so that local index i means the same on every host.
   std::vector<int> local = g.local;
   std::sort(local.begin(), local.end());

@@ -9,14 +9,12 @@
 //   all-gather, steps s = 0..n-2: send chunk (r+1-s) mod n, receive chunk (r-s) mod n in place.
 // Every chunk of the result is written once (reduced, or received), so out of place needs no initial
 // copy. Bytes per rank: 2·(n-1)/n·B out and in; 2·(n-1) rounds. Scratch: none.
-// On one host whose ranks outnumber the CPUs the chunks go through the shared-memory rings even above
-// the single-copy size: there every byte costs CPU time that another rank waits for, and a single copy
-// (the kernel pins every page) costs more of it than a copy into the ring and a reduction straight out
-// of it. 4 ranks on 2 CPUs, medians of about 50 interleaved runs (docs/performance.md): 1 MiB 380-590
-// -> 220-420 us, 2 MiB 790-1360 -> 390-850 us, 4 MiB 2.0-3.6 -> 1.2-2.5 ms. But the rings hand each
-// chunk from one CPU's cache to the other's, 4-6 times slower when the hypervisor has placed the CPUs
-// far apart (4 MiB 7.3-7.9 ms), where the direct allreduce, through memory, is the fastest we have
-// (2.4-2.6 ms): so from kCrowdedPlacementFrom the ranks ask first (cpus_far_apart) and run that one then.
+//
+// allreduce, ring_shm: the same ring with every chunk between ranks of one host through the
+// shared-memory rings, never by single copy. Where ranks outnumber the CPUs every byte costs CPU time
+// that another rank waits for, and a single copy (the kernel pins every page) costs more of it than a
+// copy into the ring and a reduction straight out of it; but the rings hand each chunk from one CPU's
+// cache to the other's, 4-6 times slower when the CPUs are far apart (docs/performance.md).
 #include <cstring>
 
 #include "core/reduce.h"
@@ -60,13 +58,7 @@ void ring_allgather_over(AlgoCtx& c, const std::vector<int>& group, char* buf, R
   }
 }
 
-void allreduce_ring(AlgoCtx& c) {
-  const bool crowded = c.topo.num_hosts() <= 1 && c.size > online_cpus();
-  if (!crowded) return allreduce_ring_routed(c, Route::usual);
-  if (c.op.bytes() >= kCrowdedPlacementFrom && c.op.count >= static_cast<size_t>(c.size) && cpus_far_apart(c))
-    return allreduce_direct(c);  // its own fallback is the ring by single copy, not this
-  allreduce_ring_routed(c, Route::ring);
-}
+namespace {
 
 void allreduce_ring_routed(AlgoCtx& c, Route route) {
   const auto& op = c.op;
@@ -87,5 +79,10 @@ void allreduce_ring_routed(AlgoCtx& c, Route route) {
   }
   ring_allgather_over(c, all, buf, route);
 }
+
+}  // namespace
+
+void allreduce_ring(AlgoCtx& c) { allreduce_ring_routed(c, Route::usual); }
+void allreduce_ring_shm(AlgoCtx& c) { allreduce_ring_routed(c, Route::ring); }
 
 }  // namespace mpcomm::native

@@ -5,17 +5,18 @@
 // and every byte written into an output is a streaming store, which does not first read the output's
 // line into the cache (32 MiB from a cached buffer: 2.0 ms, memcpy 3.1 ms).
 //
-//   0. if the two CPUs are far apart now (cpus_far_apart, placement.cc), both run the direct allreduce:
-//      every byte below crosses from one CPU's cache to the other's, 1.6 GB/s instead of 9 when the
-//      hypervisor has placed the CPUs far apart (2 ranks, 64 MiB out of place: 42-51 ms against
-//      direct's 12-17; docs/performance.md, "Why runs differ"); then both ranks say whether they run
-//      in place (one round of small frames); if either does, both run the direct allreduce: in place
-//      its outputs are the lines it just read, and it is faster there;
+// Needs: shared memory (HostLocal: the two ranks' stages), exactly 2 ranks. It wins with the CPUs near
+// each other and out of place; far apart, every byte below crosses from one CPU's cache to the other's,
+// 1.6 GB/s instead of 9 (2 ranks, 64 MiB out of place: 42-51 ms against direct's 12-17), and in place
+// its outputs are the lines just read (nothing to save): the selection table runs it only when the CPUs
+// are near and no rank is in place (docs/performance.md, "Why runs differ"). In place it is as correct:
+// piece k of our input is overwritten (D) only after the other rank's token for it, i.e. after all of
+// it has left through the ring (A) and been reduced.
 //   rank r owns chunk r of 2, cut into pieces of kPiece bytes; step k = 0, 1, ...:
 //   A. send piece k of the other rank's chunk of our input (through the shared-memory ring, never by
 //      single copy);
 //   B. reduce the other rank's piece k of our chunk with ours, as it arrives, into slot k mod D of our
-//      stage (ShmSegment::stage, D slots) and, streamed, into our output;
+//      stage (HostLocal::stage, D slots) and, streamed, into our output;
 //   C. once piece k-1 is reduced, tell the other rank (a token frame): the result is in our slot;
 //   D. on the other rank's token for its piece k-1, copy that piece from its slot into our output
 //      (streamed) and acknowledge (an ack frame): the slot is free again. A slot is reused D pieces
@@ -41,7 +42,7 @@ namespace mpcomm::native {
 namespace {
 
 constexpr size_t kPiece = size_t{128} << 10;
-static_assert(ShmSegment::kStageBytes >= 2 * kPiece, "a stage must hold two pieces");
+static_assert(HostLocal::kStageBytes >= 2 * kPiece, "a stage must hold two pieces");
 
 // A token says "result piece k is in my slot", an ack "I copied your piece k out".
 uint64_t token(size_t k) { return uint64_t{k} << 1; }
@@ -59,23 +60,15 @@ void check_frame(uint64_t got, uint64_t want, int peer) {
 void allreduce_two_copy(AlgoCtx& c) {
   const auto& op = c.op;
   const int n = c.size, r = c.rank;
-  if (n != 2 || op.count < 2) return allreduce_direct(c);
+  if (n == 1) return run_alone(c);
   const int q = 1 - r;
-  char* mine = c.e.stage(r);
-  const char* theirs = c.e.stage(q);
-  if (mine == nullptr || theirs == nullptr) return allreduce_direct(c);  // the same on both ranks (one host)
-
+  char* mine = c.host().stage(r);
+  const char* theirs = c.host().stage(q);
   char* out = static_cast<char*>(op.recv);
   const char* in = static_cast<const char*>(op.send);
-  // 0.
-  if (cpus_far_apart(c)) return allreduce_direct(c);
-  const uint64_t in_place = in == out ? 1 : 0;
-  uint64_t other_in_place = 0;
-  c.e.wait_all({c.e.recv(q, &other_in_place, sizeof other_in_place), c.e.send(q, &in_place, sizeof in_place)});
-  if (in_place != 0 || other_in_place != 0) return allreduce_direct(c);
 
   const size_t es = c.elem(), piece = kPiece / es * es;
-  const size_t slots = ShmSegment::kStageBytes / piece;
+  const size_t slots = HostLocal::kStageBytes / piece;
   const bool avg = op.redop == ReduceOp::avg;
   const size_t m0 = chunk_offset(op.count, n, r) * es, m1 = chunk_offset(op.count, n, r + 1) * es;
   const size_t t0 = chunk_offset(op.count, n, q) * es, t1 = chunk_offset(op.count, n, q + 1) * es;

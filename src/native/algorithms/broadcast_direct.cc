@@ -1,11 +1,11 @@
-// broadcast, direct — for large buffers on one host where every rank has a CPU of its own and single
-// copy works (process_vm_readv/writev): the root does not sit idle while the others copy from it. Each
+// broadcast, direct — for large buffers on one host where every rank has a CPU of its own: the root
+// does not sit idle while the others copy from it. Each
 // receiver reads the first (n-1)/n of the buffer straight out of the root's, and the root meanwhile
 // writes the last 1/n straight into every receiver's buffer, so that every CPU copies (n-1)/n·B instead
 // of the receivers copying B each while the root waits (at 2 ranks: both halves at once).
+// Needs: single copy (HostLocal::read/write: every rank on this host, each reaching the others' memory).
 //
-//   1. the root and each receiver swap buffer addresses and whether they can access each other (one
-//      round of small frames); a pair that cannot goes by a plain send instead;
+//   1. the root and each receiver swap buffer addresses (one round of small frames);
 //   2. the copies: receivers read their head, the root writes every receiver's tail;
 //   3. the root and each receiver tell each other they are done (one round of small frames): the
 //      receiver's buffer is complete, and the root's may be reused.
@@ -22,35 +22,20 @@ void broadcast_direct(AlgoCtx& c) {
   if (n == 1 || bytes == 0) return;
   // The root's share of every receiver, in whole cache lines.
   const size_t tail = bytes / static_cast<size_t>(n) / 64 * 64, head = bytes - tail;
+  HostLocal& host = c.host();
   std::vector<int> peers;
   if (c.rank == root) {
     for (int k = 1; k < n; ++k) peers.push_back(mod(root + k, n));
   } else {
     peers.push_back(root);
   }
-  const DirectDesc mine{0, reinterpret_cast<uint64_t>(buf), 1};
-  const std::vector<DirectDesc> got = direct_exchange(c, peers, mine);
-  auto direct_with = [&](int q) { return got[static_cast<size_t>(q)].can_access != 0; };
-
-  std::vector<int> done_with;
+  const std::vector<DirectDesc> got = direct_exchange(c, peers, {0, reinterpret_cast<uint64_t>(buf)});
   if (c.rank != root) {
-    if (!direct_with(root)) return c.e.wait(c.e.recv(root, buf, bytes));
-    c.e.read_peer(root, buf, got[static_cast<size_t>(root)].out, head);
-    done_with.push_back(root);
-  } else {
-    std::vector<Handle> plain;
-    for (int q : peers) {
-      if (direct_with(q)) {
-        done_with.push_back(q);
-      } else {
-        plain.push_back(c.e.send(q, buf, bytes));
-      }
-    }
-    if (tail > 0)
-      for (int q : done_with) c.e.write_peer(q, got[static_cast<size_t>(q)].out + head, buf + head, tail);
-    c.e.wait_all(plain);
+    host.read(root, buf, got[static_cast<size_t>(root)].out, head);
+  } else if (tail > 0) {
+    for (int q : peers) host.write(q, got[static_cast<size_t>(q)].out + head, buf + head, tail);
   }
-  direct_done(c, done_with);
+  direct_done(c, peers);
 }
 
 }  // namespace mpcomm::native

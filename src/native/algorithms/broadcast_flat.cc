@@ -2,8 +2,8 @@
 // root's buffer (single copy, process_vm_readv): the root offers its buffer to all n-1 ranks at once,
 // and they read it in parallel. No rank waits for another's copy to finish, and there is no extra copy
 // through a ring: n-1 copies of B in one round, the least work a broadcast can do. (Without single
-// copy the root would write B into n-1 rings one after the other: select.cc picks this only when single
-// copy applies.)
+// copy the root writes B into n-1 rings one after the other: the hierarchical broadcast uses it within
+// hosts only from the single-copy size; the built-in table does not choose it on its own.)
 // Bytes: B into every non-root rank, all read from the root's buffer. Rounds: 1.
 #include "native/algorithms/algorithms.h"
 

@@ -16,7 +16,7 @@ void broadcast_hierarchical(AlgoCtx& c) {
   if (c.size == 1 || op.bytes() == 0) return;
   const HostGroups g = host_groups(c, op.root);
   if (c.rank == g.leader()) broadcast_binomial_over(c, g.leaders, index_in(g.leaders, op.root), op.recv, op.bytes());
-  if (single_copy_enabled() && op.bytes() >= single_copy_from())
+  if (op.bytes() >= c.e.single_copy_from())
     broadcast_flat_over(c, g.local, 0, op.recv, op.bytes());
   else
     broadcast_binomial_over(c, g.local, 0, op.recv, op.bytes());

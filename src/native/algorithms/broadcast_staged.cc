@@ -1,8 +1,9 @@
-// broadcast, staged — on one host whose ranks outnumber its CPUs, from kStagedBroadcastFrom. There the
+// broadcast, staged — on one host whose ranks outnumber its CPUs, from 32 KiB. There the
 // direct broadcast's single copies (process_vm_readv/writev) cost 2-3 times a memcpy each, Open MPI
 // copies the same way, and the binomial tree's rounds through the rings make each rank wait for one
 // that may not hold a CPU. Here the root copies its buffer once into its stage in shared memory, and
 // every receiver copies it out, all of them at once (staged_flow.cc).
+// Needs: shared memory (HostLocal: the root's stage and the board's tags, and waiting for them).
 //
 //   1. the staged flow: the root publishes its buffer, every other rank copies it out (streamed from
 //      kStagedStreamFrom bytes).
@@ -18,7 +19,6 @@ void broadcast_staged(AlgoCtx& c) {
   const size_t bytes = op.bytes();
   char* buf = static_cast<char*>(op.recv);
   if (n == 1 || bytes == 0) return;
-  if (c.e.board() == nullptr) return broadcast_direct(c);  // the same on every rank: not all on this host
   // 1.
   if (c.rank == root) {
     std::vector<int> readers;

@@ -1,9 +1,8 @@
 // The handshake of the direct algorithms (allreduce_direct, broadcast_direct, allgather_direct,
-// reduce_scatter_direct), which read and write
-// other ranks' buffers themselves (Engine::read_peer/write_peer): before, every pair of ranks that
-// will touch each other's memory swaps addresses and whether it can access the other; after, each
-// tells the other that it is done with the other's buffers, so that no rank returns while another
-// still reads or writes its memory. Both are one round of small collective frames.
+// reduce_scatter_direct), which read and write other ranks' buffers themselves (HostLocal::read/write,
+// which they need): before, every pair of ranks that will touch each other's memory swaps addresses;
+// after, each tells the other that it is done with the other's buffers, so that no rank returns while
+// another still reads or writes its memory. Both are one round of small collective frames.
 #include <algorithm>
 
 #include "native/algorithms/algorithms.h"
@@ -12,34 +11,21 @@ namespace mpcomm::native {
 
 std::vector<DirectDesc> direct_exchange(AlgoCtx& c, const std::vector<int>& peers, const DirectDesc& mine) {
   std::vector<DirectDesc> got(static_cast<size_t>(c.size));
-  std::vector<DirectDesc> sent(peers.size(), mine);
   std::vector<Handle> hs;
   hs.reserve(2 * peers.size());
-  for (size_t i = 0; i < peers.size(); ++i) {
-    const int q = peers[i];
-    sent[i].can_access = mine.can_access != 0 && c.e.can_access(q) ? 1 : 0;
+  for (int q : peers) {
     hs.push_back(c.e.recv(q, &got[static_cast<size_t>(q)], sizeof(DirectDesc)));
-    hs.push_back(c.e.send(q, &sent[i], sizeof(DirectDesc)));
+    hs.push_back(c.e.send(q, &mine, sizeof(DirectDesc)));
   }
   c.e.wait_all(hs);
-  // Both sides of a pair now hold the same two flags: the pair's verdict is the same on both.
-  for (size_t i = 0; i < peers.size(); ++i) {
-    DirectDesc& d = got[static_cast<size_t>(peers[i])];
-    d.can_access = d.can_access != 0 && sent[i].can_access != 0 ? 1 : 0;
-  }
   got[static_cast<size_t>(c.rank)] = mine;
   return got;
 }
 
-bool direct_exchange_all(AlgoCtx& c, DirectDesc mine, std::vector<int>* others, std::vector<DirectDesc>* peer) {
-  others->clear();
-  for (int k = 1; k < c.size; ++k) others->push_back(mod(c.rank + k, c.size));
-  for (int q : *others)
-    if (!c.e.can_access(q)) mine.can_access = 0;
-  *peer = direct_exchange(c, *others, mine);
-  for (const DirectDesc& d : *peer)
-    if (d.can_access == 0) return false;
-  return true;
+std::vector<int> others_of(const AlgoCtx& c) {
+  std::vector<int> others;
+  for (int k = 1; k < c.size; ++k) others.push_back(mod(c.rank + k, c.size));
+  return others;
 }
 
 size_t direct_piece_bytes(int n, size_t es) {

@@ -1,9 +1,8 @@
-// reduce_scatter, direct — for large blocks on one host where every rank may read the others' memory
-// (process_vm_readv, single copy): rank r reads block r of every other rank's input straight out of its
-// memory, piece by piece, and reduces the pieces into its output.
+// reduce_scatter, direct — for large blocks on one host: rank r reads block r of every other rank's
+// input straight out of its memory, piece by piece, and reduces the pieces into its output.
+// Needs: single copy (HostLocal::read: every rank on this host, each reaching the others' memory).
 //
-//   1. every rank sends every other its input address and whether it can access every other rank (one
-//      round of small frames); if any rank cannot, all run the ring instead;
+//   1. every rank sends every other its input address (one round of small frames);
 //   2. block r, in pieces that stay in the cache: read the piece of every other rank's input into a
 //      bounce buffer, reduce the n pieces (ours first, then r+1, r+2, ...) into our output, divide for
 //      avg;
@@ -27,13 +26,12 @@ void reduce_scatter_direct(AlgoCtx& c) {
   const size_t b = op.bytes(), es = c.elem();
   const char* in = static_cast<const char*>(op.send);
   char* out = static_cast<char*>(op.recv);
-  if (n == 1) return reduce_scatter_ring(c);
+  if (n == 1) return run_alone(c);
+  HostLocal& host = c.host();
 
-  // 1. Addresses, and whether every rank reaches every other (all fall back together).
-  std::vector<int> others;
-  std::vector<DirectDesc> peer;
-  if (!direct_exchange_all(c, {reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out), 1}, &others, &peer))
-    return reduce_scatter_ring(c);
+  // 1. Addresses.
+  const std::vector<int> others = others_of(c);
+  const std::vector<DirectDesc> peer = direct_exchange(c, others, {reinterpret_cast<uint64_t>(in), reinterpret_cast<uint64_t>(out)});
 
   // 2. Block r, piece by piece (n pieces in flight stay in a core's L2).
   const size_t piece = direct_piece_bytes(n, es);
@@ -46,7 +44,7 @@ void reduce_scatter_direct(AlgoCtx& c) {
     for (int k = 1; k < n; ++k) {
       const int q = others[static_cast<size_t>(k - 1)];
       char* into = bounce + static_cast<size_t>(k - 1) * piece;
-      c.e.read_peer(q, into, peer[static_cast<size_t>(q)].in + first + at, len);
+      host.read(q, into, peer[static_cast<size_t>(q)].in + first + at, len);
       srcs[static_cast<size_t>(k)] = into;
     }
     reduce_into(out + at, srcs.data(), n, len / es, op.dtype, op.redop);

@@ -1,5 +1,5 @@
 // The staged flow — how the staged broadcast and allgather move their bytes on one host: every byte is
-// copied once into its sender's stage (ShmSegment::stage, shared memory) and out of it by every reader.
+// copied once into its sender's stage (HostLocal::stage, shared memory) and out of it by every reader.
 // No process_vm_readv/writev, whose page pinning costs about as much as the copy itself (and 2-3 times a
 // memcpy on the AMD machine: build/benchmarks/cross_process_copy), and no rank waits for a particular
 // other one to take its turn, as in a tree or a ring.
@@ -17,7 +17,7 @@
 //   3. a reader, once the word says piece k is there, checks (on the first piece) that the sender's tag
 //      holds the same call as its own (a Mismatch otherwise), copies the piece out (streamed when asked)
 //      and says so in its consumed word for that stage;
-//   4. a rank that can do neither waits (Engine::wait_shared: bounded, watching the ranks it waits for);
+//   4. a rank that can do neither waits (HostLocal::wait: bounded, watching the ranks it waits for);
 //   5. a sender returns only once every reader has consumed every piece, so its stage is free for its
 //      next call (only its owner ever writes a stage).
 // Every rank publishes and consumes in one loop, so a rank that both sends and reads (the allgather)
@@ -37,7 +37,7 @@ namespace {
 constexpr uint64_t kPieceMask = (uint64_t{1} << kStagePieceBits) - 1;
 // 64, 128 and 256 KiB ran even (4 ranks on 2 CPUs, broadcast and allgather, 256 KiB-16 MiB).
 constexpr size_t kStagedPiece = size_t{128} << 10;
-static_assert(ShmSegment::kStageBytes % kStagedPiece == 0 && ShmSegment::kStageBytes / kStagedPiece >= 2,
+static_assert(HostLocal::kStageBytes % kStagedPiece == 0 && HostLocal::kStageBytes / kStagedPiece >= 2,
               "a stage holds two pieces or more");
 size_t pieces_of(size_t bytes) { return (bytes + kStagedPiece - 1) / kStagedPiece; }
 
@@ -58,8 +58,7 @@ struct Incoming {
 
 void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<int>& readers,
                  const std::vector<StagedIn>& in, bool stream) {
-  const ShmSegment* seg = c.e.board();
-  if (seg == nullptr) throw Internal("mpcomm: staged flow without this host's shared memory");
+  HostLocal& host = c.host();
   const uint64_t stamp = c.op.seq + 1;
   const uint64_t mark = stamp & (~uint64_t{0} >> kStagePieceBits);  // the stamp as the words hold it
   auto count = [&](const StageWord* w) {
@@ -67,24 +66,23 @@ void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<in
     return (v >> kStagePieceBits) == mark ? static_cast<size_t>(v & kPieceMask) : size_t{0};
   };
   auto word = [&](size_t k) { return mark << kStagePieceBits | k; };
-  const size_t slots = ShmSegment::kStageBytes / kStagedPiece;
-  const int me = c.e.local_of(c.rank);
-  char* mine = seg->stage(me);
-  StageWord* pub = seg->stage_published(me);
+  const size_t slots = HostLocal::kStageBytes / kStagedPiece;
+  const int me = c.rank;
+  char* mine = host.stage(me);
+  StageWord* pub = host.stage_published(me);
   const size_t out_pieces = pieces_of(bytes);
   if (out_pieces > kPieceMask) throw InvalidArgument("mpcomm: staged flow of " + std::to_string(bytes) + " bytes: too many pieces");
   std::vector<StageWord*> reader_words;
-  for (int r : readers) reader_words.push_back(seg->stage_consumed(me, c.e.local_of(r)));
+  for (int r : readers) reader_words.push_back(host.stage_consumed(me, r));
   std::vector<Incoming> ins;
   ins.reserve(in.size());
   for (const StagedIn& s : in) {
-    const int from = c.e.local_of(s.from);
-    ins.push_back({s, seg->stage(from), seg->stage_published(from), seg->stage_consumed(from, me), pieces_of(s.bytes)});
+    ins.push_back({s, host.stage(s.from), host.stage_published(s.from), host.stage_consumed(s.from, me), pieces_of(s.bytes)});
   }
 
   // 1.
   const detail::Fingerprint fp = detail::fingerprint(c.op);
-  seg->board_tag(me)->write(stamp, &fp, sizeof fp);
+  host.board_tag(me)->write(stamp, &fp, sizeof fp);
 
   size_t published = 0;
   // The fewest pieces any reader has consumed of ours.
@@ -97,7 +95,7 @@ void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<in
   auto len = [](size_t total, size_t k) { return std::min(kStagedPiece, total - k * kStagedPiece); };
   auto check_sender = [&](const Incoming& s) {
     detail::Fingerprint theirs{};
-    const BoardTag* t = seg->board_tag(c.e.local_of(s.in.from));
+    const BoardTag* t = host.board_tag(s.in.from);
     // It published under our stamp after writing its tag, and cannot rewrite it before we consume.
     if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
     if (!(theirs == fp))
@@ -168,11 +166,11 @@ void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<in
       }
     }
     if (moved) {
-      c.e.wake_local_peers();
+      host.wake();
       continue;
     }
     // 4.
-    c.e.wait_shared(can_move, pending, what);
+    host.wait(can_move, pending, what);
   }
 }
 

@@ -21,8 +21,7 @@ static constexpr uint64_t kMagic = 0x4d50434f4d4d5348ull;  // "MPCOMMSH"
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-size_t ShmSegment::default_ring_bytes(int nlocal) {
-  int64_t forced = param_int("MPCOMM_SHM_RING_BYTES");
+size_t ShmSegment::default_ring_bytes(int nlocal, int64_t forced) {
   if (forced > 0) {
     size_t b = 4096;
     while (b < static_cast<size_t>(forced)) b <<= 1;

@@ -32,7 +32,7 @@ struct alignas(64) Doorbell {
   // docs/performance.md).
   alignas(64) std::atomic<uint64_t> entered{0};
   // Written only by its rank, read by one peer: a cache line's round trip between the two
-  // (Engine::round_trip_ns), on a line of its own.
+  // (HostLocal::round_trip_ns), on a line of its own.
   alignas(64) std::atomic<uint64_t> echo{0};
 };
 
@@ -123,7 +123,8 @@ class ShmSegment {
   // 0 when not aborted, else 1 + ErrorCode; *msg gets the message.
   int aborted(std::string* msg) const;
 
-  static size_t default_ring_bytes(int nlocal);
+  // Bytes per ring: `forced` rounded up to a power of two (MPCOMM_SHM_RING_BYTES; 0: sized by nlocal).
+  static size_t default_ring_bytes(int nlocal, int64_t forced);
 
  private:
   ShmSegment(void* base, size_t len, int nlocal, size_t ring_bytes);

@@ -1,0 +1,82 @@
+// The host-local capabilities of an engine whose ranks all share this host (host_local.h).
+#include "native/host_local.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <limits>
+#include <thread>
+
+#include "native/engine.h"
+
+namespace mpcomm::native {
+
+HostLocal::HostLocal(Engine& e, const ShmSegment& seg, std::vector<int> local_of, bool crowded)
+    : e_(e), seg_(seg), local_of_(std::move(local_of)), crowded_(crowded) {}
+
+void HostLocal::read(int rank, void* dst, uint64_t remote, size_t n) {
+  e_.copy_with_peer(rank, static_cast<char*>(dst), remote, n, false);
+}
+
+void HostLocal::write(int rank, uint64_t remote, const void* src, size_t n) {
+  // process_vm_writev only reads the local side.
+  e_.copy_with_peer(rank, const_cast<char*>(static_cast<const char*>(src)), remote, n, true);
+}
+
+void HostLocal::wait(const std::function<bool()>& done, const std::function<std::vector<int>()>& pending,
+                     const std::function<std::string()>& what) {
+  e_.wait_shared(done, pending, what);
+}
+
+void HostLocal::wake() const { e_.wake_local_peers(); }
+
+double HostLocal::round_trip_ns(int peer, int trips, uint64_t stamp, std::chrono::steady_clock::time_point meet_until) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kMaxTrips = 64;
+  const double unknown = std::numeric_limits<double>::quiet_NaN();
+  if (peer == e_.rank() || trips < 1 || trips > kMaxTrips) return unknown;
+  std::atomic<uint64_t>& mine = seg_.doorbell(local(e_.rank()))->echo;
+  const std::atomic<uint64_t>& theirs = seg_.doorbell(local(peer))->echo;
+  const bool lead = e_.rank() < peer;
+  // Words of this measurement only (`stamp`): a word left from an earlier one never matches. Trip 0
+  // meets the peer (when it arrives is not timed); trips 1..n are timed one by one and their median
+  // counts, so that one preemption does not.
+  auto word = [&](int i) { return stamp << 16 | static_cast<uint64_t>(i); };
+  double ns[kMaxTrips];
+  auto give_up = meet_until;
+  for (int i = 0; i <= trips; ++i) {
+    const auto t0 = Clock::now();
+    if (i == 1) give_up = std::min(meet_until, t0 + std::chrono::milliseconds(5));
+    if (lead) mine.store(word(i), std::memory_order_release);
+    for (uint32_t spins = 0; theirs.load(std::memory_order_acquire) != word(i); ++spins) {
+      if ((spins & 63) != 63) continue;
+      if (Clock::now() > give_up) return lead ? unknown : 0;
+      if (i > 0) continue;
+      if (crowded_) ::sched_yield();  // the peer may need this CPU to get here at all
+      // Meeting may take long (at creation): a peer that is gone never comes.
+      if ((spins & 0xffff) == 0xffff && !e_.peer_alive(peer)) return lead ? unknown : 0;
+    }
+    if (!lead) mine.store(word(i), std::memory_order_release);
+    if (lead && i > 0) ns[i - 1] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  }
+  if (!lead) return 0;
+  std::nth_element(ns, ns + trips / 2, ns + trips);
+  return ns[trips / 2];
+}
+
+bool HostLocal::probe_single_copy(std::chrono::steady_clock::time_point deadline) {
+  bool all = true;
+  for (int r = 0; r < static_cast<int>(local_of_.size()); ++r) {
+    if (r == e_.rank()) continue;
+    Engine::Peer& p = e_.peers_[static_cast<size_t>(r)];
+    // Not known until the peer's engine has published its probe word.
+    for (uint32_t spins = 1; !e_.can_single_copy(r, p) && p.single_copy_ok == 0; ++spins) {
+      if (std::chrono::steady_clock::now() > deadline || ((spins & 1023) == 0 && !e_.peer_alive(r))) return false;
+      std::this_thread::yield();
+    }
+    all = all && p.single_copy_ok > 0;
+  }
+  return all;
+}
+
+}  // namespace mpcomm::native

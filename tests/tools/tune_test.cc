@@ -1,0 +1,115 @@
+// mpcomm tune: on 2 and 4 ranks it writes a table that loads; a communicator of that shape that loads
+// it (MPCOMM_TUNING) runs what each row chooses (the flight record says what ran), and each row's
+// choice is the fastest of its measured candidates. mpcomm info names the table in use.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "harness/flight_record.h"
+#include "harness/process.h"
+#include "harness/thread_world.h"
+#include "native/algorithms/algorithms.h"
+#include "tuning/selection_table.h"
+
+namespace mpcomm {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The value of note `key` of a row ("" when absent).
+std::string note(const tuning::Row& r, const std::string& key) {
+  std::istringstream words(r.notes);
+  for (std::string w; words >> w;)
+    if (w.rfind(key + "=", 0) == 0) return w.substr(key.size() + 1);
+  return "";
+}
+
+double size_of(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  const std::string units = "KMGT";
+  if (*end != '\0') v *= std::pow(1024.0, static_cast<double>(units.find(*end) + 1));
+  return v;
+}
+
+// "flat:1.20,ring:3.4" -> {flat: 1.2, ring: 3.4}
+std::map<std::string, double> times(const std::string& us) {
+  std::map<std::string, double> out;
+  std::istringstream items(us);
+  for (std::string item; std::getline(items, item, ',');) {
+    const size_t colon = item.find(':');
+    out[item.substr(0, colon)] = std::atof(item.c_str() + colon + 1);
+  }
+  return out;
+}
+
+TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const std::string path = ::testing::TempDir() + "mpcomm-tune-" + std::to_string(ranks) + ".txt";
+    auto r = testing::run_command(std::string(MPCOMM_CLI) + " tune --ranks " + std::to_string(ranks) +
+                                  " --ops allreduce,broadcast,allgather,reduce_scatter -b 8 -e 256K -f 8 -n 3 -w 1 --timeout 60 -o " + path);
+    ASSERT_EQ(r.status, 0) << r.output;
+    const tuning::Table t = tuning::load_table(path, "native", native::algorithm_names);
+    std::ifstream f(path);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(contains(text, "# mpcomm tune --ranks " + std::to_string(ranks))) << text;
+    // 6 sizes of 4 ops (allgather and reduce_scatter: the sizes that leave a block per rank).
+    EXPECT_GE(t.rows.size(), 20u) << text;
+    if (ranks == 4) {
+      EXPECT_TRUE(contains(text, "#   allreduce two_copy: it runs on exactly 2 ranks")) << text;
+      EXPECT_TRUE(contains(text, "skipped=two_copy")) << text;
+    }
+    testing::ThreadWorld world("native", ranks, [&] {
+      Options o;
+      o.params["MPCOMM_TUNING"] = path;
+      return o;
+    }());
+    for (const tuning::Row& row : t.rows) {
+      SCOPED_TRACE(tuning::format_row(row));
+      EXPECT_TRUE(row.ranks.contains(ranks) && !row.ranks.contains(ranks + 1)) << "a row for this shape only";
+      const std::map<std::string, double> us = times(note(row, "us"));
+      ASSERT_TRUE(us.count(row.choice));
+      for (const auto& [alg, t_us] : us) EXPECT_LE(us.at(row.choice), t_us) << "the fastest of those measured: " << alg;
+      // The row's measured size, out of place: the algorithm the row names runs.
+      const size_t count = static_cast<size_t>(size_of(note(row, "at"))) / sizeof(float);
+      std::vector<std::string> ran(static_cast<size_t>(ranks));
+      world.run([&](int rank, Communicator& comm) {
+        std::vector<float> in(count * static_cast<size_t>(ranks) + 1, 1.0f), out(in.size());
+        switch (row.op) {
+          case OpKind::allreduce: comm.allreduce(in.data(), out.data(), count, DataType::float32, ReduceOp::sum); break;
+          case OpKind::broadcast: comm.broadcast(out.data(), count, DataType::float32, 0); break;
+          case OpKind::allgather: comm.allgather(in.data(), out.data(), count, DataType::float32); break;
+          case OpKind::reduce_scatter: comm.reduce_scatter(in.data(), out.data(), count, DataType::float32, ReduceOp::sum); break;
+          default: FAIL() << "an op tune was not asked for";
+        }
+        ran[static_cast<size_t>(rank)] = testing::last_algorithm(comm);
+      });
+      for (int q = 0; q < ranks; ++q) EXPECT_EQ(ran[static_cast<size_t>(q)], row.choice) << "rank " << q;
+    }
+  }
+}
+
+TEST(Tune, InfoNamesTheTableInUse) {
+  auto r = testing::run_command(std::string(MPCOMM_CLI) + " info");
+  EXPECT_TRUE(contains(r.output, "native algorithm choice: the built-in table (")) << r.output;
+  const std::string path = ::testing::TempDir() + "mpcomm-info-table.txt";
+  std::ofstream(path) << "mpcomm-tuning 1 backend=native\nallreduce ranks=2 -> ring\n";
+  r = testing::run_command("MPCOMM_TUNING=" + path + " MPCOMM_ALGO=broadcast=flat " + MPCOMM_CLI + " info");
+  EXPECT_TRUE(contains(r.output, "native algorithm choice: tuning file " + path + ", then the built-in table (1 + ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "MPCOMM_ALGO forces broadcast=flat")) << r.output;
+  r = testing::run_command("MPCOMM_TUNING=" + path + " " + MPCOMM_CLI + " info --table");
+  EXPECT_TRUE(contains(r.output, "  allreduce ranks=2 -> ring   # line 2")) << r.output;
+  EXPECT_TRUE(contains(r.output, "  # the built-in table")) << r.output;
+  std::ofstream(path) << "mpcomm-tuning 1 backend=gloo\n";
+  r = testing::run_command("MPCOMM_TUNING=" + path + " " + MPCOMM_CLI + " info");
+  EXPECT_TRUE(contains(r.output, "native algorithm choice: refused: mpcomm: tuning file " + path + ", line 1: field 'backend'")) << r.output;
+}
+
+}  // namespace
+}  // namespace mpcomm

@@ -1,0 +1,175 @@
+// The native backend's built-in selection table (src/tuning/native_defaults.cc): its key choices, pinned
+// by world shape, size, in place and placement, independent of the machine the test runs on. (It was
+// proven to choose what the if-ladder it replaced ran, over 7.6 million cases: commit 213926e.)
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "native/algorithms/algorithms.h"
+#include "tuning/defaults.h"
+#include "tuning/selection_table.h"
+
+namespace mpcomm {
+namespace {
+
+using tuning::Placement;
+
+const tuning::Table& builtin() {
+  static const tuning::Table t =
+      tuning::parse_table(tuning::builtin_table_text("native"), "the built-in table", "native", native::algorithm_names);
+  return t;
+}
+
+// `ranks` ranks with host of rank r = host_of[r] (empty: one host), `cpus` CPUs per host.
+tuning::Shape shape(int ranks, long cpus, std::vector<int> host_of = {}, bool single_copy = true) {
+  if (host_of.empty()) host_of.assign(static_cast<size_t>(ranks), 0);
+  tuning::Shape s;
+  s.ranks = ranks;
+  s.hosts = *std::max_element(host_of.begin(), host_of.end()) + 1;
+  std::vector<int> per(static_cast<size_t>(s.hosts), 0);
+  for (int h : host_of) ++per[static_cast<size_t>(h)];
+  s.per_host = *std::max_element(per.begin(), per.end());
+  s.even_hosts = std::all_of(per.begin(), per.end(), [&](int k) { return k == per.front(); });
+  s.cpus_per_rank = static_cast<double>(cpus) / s.per_host;
+  s.single_copy = single_copy && s.hosts == 1 && ranks > 1;
+  return s;
+}
+
+// What the table chooses for `bytes` per rank (uint8), with the per-call facts given.
+std::string chosen(const tuning::Shape& s, OpKind op, size_t bytes, bool in_place = false, Placement now = Placement::near) {
+  const tuning::ShapeRows rows({&builtin()}, s);
+  const tuning::CallFacts facts{in_place, now};
+  const auto* e = rows.find(tuning::make_call(op, DataType::uint8, bytes, s.ranks), [&] { return facts; },
+                            [](const tuning::Row&) { return true; });
+  return e != nullptr ? e->row->choice : "(none)";
+}
+
+constexpr size_t K = 1024, M = 1024 * 1024;
+
+TEST(BuiltinTable, EveryOpEndsWithARowForEveryCall) {
+  for (int k = 0; k < kNumOpKinds; ++k) {
+    const OpKind op = static_cast<OpKind>(k);
+    if (native::algorithm_names(op).empty()) continue;
+    const tuning::Row* last = nullptr;
+    for (const auto& r : builtin().rows)
+      if (r.op == op) last = &r;
+    ASSERT_NE(last, nullptr) << to_string(op);
+    EXPECT_EQ(tuning::format_row(*last), std::string(to_string(op)) + " -> " + last->choice) << "a catch-all row";
+    EXPECT_EQ(native::find_algorithm(op, last->choice)->needs, 0u) << "the catch-all runs everywhere";
+  }
+}
+
+TEST(BuiltinTable, AllreduceOnOneHostWithACpuPerRank) {
+  const auto two = shape(2, 2);
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 8), "flat");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 64 * K - 1), "flat");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 64 * K), "direct");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 8 * M - 1), "direct");
+  // Two-copy from 8 MiB, out of place on every rank and with the CPUs near each other.
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 8 * M), "two_copy");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 64 * M), "two_copy");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 64 * M, /*in_place=*/true), "direct");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 64 * M, false, Placement::far), "direct");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 64 * M, false, Placement::unknown), "direct");
+  // Without single copy: no direct allreduce; two-copy needs none.
+  const auto two_no_sc = shape(2, 2, {}, false);
+  EXPECT_EQ(chosen(two_no_sc, OpKind::allreduce, 256 * K), "flat");
+  EXPECT_EQ(chosen(two_no_sc, OpKind::allreduce, 256 * K + 1), "ring");
+  EXPECT_EQ(chosen(two_no_sc, OpKind::allreduce, 64 * M), "two_copy");
+  EXPECT_EQ(chosen(two_no_sc, OpKind::allreduce, 64 * M, true), "ring");
+  // More ranks: direct from 64 KiB, flat while (n-1)·B <= 256 KiB.
+  EXPECT_EQ(chosen(shape(3, 4), OpKind::allreduce, 64 * M), "direct");
+  EXPECT_EQ(chosen(shape(8, 8), OpKind::allreduce, 37449), "flat");
+  EXPECT_EQ(chosen(shape(8, 8), OpKind::allreduce, 37450), "ring");
+  EXPECT_EQ(chosen(shape(8, 8), OpKind::allreduce, 64 * K), "direct");
+  EXPECT_EQ(chosen(shape(1, 2), OpKind::allreduce, 64 * M), "ring");
+}
+
+TEST(BuiltinTable, AllreduceOnACrowdedHost) {
+  // Two ranks per CPU: arrival up to 32 KiB; 4 ranks: recursive doubling to 24 KiB, then the ring
+  // through the rings, from 256 KiB the direct allreduce while the CPUs are far apart.
+  const auto four = shape(4, 2);
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 1), "arrival");
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 32 * K), "arrival");
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 32 * K + 1), "ring_shm");
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 0), "recursive_doubling") << "nothing to reduce";
+  EXPECT_EQ(chosen(shape(4, 3), OpKind::allreduce, 24 * K), "recursive_doubling");
+  EXPECT_EQ(chosen(shape(4, 3), OpKind::allreduce, 24 * K + 1), "ring_shm");
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 256 * K), "ring_shm");
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 256 * K, false, Placement::far), "direct");
+  EXPECT_EQ(chosen(shape(4, 2, {}, false), OpKind::allreduce, 256 * K, false, Placement::far), "ring_shm");
+  // Fewer than two ranks per CPU: arrival up to 4 KiB.
+  const auto three = shape(3, 2);
+  EXPECT_EQ(chosen(three, OpKind::allreduce, 4 * K), "arrival");
+  EXPECT_EQ(chosen(three, OpKind::allreduce, 4 * K + 1), "recursive_doubling");
+  EXPECT_EQ(chosen(three, OpKind::allreduce, 128 * K), "recursive_doubling");
+  EXPECT_EQ(chosen(three, OpKind::allreduce, 128 * K + 1), "ring_shm");
+  EXPECT_EQ(chosen(shape(8, 2), OpKind::allreduce, 37449), "recursive_doubling");
+  EXPECT_EQ(chosen(shape(8, 2), OpKind::allreduce, 37450), "ring_shm");
+  // Two ranks on one CPU: no arrival (one rank waits for one other anyway).
+  EXPECT_EQ(chosen(shape(2, 1), OpKind::allreduce, 256 * K), "flat");
+  EXPECT_EQ(chosen(shape(2, 1), OpKind::allreduce, 256 * K + 1), "ring_shm");
+}
+
+TEST(BuiltinTable, AllreduceAcrossHosts) {
+  EXPECT_EQ(chosen(shape(4, 2, {0, 0, 1, 1}), OpKind::allreduce, 1 * M), "hierarchical_sliced");
+  EXPECT_EQ(chosen(shape(6, 2, {0, 1, 2, 0, 1, 2}), OpKind::allreduce, 1 * M), "hierarchical_sliced");
+  EXPECT_EQ(chosen(shape(5, 2, {0, 1, 0, 1, 0}), OpKind::allreduce, 1 * M), "hierarchical") << "uneven hosts";
+  EXPECT_EQ(chosen(shape(4, 2, {0, 0, 1, 1}), OpKind::allreduce, 1 * K), "hierarchical") << "small: fewest messages";
+  EXPECT_EQ(chosen(shape(4, 2, {0, 1, 2, 3}), OpKind::allreduce, 1 * M), "ring") << "one rank per host";
+  // Crowding is judged on one host only: with one rank per host, hosts may differ in CPUs.
+  std::vector<int> own(64);
+  for (int r = 0; r < 64; ++r) own[static_cast<size_t>(r)] = r;
+  EXPECT_EQ(chosen(shape(64, 1, own), OpKind::allreduce, 1 * K), "flat");
+  EXPECT_EQ(chosen(shape(64, 1), OpKind::allreduce, 1 * K), "arrival");
+}
+
+TEST(BuiltinTable, Broadcast) {
+  EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 64 * K), "direct");
+  EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 64 * K - 1), "binomial");
+  EXPECT_EQ(chosen(shape(4, 4), OpKind::broadcast, 64 * M), "direct");
+  EXPECT_EQ(chosen(shape(2, 2, {}, false), OpKind::broadcast, 64 * M), "binomial");
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::broadcast, 32 * K), "staged") << "crowded";
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::broadcast, 32 * K - 1), "binomial");
+  EXPECT_EQ(chosen(shape(4, 2, {}, false), OpKind::broadcast, 64 * M), "staged") << "no single copy needed";
+  EXPECT_EQ(chosen(shape(4, 2, {0, 0, 1, 1}), OpKind::broadcast, 64 * M), "hierarchical");
+  EXPECT_EQ(chosen(shape(4, 2, {0, 1, 2, 3}), OpKind::broadcast, 64 * M), "binomial");
+}
+
+TEST(BuiltinTable, ReduceGatherScatterAlltoallBarrier) {
+  EXPECT_EQ(chosen(shape(4, 2, {0, 0, 1, 1}), OpKind::reduce, 1 * M), "hierarchical");
+  EXPECT_EQ(chosen(shape(4, 4), OpKind::reduce, 1 * M), "binomial");
+  EXPECT_EQ(chosen(shape(4, 4), OpKind::gather, 1 * M), "flat");
+  EXPECT_EQ(chosen(shape(4, 4), OpKind::scatter, 1 * M), "flat");
+  EXPECT_EQ(chosen(shape(4, 4), OpKind::alltoall, 1 * M), "pairwise");
+  EXPECT_EQ(chosen(shape(4, 4), OpKind::barrier, 0), "dissemination");
+}
+
+TEST(BuiltinTable, AllgatherAndReduceScatter) {
+  // From 32 KiB blocks on one host: direct; 2 ranks with blocks of 256 KiB-2 MiB and the CPUs near:
+  // the ring through shared memory.
+  const auto two = shape(2, 2);
+  EXPECT_EQ(chosen(two, OpKind::allgather, 32 * K), "direct");
+  EXPECT_EQ(chosen(two, OpKind::allgather, 32 * K - 1), "ring");
+  EXPECT_EQ(chosen(two, OpKind::allgather, 256 * K), "ring_shm");
+  EXPECT_EQ(chosen(two, OpKind::allgather, 2 * M), "ring_shm");
+  EXPECT_EQ(chosen(two, OpKind::allgather, 2 * M + 1), "direct");
+  EXPECT_EQ(chosen(two, OpKind::allgather, 1 * M, false, Placement::far), "direct");
+  EXPECT_EQ(chosen(shape(4, 4), OpKind::allgather, 1 * M), "direct") << "the ring_shm rows are for 2 ranks";
+  EXPECT_EQ(chosen(shape(4, 4, {0, 1, 2, 3}), OpKind::allgather, 64 * M), "ring");
+  // A crowded host from 16 KiB in all: staged.
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::allgather, 4 * K), "staged");
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::allgather, 4 * K - 1), "ring");
+  EXPECT_EQ(chosen(shape(5, 2), OpKind::allgather, 3277), "staged");
+  EXPECT_EQ(chosen(shape(5, 2), OpKind::allgather, 3276), "ring");
+  // Reduce-scatter: from 32 KiB blocks on one host, crowded or not.
+  EXPECT_EQ(chosen(two, OpKind::reduce_scatter, 32 * K), "direct");
+  EXPECT_EQ(chosen(two, OpKind::reduce_scatter, 32 * K - 1), "ring");
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::reduce_scatter, 32 * K), "direct");
+  EXPECT_EQ(chosen(shape(4, 2, {0, 1, 2, 3}), OpKind::reduce_scatter, 64 * M), "ring");
+  EXPECT_EQ(chosen(shape(2, 2, {}, false), OpKind::reduce_scatter, 64 * M), "ring");
+}
+
+}  // namespace
+}  // namespace mpcomm

@@ -1,0 +1,114 @@
+// Selection tables as text (src/tuning/table_format.cc): what rows mean, that writing and reading give
+// the same rows, and that bad input is refused naming the file, the line, the field and what was
+// expected.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "mpcomm/error.h"
+#include "native/algorithms/algorithms.h"
+#include "tuning/defaults.h"
+#include "tuning/selection_table.h"
+
+namespace mpcomm {
+namespace {
+
+tuning::Table parse(const std::string& text) { return tuning::parse_table(text, "tuning file t.txt", "native", native::algorithm_names); }
+
+// The message of the InvalidArgument that parsing `text` throws ("" when it does not).
+std::string refusal(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::string kHeader = "mpcomm-tuning 1 backend=native\n";
+
+TEST(TableFormat, RowsAndTheirConditions) {
+  const tuning::Table t = parse(kHeader + "# a comment\n\nallreduce ranks=2 dtype=float,half bytes=[64K,8M) cpus_per_rank=(0.5,1] "
+                                          "in_place=no placement_now=near -> two_copy at=64K us=two_copy:12.5,direct:14\n"
+                                          "allgather total=16K -> staged  # trailing comment\n");
+  ASSERT_EQ(t.rows.size(), 2u);
+  const tuning::Row& r = t.rows[0];
+  EXPECT_EQ(r.line, 4);
+  EXPECT_EQ(r.op, OpKind::allreduce);
+  EXPECT_EQ(r.choice, "two_copy");
+  EXPECT_EQ(r.notes, "at=64K us=two_copy:12.5,direct:14");
+  EXPECT_TRUE(r.bytes.contains(64 << 10));
+  EXPECT_TRUE(r.bytes.contains((8 << 20) - 1));
+  EXPECT_FALSE(r.bytes.contains(8 << 20));
+  EXPECT_FALSE(r.cpus_per_rank.contains(0.5));
+  EXPECT_TRUE(r.cpus_per_rank.contains(1));
+  EXPECT_TRUE(r.needs_call_facts());
+  EXPECT_TRUE(r.matches(tuning::make_call(OpKind::allreduce, DataType::bfloat16, 64 << 9, 2)));
+  EXPECT_FALSE(r.matches(tuning::make_call(OpKind::allreduce, DataType::int32, 64 << 8, 2))) << "int is not float or half";
+  EXPECT_TRUE(r.matches(tuning::CallFacts{false, tuning::Placement::near}));
+  EXPECT_FALSE(r.matches(tuning::CallFacts{true, tuning::Placement::near}));
+  EXPECT_FALSE(r.matches(tuning::CallFacts{false, tuning::Placement::unknown}));
+  // One value: exactly it; total = all blocks of a block op.
+  const tuning::Row& s = t.rows[1];
+  EXPECT_TRUE(s.matches(tuning::make_call(OpKind::allgather, DataType::uint8, 4096, 4)));
+  EXPECT_FALSE(s.matches(tuning::make_call(OpKind::allgather, DataType::uint8, 4097, 4)));
+}
+
+TEST(TableFormat, WritingAndReadingGiveTheSameRows) {
+  const tuning::Table t = parse(std::string(tuning::builtin_table_text("native")));
+  std::string text = tuning::format_header("native") + "\n";
+  for (const auto& r : t.rows) text += tuning::format_row(r) + "\n";
+  const tuning::Table again = parse(text);
+  ASSERT_EQ(again.rows.size(), t.rows.size());
+  for (size_t i = 0; i < t.rows.size(); ++i) EXPECT_EQ(tuning::format_row(again.rows[i]), tuning::format_row(t.rows[i]));
+  EXPECT_EQ(tuning::format_size(65536), "64K");
+  EXPECT_EQ(tuning::format_size(87381), "87381");
+  EXPECT_EQ(tuning::format_size(8 << 20), "8M");
+}
+
+TEST(TableFormat, BadInputNamesTheFileTheLineTheFieldAndWhatWasExpected) {
+  struct Bad {
+    std::string text, want;
+  };
+  const std::vector<Bad> bad = {
+      {"", "tuning file t.txt, line 1: expected the header 'mpcomm-tuning 1 backend=native', got the end of the file"},
+      {"allreduce -> flat\n", "line 1: expected the header 'mpcomm-tuning 1 backend=native' before any row"},
+      {"mpcomm-tuning 2 backend=native\n", "line 1: field 'version': expected format version 1"},
+      {"mpcomm-tuning 1 backend=gloo\n", "line 1: field 'backend': this table is for backend 'gloo', expected 'native'"},
+      {kHeader + "allreduse -> flat\n", "line 2: field 'op': expected an op (allreduce"},
+      {kHeader + "allreduce bytez=4 -> flat\n", "line 2: field 'bytez': no such field (expected one of dtype, ranks"},
+      {kHeader + "allreduce bytes=64K-8M -> flat\n",
+       "line 2: field 'bytes': expected an interval of sizes such as [64K,8M) or (0,32K], or one size such as 4K, got '64K-8M'"},
+      {kHeader + "allreduce bytes=[8M,64K) -> flat\n", "field 'bytes': expected an interval of sizes"},
+      {kHeader + "allreduce ranks=2.5 -> flat\n", "field 'ranks': expected an interval of whole numbers"},
+      {kHeader + "allreduce in_place=maybe -> flat\n", "field 'in_place': expected yes or no, got 'maybe'"},
+      {kHeader + "allreduce placement_now=close -> flat\n", "field 'placement_now': expected near or far, got 'close'"},
+      {kHeader + "allreduce dtype=bfloat16 -> flat\n", "field 'dtype': expected int, float or half"},
+      {kHeader + "allreduce ranks=2 ranks=3 -> flat\n", "line 2: field 'ranks' is given twice"},
+      {kHeader + "\nallreduce ranks=2\n", "line 3: expected '-> ALGORITHM' after the conditions"},
+      {kHeader + "allreduce -> fastest\n",
+       "line 2: field 'algorithm': expected one of backend native's allreduce algorithms (flat, ring, ring_shm, direct"},
+      {kHeader + "broadcast -> ring\n", "field 'algorithm': expected one of backend native's broadcast algorithms (binomial"},
+      {kHeader + "allreduce -> flat fast=yes\n", "line 2: after the algorithm, expected at=SIZE"},
+  };
+  for (const Bad& b : bad) {
+    const std::string got = refusal(b.text);
+    EXPECT_NE(got.find(b.want), std::string::npos) << "input:\n" << b.text << "\ngot: " << got;
+    EXPECT_NE(got.find("tuning file t.txt, line "), std::string::npos) << got;
+  }
+}
+
+TEST(TableFormat, AFileThatCannotBeReadIsNamed) {
+  try {
+    tuning::load_table("/nonexistent/mpcomm-table.txt", "native", native::algorithm_names);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("tuning file /nonexistent/mpcomm-table.txt: cannot be read"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mpcomm
