@@ -563,10 +563,13 @@ void Engine::check_frames_match_op() {
 void Engine::check_board_tags() {
   if (host_ == nullptr || op_ == nullptr || op_->fingerprint_probe || op_->kind == OpKind::send || op_->kind == OpKind::recv)
     return;
+  const int parity = static_cast<int>(fp_.seq & 1);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     detail::Fingerprint theirs;
-    if (!host_->board_tag(r)->read(fp_.seq + 1, &theirs, sizeof theirs)) continue;
+    if (!host_->board_tag(r)->read(fp_.seq + 1, &theirs, sizeof theirs) &&
+        !host_->board_slot(parity, r)->read(fp_.seq + 1, &theirs, sizeof theirs))
+      continue;
     if (!(theirs == fp_))
       fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
                                     " but this rank called " + detail::describe(fp_));

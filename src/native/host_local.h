@@ -6,7 +6,8 @@
 // missing: it then fails at the call, on every rank alike, before any traffic.
 //
 //   single copy  read and write another rank's memory (process_vm_readv/writev): the direct algorithms
-//   board        per rank an input slot and per op a result slot in shared memory: the arrival allreduce
+//   board        per rank an input slot and per op a result slot in shared memory, and per rank a
+//                small slot of one cache line: the arrival and board allreduces
 //   stages       per rank an area in shared memory that only its owner writes: the staged broadcast and
 //                allgather (staged_flow.cc), the two-copy allreduce
 //   waiting      for what local ranks write into the board and the stages (bounded, watched, like frames)
@@ -47,6 +48,7 @@ class HostLocal {
   static constexpr size_t kBoardBytes = ShmSegment::kBoardBytes;
   BoardCtl* board_ctl() const { return seg_.board_ctl(); }
   BoardTag* board_tag(int rank) const { return seg_.board_tag(local(rank)); }
+  BoardSlot* board_slot(int parity, int rank) const { return seg_.board_slot(parity, local(rank)); }
   char* board_input(int parity, int rank) const { return seg_.board_input(parity, local(rank)); }
   char* board_result(int parity) const { return seg_.board_result(parity); }
 

@@ -29,18 +29,22 @@ allreduce hosts=1 ranks=[3,inf) cpus_per_rank=(0,1) flat_bytes=[0,256K] -> recur
 allreduce hosts=1 ranks=2 cpus_per_rank=(0,1) flat_bytes=[0,256K] -> flat
 allreduce hosts=1 cpus_per_rank=(0,1) single_copy=yes bytes=[256K,inf) placement_now=far -> direct
 allreduce hosts=1 cpus_per_rank=(0,1) -> ring_shm
-# One host, a CPU per rank: 2 ranks from 8 MiB out of place with the CPUs near each other through
-# shared memory (two-copy); from 64 KiB every rank reduces its chunk straight out of the others' buffers
-# (direct); small, one round of n-1 messages (flat); else the ring.
+# One host, a CPU per rank: up to 2 KiB every rank reads every input off the board (board); 2 ranks
+# from 8 MiB out of place with the CPUs near each other through shared memory (two-copy); from 64 KiB
+# every rank reduces its chunk straight out of the others' buffers (direct); small, one round of n-1
+# messages (flat); else the ring.
+allreduce hosts=1 ranks=[2,inf) cpus_per_rank=[1,inf) bytes=[0,2K] -> board
 allreduce hosts=1 ranks=2 cpus_per_rank=[1,inf) bytes=[8M,inf) in_place=no placement_now=near -> two_copy
 allreduce single_copy=yes cpus_per_rank=[1,inf) bytes=[64K,inf) -> direct
 allreduce flat_bytes=[0,256K] -> flat
 allreduce -> ring
 
 # ---- broadcast
-# A crowded host from 32 KiB: through the root's stage in shared memory; a CPU per rank from 64 KiB:
-# receivers read the head of the root's buffer while it writes their tails; several hosts: among host
-# leaders, then within each host.
+# A CPU per rank, up to 2 KiB: every receiver reads the root's input off the board; a crowded host
+# from 32 KiB: through the root's stage in shared memory; a CPU per rank from 64 KiB: receivers read the
+# head of the root's buffer while it writes their tails; several hosts: among host leaders, then within
+# each host.
+broadcast hosts=1 ranks=[2,inf) cpus_per_rank=[1,inf) bytes=[0,2K] -> board
 broadcast hosts=1 ranks=[2,inf) cpus_per_rank=(0,1) bytes=[32K,inf) -> staged
 broadcast single_copy=yes cpus_per_rank=[1,inf) bytes=[64K,inf) -> direct
 broadcast hosts=[2,inf) per_host=[2,inf) -> hierarchical
@@ -67,6 +71,8 @@ reduce_scatter -> ring
 gather -> flat
 scatter -> flat
 alltoall -> pairwise
+# ---- barrier: one host, a CPU per rank: every rank's tag on the board
+barrier hosts=1 ranks=[2,inf) cpus_per_rank=[1,inf) -> board
 barrier -> dissemination
 )";
 

@@ -62,7 +62,14 @@ TEST(BuiltinTable, EveryOpEndsWithARowForEveryCall) {
 
 TEST(BuiltinTable, AllreduceOnOneHostWithACpuPerRank) {
   const auto two = shape(2, 2);
-  EXPECT_EQ(chosen(two, OpKind::allreduce, 8), "flat");
+  // Up to 2 KiB every rank reads every input off the board; then one round of messages.
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 0), "board");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 8), "board");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 2 * K), "board");
+  EXPECT_EQ(chosen(two, OpKind::allreduce, 2 * K + 1), "flat");
+  EXPECT_EQ(chosen(shape(8, 8), OpKind::allreduce, 8), "board");
+  EXPECT_EQ(chosen(shape(2, 1), OpKind::allreduce, 8), "flat");  // crowded: no spinning on the board
+  EXPECT_EQ(chosen(shape(2, 2, {0, 1}), OpKind::allreduce, 8), "flat");  // two hosts: no board
   EXPECT_EQ(chosen(two, OpKind::allreduce, 64 * K - 1), "flat");
   EXPECT_EQ(chosen(two, OpKind::allreduce, 64 * K), "direct");
   EXPECT_EQ(chosen(two, OpKind::allreduce, 8 * M - 1), "direct");
@@ -126,6 +133,10 @@ TEST(BuiltinTable, AllreduceAcrossHosts) {
 }
 
 TEST(BuiltinTable, Broadcast) {
+  EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 8), "board");
+  EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 2 * K), "board");
+  EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 2 * K + 1), "binomial");
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::broadcast, 8), "binomial") << "crowded";
   EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 64 * K), "direct");
   EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 64 * K - 1), "binomial");
   EXPECT_EQ(chosen(shape(4, 4), OpKind::broadcast, 64 * M), "direct");
@@ -143,7 +154,9 @@ TEST(BuiltinTable, ReduceGatherScatterAlltoallBarrier) {
   EXPECT_EQ(chosen(shape(4, 4), OpKind::gather, 1 * M), "flat");
   EXPECT_EQ(chosen(shape(4, 4), OpKind::scatter, 1 * M), "flat");
   EXPECT_EQ(chosen(shape(4, 4), OpKind::alltoall, 1 * M), "pairwise");
-  EXPECT_EQ(chosen(shape(4, 4), OpKind::barrier, 0), "dissemination");
+  EXPECT_EQ(chosen(shape(4, 4), OpKind::barrier, 0), "board");
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::barrier, 0), "dissemination");
+  EXPECT_EQ(chosen(shape(4, 2, {0, 0, 1, 1}), OpKind::barrier, 0), "dissemination");
 }
 
 TEST(BuiltinTable, AllgatherAndReduceScatter) {

@@ -165,7 +165,7 @@ std::string creation_error(int ranks, const std::map<std::string, std::string>& 
 TEST(NativeSelection, UnknownMpcommAlgoNamesAreRefusedAtCreation) {
   std::string e = creation_error(2, {{"MPCOMM_ALGO", "allreduce=ring,allreduce=fastest"}});
   EXPECT_TRUE(contains(e, "MPCOMM_ALGO entry 'allreduce=fastest': allreduce has no native algorithm 'fastest' (expected one of flat, ring, "
-                          "ring_shm, direct, two_copy, arrival, recursive_doubling, hierarchical, hierarchical_sliced)"))
+                          "ring_shm, direct, two_copy, arrival, board, recursive_doubling, hierarchical, hierarchical_sliced)"))
       << e;
   e = creation_error(2, {{"MPCOMM_ALGO", "allredux=ring"}});
   EXPECT_TRUE(contains(e, "MPCOMM_ALGO entry 'allredux=ring': expected OP=ALGORITHM with OP one of allreduce")) << e;
@@ -211,7 +211,7 @@ TEST(NativeSelection, TuningFileRowsForThisShapeComeBeforeTheBuiltInTable) {
                                                           "broadcast ranks=2 -> flat\n");
   testing::ThreadWorld world("native", 2, with({{"MPCOMM_TUNING", path}}));
   expect_ran(world, make_case(OpKind::allreduce, 16), "ring");                          // line 3
-  expect_ran(world, make_case(OpKind::allreduce, 16, false, DataType::float32), "flat");  // float: the built-in table
+  expect_ran(world, make_case(OpKind::allreduce, 16, false, DataType::float32), "board");  // float: the built-in table
   expect_ran(world, make_case(OpKind::allreduce, 1000), "arrival");                     // line 4
   expect_ran(world, make_case(OpKind::broadcast, 7), "flat");                           // line 6
   expect_ran(world, make_case(OpKind::allgather, 7), "ring");                           // built-in
@@ -261,7 +261,11 @@ TEST(NativeSelection, InfoLogsEachChoiceOncePerSizeBucketWithItsReason) {
     for (size_t at = r.output.find(s); at != std::string::npos; at = r.output.find(s, at + 1)) ++n;
     return n;
   };
-  EXPECT_EQ(count("native: allreduce, 16-31 bytes per rank, 2 ranks: flat (the built-in table, line "), 1u) << r.output;
+  // board with a CPU per rank, flat on a machine of one CPU.
+  EXPECT_EQ(count("native: allreduce, 16-31 bytes per rank, 2 ranks: board (the built-in table, line ") +
+                count("native: allreduce, 16-31 bytes per rank, 2 ranks: flat (the built-in table, line "),
+            1u)
+      << r.output;
   EXPECT_EQ(count("native: broadcast, 16-31 bytes per rank, 2 ranks: flat (tuning file " + table + ", line 2)"), 1u) << r.output;
   EXPECT_EQ(count("native: allgather, 16-31 bytes per rank, 2 ranks: ring (forced by MPCOMM_ALGO)"), 1u) << r.output;
   EXPECT_EQ(count("native: allreduce, 262144-524287 bytes per rank, 2 ranks: direct (the built-in table, line "), 1u) << r.output;

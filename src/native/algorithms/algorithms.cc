@@ -15,6 +15,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allreduce, "direct", allreduce_direct, kNeedsSingleCopy},
       {OpKind::allreduce, "two_copy", allreduce_two_copy, kNeedsSharedMemory | kNeedsTwoRanks},
       {OpKind::allreduce, "arrival", allreduce_arrival, kNeedsSharedMemory | kNeedsBoardSize},
+      {OpKind::allreduce, "board", allreduce_board, kNeedsSharedMemory | kNeedsBoardSize},
       {OpKind::allreduce, "recursive_doubling", allreduce_recursive_doubling},
       {OpKind::allreduce, "hierarchical", allreduce_hierarchical},
       {OpKind::allreduce, "hierarchical_sliced", allreduce_hierarchical_sliced, kNeedsEvenHosts},
@@ -23,6 +24,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::broadcast, "direct", broadcast_direct, kNeedsSingleCopy},
       {OpKind::broadcast, "hierarchical", broadcast_hierarchical},
       {OpKind::broadcast, "staged", broadcast_staged, kNeedsSharedMemory},
+      {OpKind::broadcast, "board", broadcast_board, kNeedsSharedMemory | kNeedsBoardSize},
       {OpKind::reduce, "binomial", reduce_binomial},
       {OpKind::reduce, "hierarchical", reduce_hierarchical},
       {OpKind::allgather, "ring", allgather_ring},
@@ -36,6 +38,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::scatter, "flat", scatter_flat},
       {OpKind::alltoall, "pairwise", alltoall_pairwise},
       {OpKind::barrier, "dissemination", barrier_dissemination},
+      {OpKind::barrier, "board", barrier_board, kNeedsSharedMemory},
   };
   return algos;
 }

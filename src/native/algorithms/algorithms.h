@@ -63,6 +63,14 @@ void allreduce_two_copy(AlgoCtx& c);
 // Every rank leaves its input on the host's board (shared memory); once all are there the result is
 // reduced, by the last to arrive alone up to 4 KiB, in chunks by every waiting rank above.
 void allreduce_arrival(AlgoCtx& c);
+// Every rank leaves its input on the board (up to 32 bytes in its small slot, with its tag) and reduces
+// every input itself, in rank order: one cache line from each peer, no rank waiting for another's result.
+void allreduce_board(AlgoCtx& c);
+// The board's meeting (allreduce_board.cc): leaves `bytes` of input (with the op's tag) on the board and
+// returns once every rank of the op has left its own, all fingerprints checked. Then, until this rank's
+// next-but-one op, board_input_of(c, r, bytes) is rank r's input.
+void board_meet(AlgoCtx& c, const void* input, size_t bytes);
+const void* board_input_of(AlgoCtx& c, int rank, size_t bytes);
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
 void allreduce_hierarchical_sliced(AlgoCtx& c);
@@ -111,6 +119,9 @@ void broadcast_binomial(AlgoCtx& c);
 void broadcast_direct(AlgoCtx& c);
 // The root copies its buffer once into its stage, and every receiver copies it out (staged_flow).
 void broadcast_staged(AlgoCtx& c);
+// One host, every rank with a CPU, small: every rank meets on the board (board_meet), the root leaving
+// its buffer there, and every receiver copies it out.
+void broadcast_board(AlgoCtx& c);
 void broadcast_flat(AlgoCtx& c);
 // Flat broadcast of buf (bytes) over `group` from member `root`: the root sends to everyone at once.
 void broadcast_flat_over(AlgoCtx& c, const std::vector<int>& group, int root, void* buf, size_t bytes);
@@ -140,6 +151,8 @@ void gather_flat(AlgoCtx& c);
 void scatter_flat(AlgoCtx& c);
 void alltoall_pairwise(AlgoCtx& c);
 void barrier_dissemination(AlgoCtx& c);
+// One host, every rank with a CPU: every rank leaves its tag on the board and waits for every other's.
+void barrier_board(AlgoCtx& c);
 
 // The ranks of this rank's host (`local`, in rank order, leader first) and one leader per host
 // (`leaders`, in host order). A host's leader is `prefer` when it is on that host, else its lowest rank.

@@ -34,9 +34,11 @@ size_t ShmSegment::default_ring_bytes(int nlocal, int64_t forced) {
   return b;
 }
 
-// Board layout: BoardCtl, the n tags, then for each parity n input slots and the result slot.
+// Board layout: BoardCtl, the n tags, the 2n small slots (parity-major), then for each parity n input
+// slots and the result slot.
+static size_t board_head(size_t n) { return align_up(sizeof(BoardCtl) + n * sizeof(BoardTag) + 2 * n * sizeof(BoardSlot), 4096); }
 static size_t board_size(size_t n) {
-  return n < 2 ? 0 : align_up(sizeof(BoardCtl) + n * sizeof(BoardTag), 4096) + 2 * (n + 1) * ShmSegment::kBoardBytes;
+  return n < 2 ? 0 : board_head(n) + 2 * (n + 1) * ShmSegment::kBoardBytes;
 }
 
 // Stages: for each local rank kStageBytes, then the control words, each rank's published word followed by
@@ -95,6 +97,8 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int nloc
   if (nlocal >= 2) {
     new (seg->board_ctl()) BoardCtl{};
     for (int i = 0; i < nlocal; ++i) new (seg->board_tag(i)) BoardTag{};
+    for (int p = 0; p < 2; ++p)
+      for (int i = 0; i < nlocal; ++i) new (seg->board_slot(p, i)) BoardSlot{};
     for (int i = 0; i < nlocal; ++i) {
       new (seg->stage_published(i)) StageWord{};
       for (int j = 0; j < nlocal; ++j) new (seg->stage_consumed(i, j)) StageWord{};
@@ -186,6 +190,26 @@ bool BoardTag::read(uint64_t stamp, void* fp, size_t bytes) const {
   return true;
 }
 
+void BoardSlot::write(uint64_t stamp, const void* fp, size_t fp_bytes, const void* src, size_t n) {
+  uint64_t w[kWords] = {};
+  std::memcpy(w, fp, std::min(fp_bytes, sizeof w));
+  seq.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);  // readers that see a word below see seq = 0
+  for (size_t i = 0; i < kWords; ++i) words[i].store(w[i], std::memory_order_relaxed);
+  if (n > 0) std::memcpy(data, src, std::min(n, kInlineBytes));
+  seq.store(stamp, std::memory_order_release);
+}
+
+bool BoardSlot::read(uint64_t stamp, void* fp, size_t bytes) const {
+  if (seq.load(std::memory_order_acquire) != stamp) return false;
+  uint64_t w[kWords];
+  for (size_t i = 0; i < kWords; ++i) w[i] = words[i].load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);  // the words were read before seq is read again
+  if (seq.load(std::memory_order_relaxed) != stamp) return false;
+  std::memcpy(fp, w, std::min(bytes, sizeof w));
+  return true;
+}
+
 char* ShmSegment::board_base() const {
   const size_t n = static_cast<size_t>(nlocal_);
   if (n < 2) return nullptr;
@@ -200,11 +224,19 @@ BoardTag* ShmSegment::board_tag(int local) const {
   return b == nullptr ? nullptr : reinterpret_cast<BoardTag*>(b + sizeof(BoardCtl)) + local;
 }
 
+BoardSlot* ShmSegment::board_slot(int parity, int local) const {
+  char* b = board_base();
+  const size_t n = static_cast<size_t>(nlocal_);
+  if (b == nullptr) return nullptr;
+  auto* first = reinterpret_cast<BoardSlot*>(b + sizeof(BoardCtl) + n * sizeof(BoardTag));
+  return first + static_cast<size_t>(parity & 1) * n + static_cast<size_t>(local);
+}
+
 char* ShmSegment::board_input(int parity, int local) const {
   char* b = board_base();
   const size_t n = static_cast<size_t>(nlocal_);
   const size_t slot = static_cast<size_t>(parity & 1) * (n + 1) + static_cast<size_t>(local);
-  return b == nullptr ? nullptr : b + align_up(sizeof(BoardCtl) + n * sizeof(BoardTag), 4096) + slot * kBoardBytes;
+  return b == nullptr ? nullptr : b + board_head(n) + slot * kBoardBytes;
 }
 
 char* ShmSegment::board_result(int parity) const { return nlocal_ < 2 ? nullptr : board_input(parity, nlocal_); }

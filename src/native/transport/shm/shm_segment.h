@@ -65,6 +65,24 @@ struct alignas(64) BoardTag {
   bool read(uint64_t stamp, void* fp, size_t bytes) const;
 };
 
+// Per local rank and parity of the op's sequence number, one cache line for small collectives in which
+// every rank reads every other's input (the board allreduce): which op it belongs to (1 + its sequence
+// number, 0 while it is written, and its fingerprint, as BoardTag) and, when the input is at most
+// kInlineBytes, the input itself, so that a peer learns both with one transfer of one line. The owner
+// rewrites a slot only two ops later, i.e. once every peer has read it (the algorithm's comment says why).
+struct alignas(64) BoardSlot {
+  static constexpr size_t kInlineBytes = 32;
+  static constexpr size_t kWords = 3;
+  std::atomic<uint64_t> seq{0};
+  std::atomic<uint64_t> words[kWords] = {};
+  char data[kInlineBytes];
+  // Writes the fingerprint and `n` bytes of data (n <= kInlineBytes), then `stamp` (release).
+  void write(uint64_t stamp, const void* fp, size_t fp_bytes, const void* data, size_t n);
+  // Copies the fingerprint out when the slot holds `stamp` (and still did after the copy).
+  bool read(uint64_t stamp, void* fp, size_t bytes) const;
+};
+static_assert(sizeof(BoardSlot) == 64);
+
 // A local rank's stage: an area of kStageBytes that only its owner writes, for algorithms that copy a
 // buffer once into shared memory for every other local rank to copy out (the staged broadcast and
 // allgather, staged_flow.cc; the two-copy allreduce's result pieces). Its control words, each on a
@@ -107,6 +125,7 @@ class ShmSegment {
   // The board (segments of 2 local ranks and more).
   BoardCtl* board_ctl() const;
   BoardTag* board_tag(int local) const;
+  BoardSlot* board_slot(int parity, int local) const;
   char* board_input(int parity, int local) const;
   char* board_result(int parity) const;
   static constexpr size_t kBoardBytes = size_t{64} << 10;
