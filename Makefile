@@ -2,6 +2,7 @@
 #   make demo   installs what is missing, builds, and runs the main job (compare, then a short train)
 #   make test   installs what is missing, builds, and runs every test
 # Options: BUILD_TYPE=Debug, SANITIZE=1 (AddressSanitizer + UBSan, in build-asan/), JOBS=N.
+# Also: make install [PREFIX=/opt/mpcomm] (default /usr/local).
 
 BUILD_TYPE ?= Release
 SANITIZE ?= 0
@@ -13,7 +14,7 @@ BUILD ?= build
 endif
 CLI := $(BUILD)/mpcomm
 
-.PHONY: all deps configure build test demo clean
+.PHONY: all deps configure build test demo install clean
 
 all: build
 
@@ -37,6 +38,9 @@ demo: build
 	$(CLI) train -n 4 --tp 2 --pp 2 --micro-batches 4 --backend all --steps 20 --loss-log out/train-loss.jsonl
 	@echo
 	@echo "report: out/report/report.md and out/report/*.png"
+
+install: build
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
 
 clean:
 	rm -rf build build-asan
