@@ -6,7 +6,7 @@
 #   LIBDIR/libmpcomm.so.X.Y           the shared library (SONAME libmpcomm.so.X.Y), libmpcomm.so, libmpcomm.a
 #   LIBDIR/cmake/mpcomm/              find_package(mpcomm): mpcomm::mpcomm, mpcomm::mpcomm_static
 #   LIBDIR/pkgconfig/                 mpcomm.pc (shared), mpcomm-static.pc
-#   share/doc/mpcomm/                 README.md, docs/*.md
+#   share/doc/mpcomm/                 README.md, docs/*.md, examples/
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -25,7 +25,8 @@ if("MPCOMM_HAVE_CUDA=1" IN_LIST _mpcomm_defs)
 endif()
 
 # The libraries a program linking libmpcomm.a must link too, as absolute paths (libmpcomm.so records them
-# itself). The same list feeds mpcomm::mpcomm_static and the pkg-config files.
+# itself). The same list feeds mpcomm::mpcomm_static and the pkg-config files; tests/install links the
+# examples statically with both, so a dependency missing here fails there.
 set(MPCOMM_LINK_DEPS)
 if("gloo" IN_LIST MPCOMM_BUILT_BACKENDS)
   get_target_property(_gloo_lib gloo LOCATION)
@@ -67,6 +68,7 @@ install(FILES ${CMAKE_BINARY_DIR}/plot_report.py DESTINATION ${CMAKE_INSTALL_BIN
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/mpcomm DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
 
 # ---- the CMake package -----------------------------------------------------------------------------
 install(EXPORT mpcomm-targets NAMESPACE mpcomm:: DESTINATION ${MPCOMM_CMAKE_DIR})
