@@ -1,4 +1,4 @@
-# Installation (`cmake --install build --prefix P`, `make install`).
+# Installation (`cmake --install build --prefix P`, `make install`) and packaging (`make deb`: CPack).
 # Included at the end of the top CMakeLists.txt, once every target and backend is known. What goes where:
 #   bin/mpcomm                        the CLI (libmpcomm linked in), with plot_report.py beside it
 #                                     (`mpcomm compare --report` runs it from there)
@@ -7,6 +7,7 @@
 #   LIBDIR/cmake/mpcomm/              find_package(mpcomm): mpcomm::mpcomm, mpcomm::mpcomm_static
 #   LIBDIR/pkgconfig/                 mpcomm.pc (shared), mpcomm-static.pc
 #   share/doc/mpcomm/                 README.md, docs/*.md, examples/
+# docs/install.md says how to use each.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -97,3 +98,41 @@ install(CODE "
   set(MPCOMM_PC_DEPS \"${MPCOMM_PC_DEPS}\")
   set(MPCOMM_SYSTEM_LIB_DIRS \"${CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES}\")
   include(\"${CMAKE_SOURCE_DIR}/cmake/install_pkgconfig.cmake\")")
+
+# ---- the Debian package (make deb) -----------------------------------------------------------------
+# `make deb` configures a build of its own for it, without CUDA: a clean Debian 12 has neither the CUDA
+# runtime nor NCCL as Debian packages, and a libmpcomm.so that needs libcudart.so would not load there.
+# Built from a CUDA build anyway, the package is called mpcomm-cuda and says in its description that the
+# CUDA 13 runtime and NCCL must be installed by hand (no Debian package provides them).
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME mpcomm)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_CONTACT "mpcomm developers <mpcomm@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "collective communication for model-parallel training (native, gloo, mpi backends)")
+set(CPACK_PACKAGE_DESCRIPTION "One Communicator API (all-reduce, broadcast, ..., send/recv, blocking and non-blocking) \
+over several backends, the mpcomm launcher and tools (bench, compare, selftest, train, info), the shared and static \
+library with its headers, CMake package (find_package(mpcomm)) and pkg-config files, docs and examples.")
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION devel)
+# Library dependencies come from dpkg-shlibdeps (libgloo0, libopenmpi3, libopenblas0, libstdc++6, ...);
+# mpirun (openmpi-bin) is what `mpcomm launch --backend mpi` runs.
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# A shlibs file, so that packages built against libmpcomm.so depend on this package (>= this version).
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "openmpi-bin")
+# `mpcomm compare --report` plots with matplotlib; building against the library needs a compiler; the
+# static library and mpcomm-static.pc need the development files of Gloo and Open MPI.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "g++, pkg-config, python3, python3-matplotlib")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "cmake, libgloo-dev, libopenmpi-dev")
+# The pkg-config files are written by install(CODE) with the real prefix (/usr), not the staging folder.
+set(CPACK_SET_DESTDIR ON)
+if(MPCOMM_BUILT_CUDA)
+  set(CPACK_PACKAGE_NAME mpcomm-cuda)
+  set(CPACK_DEBIAN_PACKAGE_CONFLICTS mpcomm)
+  string(APPEND CPACK_PACKAGE_DESCRIPTION " Built with CUDA ${CUDAToolkit_VERSION} (and the nccl backend when \
+NCCL was found): the CUDA runtime (libcudart.so.${CUDAToolkit_VERSION_MAJOR}) and NCCL (libnccl.so.2) are not \
+Debian packages and must be installed by hand under ${MPCOMM_EXTRA_LIB_DIRS}.")
+  # Not from any Debian package: dpkg-shlibdeps is told they are the package's own, so it names none.
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${MPCOMM_EXTRA_LIB_DIRS})
+endif()
+include(CPack)
