@@ -3,8 +3,9 @@
 # the installed examples against it four ways — find_package(mpcomm) with mpcomm::mpcomm and with
 # mpcomm::mpcomm_static, pkg-config with mpcomm.pc and with mpcomm-static.pc — and runs every one under
 # the installed `mpcomm launch -n 2` (and -n 4, gloo, mpi for some), checking that every rank says ok.
-# Also: the package's version and components are honoured, the shared builds need libmpcomm.so (and
-# start without LD_LIBRARY_PATH), the static ones do not.
+# Also: the package's version and components are honoured, each installed header compiles alone, errors
+# and stores cross the library boundary, the README's example builds the README's way, the shared builds
+# need libmpcomm.so (and start without LD_LIBRARY_PATH), the static ones do not.
 #   install_test.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -114,6 +115,13 @@ g++ -std=c++17 -Wall -Wextra -Werror -o "$work/api" "$work/api.cc" $(pkg-config 
 "$work/api" >"$work/api.txt" || { cat "$work/api.txt"; fail "api"; }
 grep -q ": ok$" "$work/api.txt" || { cat "$work/api.txt"; fail "api"; }
 tail -1 "$work/api.txt"
+
+step "the README's example, built as the README says"
+awk '/^## Using the API/ { on = 1 } on && /^```cpp/ { code = 1; next } code && /^```/ { exit } code { print }' \
+  "$prefix/share/doc/mpcomm/README.md" >"$work/app.cc"
+[[ -s "$work/app.cc" ]] || fail "no C++ example under 'Using the API' in README.md"
+g++ "$work/app.cc" -o "$work/app" $(pkg-config --cflags --libs mpcomm) || fail "the README's example does not build"
+(cd "$work" && timeout 300 "$prefix/bin/mpcomm" launch -n 4 -- ./app >/dev/null) || fail "the README's example under launch -n 4"
 unset PKG_CONFIG_PATH
 
 step "linkage"
