@@ -187,7 +187,7 @@ class MPCOMM_API Communicator final {
 
  private:
   friend class detail::Core;
-  explicit Communicator(std::shared_ptr<detail::Core> core);
+  MPCOMM_HIDDEN explicit Communicator(std::shared_ptr<detail::Core> core);  // made by the library only
   std::shared_ptr<detail::Core> core_;
   // Copies of the backend's, for the inline accessors.
   std::string backend_;

@@ -2,7 +2,8 @@
 //
 // The library is compiled with hidden visibility: only what these public headers mark MPCOMM_API (their
 // classes and functions) is visible to the programs that link it. MPCOMM_HIDDEN keeps a member of an
-// exported class inside (the private Impl structs, which would otherwise be exported with their class).
+// exported class inside (private Impl structs, a constructor only the library calls), which would
+// otherwise be exported with their class.
 // cmake/mpcomm.map also keeps std:: instantiations and third-party symbols out of the dynamic symbol table.
 #pragma once
 

@@ -32,6 +32,11 @@ internal=$(sed -E 's/\(.*//' <<<"$symbols" | grep -E '::(Impl|State)::' || true)
 if [[ -n "$internal" ]]; then
   echo "FAIL: private Impl structs of exported classes are exported:"; echo "$internal"; exit 1
 fi
+# Nor a member that takes or returns an internal type (e.g. Communicator's constructor from a detail::Core).
+internal=$(grep -F 'mpcomm::detail::' <<<"$symbols" || true)
+if [[ -n "$internal" ]]; then
+  echo "FAIL: exported symbols that use mpcomm::detail:"; echo "$internal"; exit 1
+fi
 
 for needed in 'mpcomm::init_from_env(' 'mpcomm::create(' 'mpcomm::Communicator::allreduce(' \
               'mpcomm::Communicator::iallreduce(' 'mpcomm::Request::wait()' 'mpcomm::TcpStore::TcpStore(' \
