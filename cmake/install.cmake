@@ -108,7 +108,8 @@ set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME mpcomm)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "mpcomm developers <mpcomm@localhost>")
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "collective communication for model-parallel training (native, gloo, mpi backends)")
+string(REPLACE ";" ", " _backends "${MPCOMM_BUILT_BACKENDS}")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "collective communication for model-parallel training (backends ${_backends})")
 set(CPACK_PACKAGE_DESCRIPTION "One Communicator API (all-reduce, broadcast, ..., send/recv, blocking and non-blocking) \
 over several backends, the mpcomm launcher and tools (bench, compare, selftest, train, info), the shared and static \
 library with its headers, CMake package (find_package(mpcomm)) and pkg-config files, docs and examples.")
