@@ -2,6 +2,7 @@
 #   make demo   installs what is missing, builds, and runs the main job (compare, then a short train)
 #   make test   installs what is missing, builds, and runs every test
 # Options: BUILD_TYPE=Debug, SANITIZE=1 (AddressSanitizer + UBSan, in build-asan/), JOBS=N.
+# Also: make install [PREFIX=/opt/mpcomm] (default /usr/local), make deb (build-deb/mpcomm_*.deb; docs/install.md).
 
 BUILD_TYPE ?= Release
 SANITIZE ?= 0
@@ -13,7 +14,7 @@ BUILD ?= build
 endif
 CLI := $(BUILD)/mpcomm
 
-.PHONY: all deps configure build test demo clean
+.PHONY: all deps configure build test demo install deb clean
 
 all: build
 
@@ -38,5 +39,15 @@ demo: build
 	@echo
 	@echo "report: out/report/report.md and out/report/*.png"
 
+install: build
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
+
+# The Debian package is built on its own, without CUDA (docs/install.md says why), and only what it holds.
+deb: deps
+	@cmake -S . -B build-deb -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DMPCOMM_WITH_CUDA=OFF \
+	  -DMPCOMM_BUILD_TESTS=OFF -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >/dev/null
+	@cmake --build build-deb -j $(JOBS) --target mpcomm_shared mpcomm_cli
+	cd build-deb && cpack -G DEB
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-deb

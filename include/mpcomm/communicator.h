@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "mpcomm/error.h"
+#include "mpcomm/export.h"
 #include "mpcomm/store.h"
 #include "mpcomm/types.h"
 
@@ -51,7 +52,7 @@ enum class OpKind : uint8_t {
   barrier, send, recv, split
 };
 inline constexpr int kNumOpKinds = 12;
-std::string_view to_string(OpKind k);
+MPCOMM_API std::string_view to_string(OpKind k);
 
 // Which host each rank runs on (hosts numbered in order of their lowest rank).
 struct Topology {
@@ -63,7 +64,7 @@ struct Topology {
   int num_hosts() const { return static_cast<int>(host_names.size()); }
 };
 
-struct Options {
+struct MPCOMM_API Options {
   // Bound on every blocking wait. Defaults to MPCOMM_TIMEOUT seconds (300 when unset).
   Millis timeout{0};
   // Which host this rank is on. Defaults to MPCOMM_HOST_ID, else the hostname.
@@ -108,7 +109,7 @@ class Core;
 // A non-blocking operation. wait() blocks (bounded by the timeout) until it completes and rethrows its
 // error; test() makes progress where it can and returns whether it completed. Waiting again on a
 // completed Request returns (or throws) the same at once.
-class Request {
+class MPCOMM_API Request {
  public:
   Request() = default;
   explicit Request(std::shared_ptr<detail::RequestState> s) : state_(std::move(s)) {}
@@ -120,7 +121,7 @@ class Request {
   std::shared_ptr<detail::RequestState> state_;
 };
 
-class Communicator final {
+class MPCOMM_API Communicator final {
  public:
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -186,7 +187,7 @@ class Communicator final {
 
  private:
   friend class detail::Core;
-  explicit Communicator(std::shared_ptr<detail::Core> core);
+  MPCOMM_HIDDEN explicit Communicator(std::shared_ptr<detail::Core> core);  // made by the library only
   std::shared_ptr<detail::Core> core_;
   // Copies of the backend's, for the inline accessors.
   std::string backend_;
@@ -197,19 +198,19 @@ class Communicator final {
 };
 
 // Backends compiled into this build and usable on this machine ("native", ...; "nccl" only with a GPU).
-std::vector<std::string> available_backends();
+MPCOMM_API std::vector<std::string> available_backends();
 // Backends compiled into this build, usable here or not.
-std::vector<std::string> compiled_backends();
+MPCOMM_API std::vector<std::string> compiled_backends();
 
 // Creates a communicator of `backend` over ranks that share `store` (pass a PrefixStore to keep
 // several communicators or backends apart on one store). Blocks until all `size` ranks joined.
-std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<Store> store, int rank,
-                                     int size, const Options& opts = {});
+MPCOMM_API std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<Store> store,
+                                                int rank, int size, const Options& opts = {});
 
 // Reads rank, size and rendezvous from the environment: mpcomm launch (MPCOMM_STORE), torchrun
 // (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI
 // (OMPI_COMM_WORLD_*) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). The backend is
 // MPCOMM_BACKEND (default native).
-std::unique_ptr<Communicator> init_from_env(const Options& opts = {});
+MPCOMM_API std::unique_ptr<Communicator> init_from_env(const Options& opts = {});
 
 }  // namespace mpcomm

@@ -11,12 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "mpcomm/export.h"
+
 namespace mpcomm {
 
 using Bytes = std::vector<uint8_t>;
 using Millis = std::chrono::milliseconds;
 
-class Store {
+class MPCOMM_API Store {
  public:
   virtual ~Store() = default;
 
@@ -38,7 +40,7 @@ class Store {
 };
 
 // In-process store for ranks that are threads of one process (tests, benchmarks).
-class HashStore : public Store {
+class MPCOMM_API HashStore : public Store {
  public:
   HashStore();
   ~HashStore() override;
@@ -50,12 +52,12 @@ class HashStore : public Store {
   bool remove(const std::string& key) override;
 
  private:
-  struct State;
+  struct MPCOMM_HIDDEN State;
   std::unique_ptr<State> s_;
 };
 
 // Store in one file on a shared file system; every operation takes an flock on it.
-class FileStore : public Store {
+class MPCOMM_API FileStore : public Store {
  public:
   explicit FileStore(std::string path);
   ~FileStore() override;
@@ -72,7 +74,7 @@ class FileStore : public Store {
 };
 
 // Prepends a prefix to every key of an underlying store.
-class PrefixStore : public Store {
+class MPCOMM_API PrefixStore : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
   void set(const std::string& key, const Bytes& value) override;
@@ -92,7 +94,7 @@ class PrefixStore : public Store {
 // The server half of TcpStore: a thread that serves the store protocol on host:port.
 // Binds to loopback unless told an address; refuses connections that do not present `token`
 // (when the token is non-empty) and logs each refusal. Lengths read from the wire are bounded.
-class TcpStoreServer {
+class MPCOMM_API TcpStoreServer {
  public:
   // port 0 picks a free port; see port().
   TcpStoreServer(const std::string& host, uint16_t port, std::string token);
@@ -106,13 +108,13 @@ class TcpStoreServer {
   size_t refused_connections() const;
 
  private:
-  struct Impl;
+  struct MPCOMM_HIDDEN Impl;
   std::unique_ptr<Impl> impl_;
 };
 
 // Client of TcpStoreServer. Connecting retries until `timeout` (the server may start later).
 // With `start_server`, this process also starts the server (rank 0 in torchrun-style launches).
-class TcpStore : public Store {
+class MPCOMM_API TcpStore : public Store {
  public:
   TcpStore(const std::string& host, uint16_t port, std::string token, Millis timeout,
            bool start_server = false);
@@ -126,14 +128,15 @@ class TcpStore : public Store {
   uint16_t port() const;
 
  private:
-  struct Impl;
+  struct MPCOMM_HIDDEN Impl;
   std::unique_ptr<Impl> impl_;
 };
 
 // The store at the bottom of a chain of PrefixStores: where job-wide keys (mpcomm/abort) live.
-std::shared_ptr<Store> root_store(std::shared_ptr<Store> s);
+MPCOMM_API std::shared_ptr<Store> root_store(std::shared_ptr<Store> s);
 
 // Parses "tcp://host:port" or "file:///path" and connects (TcpStore) or opens (FileStore).
-std::shared_ptr<Store> open_store(const std::string& url, const std::string& token, Millis timeout);
+MPCOMM_API std::shared_ptr<Store> open_store(const std::string& url, const std::string& token,
+                                              Millis timeout);
 
 }  // namespace mpcomm

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "mpcomm/export.h"
+
 namespace mpcomm {
 
 // Element type of a buffer. float16 and bfloat16 are reduced with float32 accumulation.
@@ -24,23 +26,23 @@ struct Device {
 };
 
 // Size in bytes of one element; throws InvalidArgument for a value outside the enum.
-size_t dtype_size(DataType t);
-bool is_floating(DataType t);
-std::string_view to_string(DataType t);
-std::string_view to_string(ReduceOp op);
-std::string to_string(Device d);
+MPCOMM_API size_t dtype_size(DataType t);
+MPCOMM_API bool is_floating(DataType t);
+MPCOMM_API std::string_view to_string(DataType t);
+MPCOMM_API std::string_view to_string(ReduceOp op);
+MPCOMM_API std::string to_string(Device d);
 
 // Parse names as nccl-tests and PyTorch spell them ("float", "float32", "half", "bf16", ...).
 // Throw InvalidArgument naming the unknown value.
-DataType parse_dtype(std::string_view name);
-ReduceOp parse_reduce_op(std::string_view name);
+MPCOMM_API DataType parse_dtype(std::string_view name);
+MPCOMM_API ReduceOp parse_reduce_op(std::string_view name);
 // "cpu", "cuda" (the rank's local GPU), "cuda:N".
-Device parse_device(std::string_view name);
+MPCOMM_API Device parse_device(std::string_view name);
 
 // IEEE half and bfloat16 conversions (round to nearest even), usable by tests and kernels alike.
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-float bf16_to_float(uint16_t b);
-uint16_t float_to_bf16(float f);
+MPCOMM_API float half_to_float(uint16_t h);
+MPCOMM_API uint16_t float_to_half(float f);
+MPCOMM_API float bf16_to_float(uint16_t b);
+MPCOMM_API uint16_t float_to_bf16(float f);
 
 }  // namespace mpcomm
