@@ -12,7 +12,39 @@
 namespace mpcomm::native {
 
 HostLocal::HostLocal(Engine& e, const ShmSegment& seg, std::vector<int> local_of, bool crowded)
-    : e_(e), seg_(seg), local_of_(std::move(local_of)), crowded_(crowded) {}
+    : e_(e), seg_(seg), local_of_(std::move(local_of)), crowded_(crowded), e_rank_(e.rank()),
+      seen_(local_of_.size(), 0) {}
+
+void HostLocal::board_claim(int parity, uint64_t stamp) {
+  const uint64_t last = written_[parity & 1];
+  const int n = static_cast<int>(local_of_.size());
+  auto finished = [&](int r) {
+    if (seen_[static_cast<size_t>(r)] > last) return true;
+    const uint64_t d = seg_.board_done(local(r))->stamp.load(std::memory_order_acquire);
+    if (d >= last) board_seen(r, d + 1);  // done with `last`: every later stamp of its is past it
+    return d >= last;
+  };
+  auto all_finished = [&] {
+    for (int r = 0; r < n; ++r)
+      if (r != e_rank_ && !finished(r)) return false;
+    return true;
+  };
+  if (last != 0 && !all_finished()) {
+    auto behind = [&] {
+      std::vector<int> out;
+      for (int r = 0; r < n; ++r)
+        if (r != e_rank_ && !finished(r)) out.push_back(r);
+      return out;
+    };
+    auto what = [&] {
+      std::string s;
+      for (int r : behind()) s += (s.empty() ? "rank " : ", rank ") + std::to_string(r);
+      return s + " to finish reading this rank's board slots of #" + std::to_string(last - 1);
+    };
+    wait(all_finished, behind, what);
+  }
+  written_[parity & 1] = stamp;
+}
 
 void HostLocal::read(int rank, void* dst, uint64_t remote, size_t n) {
   e_.copy_with_peer(rank, static_cast<char*>(dst), remote, n, false);

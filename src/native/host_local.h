@@ -51,6 +51,21 @@ class HostLocal {
   BoardSlot* board_slot(int parity, int rank) const { return seg_.board_slot(parity, local(rank)); }
   char* board_input(int parity, int rank) const { return seg_.board_input(parity, local(rank)); }
   char* board_result(int parity) const { return seg_.board_result(parity); }
+  // Flow control of this rank's slots. A rank rewrites its slots of one parity (small slot, input slot)
+  // two ops after it last wrote them at the earliest, but an op in between need not make it hear from
+  // every rank (a broadcast it roots only sends), so a reader may still be at that earlier op:
+  //  - board_claim(parity, stamp) before writing them for op `stamp`: waits until every other rank has
+  //    finished the op that last wrote them (its done word, or a later stamp of its already seen);
+  //  - board_seen(rank, stamp) when rank's slot showed `stamp`: it has finished every op before;
+  //  - board_done(stamp) once this rank has finished reading the board for op `stamp`.
+  void board_claim(int parity, uint64_t stamp);
+  void board_seen(int rank, uint64_t stamp) {
+    uint64_t& s = seen_[static_cast<size_t>(rank)];
+    if (stamp > s) s = stamp;
+  }
+  void board_done(uint64_t stamp) const {
+    seg_.board_done(local(e_rank_))->stamp.store(stamp, std::memory_order_release);
+  }
 
   // ---- stages ----
   static constexpr size_t kStageBytes = ShmSegment::kStageBytes;
@@ -91,6 +106,9 @@ class HostLocal {
   std::vector<int> local_of_;  // segment index of every rank
   bool crowded_;               // the host's ranks outnumber its CPUs: meeting yields the CPU
   bool single_copy_ = false;
+  int e_rank_;
+  uint64_t written_[2] = {0, 0};  // the stamp this rank last wrote into its slots of each parity
+  std::vector<uint64_t> seen_;    // per rank, the highest stamp seen in its slots
 };
 
 }  // namespace mpcomm::native

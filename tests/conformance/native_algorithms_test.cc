@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/flight_record.h"
@@ -248,6 +249,43 @@ TEST(NativeAlgorithms, ArrivalAllreduceReusesTheBoardAmongOtherCollectives) {
         int32_t v = r == 0 ? it : -1;
         comm.broadcast(&v, 1, DataType::int32, 0);
         bad += v != it;
+      }
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(wrong[static_cast<size_t>(r)], 0u) << "rank " << r;
+}
+
+// The board allreduce back to back and among frame collectives whose root only sends (a broadcast, a
+// scatter): the root may come back to the board while another rank is still reading it from the op
+// before, and board_claim must hold it off. Two ranks per CPU (the allreduce forced: the table takes it
+// only with a CPU per rank), so that a reader is often preempted between seeing the tags and reading
+// the data; every call's result exact, in and out of place, inline (<= 32 B) and through the input
+// slots. (Without the claim, runs fail within seconds: a reader finds the root's slot already holding
+// its next stamp and waits for the old one, or reads the next op's input.)
+TEST(NativeAlgorithms, BoardAllreduceReusesItsSlotsAmongOtherCollectives) {
+  const int n = static_cast<int>(std::max<long>(4, 2 * ::sysconf(_SC_NPROCESSORS_ONLN)));
+  if (n > 64) GTEST_SKIP() << "too many CPUs to crowd with threads";
+  Options o = forcing("allreduce=board");
+  o.timeout = Millis(20000);
+  testing::ThreadWorld world("native", n, o);
+  const int32_t tri = n * (n + 1) / 2;
+  std::vector<size_t> wrong(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    size_t& bad = wrong[static_cast<size_t>(r)];
+    for (int it = 0; it < 2000; ++it) {
+      const size_t count = it % 2 == 0 ? 3 : 300;  // 12 B inline, 1200 B through the input slots
+      std::vector<int32_t> in(count), out(count, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = (r + 1) * static_cast<int32_t>(i + 1 + static_cast<size_t>(it));
+      int32_t* dst = it % 3 == 0 ? in.data() : out.data();
+      comm.allreduce(in.data(), dst, count, DataType::int32, ReduceOp::sum);
+      for (size_t i = 0; i < count; ++i) bad += dst[i] != static_cast<int32_t>(i + 1 + static_cast<size_t>(it)) * tri;
+      std::vector<int32_t> b(it % 5 == 0 ? 4 : 2048, r == 0 ? it : -1);  // rank 0 only sends
+      comm.broadcast(b.data(), b.size(), DataType::int32, 0);
+      for (int32_t x : b) bad += x != it;
+      if (it % 4 == 1) {
+        std::vector<int32_t> all(static_cast<size_t>(n) * 512, r == 1 ? it : -1), mine(512, -2);
+        comm.scatter(all.data(), mine.data(), 512, DataType::int32, 1);  // rank 1 only sends
+        for (int32_t x : mine) bad += x != it;
       }
     }
   });

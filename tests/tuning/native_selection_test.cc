@@ -80,6 +80,28 @@ TEST(NativeSelection, EveryMpcommAlgoNameRunsExactlyThatAlgorithm) {
   EXPECT_GE(tried, 2 * 3 * (native::all_algorithms().size() - 1));
 }
 
+// On one rank every algorithm is a local copy (none may reach for what a single rank lacks: peers,
+// shared memory).
+TEST(NativeSelection, EveryMpcommAlgoNameRunsOnOneRank) {
+  for (const native::Algorithm& a : native::all_algorithms()) {
+    const std::string name = std::string(to_string(a.kind)) + "=" + a.name;
+    SCOPED_TRACE(name);
+    testing::ThreadWorld world("native", 1, with({{"MPCOMM_ALGO", name}}));
+    if (a.kind == OpKind::barrier) {
+      world.run([&](int, Communicator& comm) {
+        comm.barrier();
+        EXPECT_EQ(testing::last_algorithm(comm), a.name);
+      });
+      continue;
+    }
+    for (bool in_place : {false, true}) {
+      check::Case c = make_case(a.kind, 1000, in_place);
+      c.root = 0;
+      expect_ran(world, c, a.name);
+    }
+  }
+}
+
 // The hierarchical algorithms across 2 emulated hosts, forced where the table would not take them.
 TEST(NativeSelection, HierarchicalAlgorithmsForcedAcrossHosts) {
   for (const std::string name : {"allreduce=hierarchical", "allreduce=hierarchical_sliced", "broadcast=hierarchical",

@@ -71,6 +71,9 @@ void allreduce_board(AlgoCtx& c);
 // next-but-one op, board_input_of(c, r, bytes) is rank r's input.
 void board_meet(AlgoCtx& c, const void* input, size_t bytes);
 const void* board_input_of(AlgoCtx& c, int rank, size_t bytes);
+// Marks this op's reading of the board finished (HostLocal::board_done): every algorithm that wrote or
+// read the board calls it once it is done with it.
+void board_finished(AlgoCtx& c);
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
 void allreduce_hierarchical_sliced(AlgoCtx& c);

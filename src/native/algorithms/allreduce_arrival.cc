@@ -54,7 +54,9 @@ void allreduce_arrival(AlgoCtx& c) {
   const int par = static_cast<int>(op.seq & 1);
   const detail::Fingerprint fp = detail::fingerprint(op);
 
-  // 1-2. Our input and tag, then arrive (release: they are visible to whoever arrives last).
+  // 1-2. Our input and tag, then arrive (release: they are visible to whoever arrives last). Our input
+  // slot of this parity may still be read by a rank of an earlier op on the board (board_claim).
+  board.board_claim(par, stamp);
   BoardTag* tag = board.board_tag(c.rank);
   if (bytes > 0) std::memcpy(board.board_input(par, c.rank), op.send, bytes);
   tag->write(stamp, &fp, sizeof fp);
@@ -137,8 +139,9 @@ void allreduce_arrival(AlgoCtx& c) {
         },
         pending, what);
   }
-  // 4.
+  // 4. (Published: every input of this op has been read by whoever reduced.)
   if (bytes > 0) std::memcpy(op.recv, result, bytes);
+  board_finished(c);
 }
 
 }  // namespace mpcomm::native

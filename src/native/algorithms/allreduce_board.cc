@@ -14,10 +14,12 @@
 //   4. wait until every other rank's slot p holds s (spinning on those lines, then the engine's bounded,
 //      watched wait), and check every fingerprint against ours (a Mismatch otherwise);
 //   5. reduce the n inputs — every one read from the board, ours included, so the output may be our input
-//      (in place) — in rank order into the output: every rank gets the same bits.
-// Reuse without further handshakes: we rewrite slot p (and input slot p) two ops later, once we have
-// seen every other rank's slot for the op in between; a rank writes that one only after it has read
-// everything of this op. A rank that runs another collective at this sequence number is found by its
+//      (in place) — in rank order into the output: every rank gets the same bits; then mark this op
+//      done (board_finished).
+// Reuse: our slots of parity p are rewritten two or more ops later, once every other rank has finished
+// reading them (HostLocal::board_claim: its done word, written when it finished this op, or a later
+// tag of its already seen; back to back on the board, the tags of the op between already show it, and
+// the claim reads nothing). A rank that runs another collective at this sequence number is found by its
 // fingerprint here, or by the engine's check of the board while it waits for frames.
 //
 // Bytes per rank: B written, (n-1)·B read; one cache line each way when B <= 32.
@@ -43,7 +45,9 @@ void board_meet(AlgoCtx& c, const void* input, size_t bytes) {
   const detail::Fingerprint fp = detail::fingerprint(op);
   const bool inline_input = bytes <= BoardSlot::kInlineBytes;
 
-  // 1-3.
+  // 1-3. (Our slots of this parity were last written two or more ops ago; a rank may still be reading
+  // them if the op between did not make us hear from it: board_claim waits for that.)
+  board.board_claim(par, stamp);
   if (!inline_input) std::memcpy(board.board_input(par, c.rank), input, bytes);
   board.board_slot(par, c.rank)->write(stamp, &fp, sizeof fp, input, inline_input ? bytes : 0);
   board.wake();
@@ -75,6 +79,7 @@ void board_meet(AlgoCtx& c, const void* input, size_t bytes) {
   }
   for (int r = 0; r < n; ++r) {
     if (r == c.rank) continue;
+    board.board_seen(r, stamp);
     detail::Fingerprint theirs{};
     // The slot holds our stamp and keeps it until we are done (see the top): this read cannot fail.
     board.board_slot(par, r)->read(stamp, &theirs, sizeof theirs);
@@ -92,16 +97,20 @@ const void* board_input_of(AlgoCtx& c, int rank, size_t bytes) {
   return board.board_input(par, rank);
 }
 
+void board_finished(AlgoCtx& c) { c.host().board_done(c.op.seq + 1); }
+
 void allreduce_board(AlgoCtx& c) {
+  if (c.size == 1) return run_alone(c);
   const auto& op = c.op;
   const size_t bytes = op.bytes();
   const int n = c.size;
   board_meet(c, op.send, bytes);
   // 5.
-  if (bytes == 0) return;
+  if (bytes == 0) return board_finished(c);
   const void** srcs = reinterpret_cast<const void**>(c.scratch(static_cast<size_t>(n) * sizeof(void*)));
   for (int r = 0; r < n; ++r) srcs[r] = board_input_of(c, r, bytes);
   reduce_into(op.recv, srcs, n, op.count, op.dtype, op.redop);
+  board_finished(c);
   if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, n);
 }
 

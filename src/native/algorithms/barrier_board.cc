@@ -13,6 +13,10 @@
 
 namespace mpcomm::native {
 
-void barrier_board(AlgoCtx& c) { board_meet(c, nullptr, 0); }
+void barrier_board(AlgoCtx& c) {
+  if (c.size == 1) return run_alone(c);
+  board_meet(c, nullptr, 0);
+  board_finished(c);
+}
 
 }  // namespace mpcomm::native

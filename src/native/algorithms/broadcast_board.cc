@@ -15,11 +15,13 @@
 namespace mpcomm::native {
 
 void broadcast_board(AlgoCtx& c) {
+  if (c.size == 1) return run_alone(c);
   const auto& op = c.op;
   const size_t bytes = op.bytes();
   const bool root = c.rank == op.root;
   board_meet(c, root ? op.recv : nullptr, root ? bytes : 0);
   if (!root && bytes > 0) std::memcpy(op.recv, board_input_of(c, op.root, bytes), bytes);
+  board_finished(c);
 }
 
 }  // namespace mpcomm::native

@@ -34,9 +34,11 @@ size_t ShmSegment::default_ring_bytes(int nlocal, int64_t forced) {
   return b;
 }
 
-// Board layout: BoardCtl, the n tags, the 2n small slots (parity-major), then for each parity n input
-// slots and the result slot.
-static size_t board_head(size_t n) { return align_up(sizeof(BoardCtl) + n * sizeof(BoardTag) + 2 * n * sizeof(BoardSlot), 4096); }
+// Board layout: BoardCtl, the n tags, the 2n small slots (parity-major), the n done words, then for each
+// parity n input slots and the result slot.
+static size_t board_head(size_t n) {
+  return align_up(sizeof(BoardCtl) + n * sizeof(BoardTag) + 2 * n * sizeof(BoardSlot) + n * sizeof(BoardDone), 4096);
+}
 static size_t board_size(size_t n) {
   return n < 2 ? 0 : board_head(n) + 2 * (n + 1) * ShmSegment::kBoardBytes;
 }
@@ -99,6 +101,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int nloc
     for (int i = 0; i < nlocal; ++i) new (seg->board_tag(i)) BoardTag{};
     for (int p = 0; p < 2; ++p)
       for (int i = 0; i < nlocal; ++i) new (seg->board_slot(p, i)) BoardSlot{};
+    for (int i = 0; i < nlocal; ++i) new (seg->board_done(i)) BoardDone{};
     for (int i = 0; i < nlocal; ++i) {
       new (seg->stage_published(i)) StageWord{};
       for (int j = 0; j < nlocal; ++j) new (seg->stage_consumed(i, j)) StageWord{};
@@ -230,6 +233,13 @@ BoardSlot* ShmSegment::board_slot(int parity, int local) const {
   if (b == nullptr) return nullptr;
   auto* first = reinterpret_cast<BoardSlot*>(b + sizeof(BoardCtl) + n * sizeof(BoardTag));
   return first + static_cast<size_t>(parity & 1) * n + static_cast<size_t>(local);
+}
+
+BoardDone* ShmSegment::board_done(int local) const {
+  char* b = board_base();
+  const size_t n = static_cast<size_t>(nlocal_);
+  if (b == nullptr) return nullptr;
+  return reinterpret_cast<BoardDone*>(b + sizeof(BoardCtl) + n * sizeof(BoardTag) + 2 * n * sizeof(BoardSlot)) + local;
 }
 
 char* ShmSegment::board_input(int parity, int local) const {

@@ -82,6 +82,13 @@ struct alignas(64) BoardSlot {
   bool read(uint64_t stamp, void* fp, size_t bytes) const;
 };
 static_assert(sizeof(BoardSlot) == 64);
+// Per local rank: the stamp (1 + sequence number) of the last op whose board slots and input slots —
+// the others' and, for the arrival allreduce, its own — this rank has finished reading. A rank rewrites
+// its slots of one parity only once every other rank has finished the op that last wrote them
+// (HostLocal::board_claim).
+struct alignas(64) BoardDone {
+  std::atomic<uint64_t> stamp{0};
+};
 
 // A local rank's stage: an area of kStageBytes that only its owner writes, for algorithms that copy a
 // buffer once into shared memory for every other local rank to copy out (the staged broadcast and
@@ -126,6 +133,7 @@ class ShmSegment {
   BoardCtl* board_ctl() const;
   BoardTag* board_tag(int local) const;
   BoardSlot* board_slot(int parity, int local) const;
+  BoardDone* board_done(int local) const;
   char* board_input(int parity, int local) const;
   char* board_result(int parity) const;
   static constexpr size_t kBoardBytes = size_t{64} << 10;
