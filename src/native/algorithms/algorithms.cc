@@ -25,6 +25,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::broadcast, "hierarchical", broadcast_hierarchical},
       {OpKind::broadcast, "staged", broadcast_staged, kNeedsSharedMemory},
       {OpKind::broadcast, "board", broadcast_board, kNeedsSharedMemory | kNeedsBoardSize},
+      {OpKind::broadcast, "eager", broadcast_eager, kNeedsSharedMemory | kNeedsBoardSize},
       {OpKind::reduce, "binomial", reduce_binomial},
       {OpKind::reduce, "hierarchical", reduce_hierarchical},
       {OpKind::allgather, "ring", allgather_ring},

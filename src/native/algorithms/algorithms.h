@@ -125,6 +125,8 @@ void broadcast_staged(AlgoCtx& c);
 // One host, every rank with a CPU, small: every rank meets on the board (board_meet), the root leaving
 // its buffer there, and every receiver copies it out.
 void broadcast_board(AlgoCtx& c);
+// One host, small: the root leaves its buffer on the board and returns; every receiver copies it off.
+void broadcast_eager(AlgoCtx& c);
 void broadcast_flat(AlgoCtx& c);
 // Flat broadcast of buf (bytes) over `group` from member `root`: the root sends to everyone at once.
 void broadcast_flat_over(AlgoCtx& c, const std::vector<int>& group, int root, void* buf, size_t bytes);

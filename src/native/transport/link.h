@@ -12,6 +12,9 @@ class Link {
   virtual ~Link() = default;
   // Copy up to n bytes into the stream; returns how many were taken (0 when full). Never blocks.
   virtual size_t write_some(const void* buf, size_t n) = 0;
+  // Copies a then b (a small frame: header and payload) into the stream as one write when both fit now,
+  // and returns true; else writes nothing and returns false (also for transports that cannot tell).
+  virtual bool write_whole(const void* a, size_t an, const void* b, size_t bn) { return false; }
   // Copy up to n bytes out of the stream; returns how many (0 when empty). Never blocks. Throws
   // PeerFailure when the peer closed the stream.
   virtual size_t read_some(void* buf, size_t n) = 0;

@@ -322,13 +322,29 @@ size_t ShmLink::write_some(const void* buf, size_t n) {
   if (free < std::min<uint64_t>(n, min_chunk_)) return 0;
   n = std::min<uint64_t>(n, free);
   if (n == 0) return 0;
+  put(buf, n);
+  tx_->head.store(tx_head_, std::memory_order_release);
+  return n;
+}
+
+void ShmLink::put(const void* buf, size_t n) {
   uint64_t off = tx_head_ & (cap_ - 1);
   size_t first = std::min<uint64_t>(n, cap_ - off);
   std::memcpy(tx_data_ + off, buf, first);
   if (first < n) std::memcpy(tx_data_, static_cast<const char*>(buf) + first, n - first);
   tx_head_ += n;
-  tx_->head.store(tx_head_, std::memory_order_release);
-  return n;
+}
+
+bool ShmLink::write_whole(const void* a, size_t an, const void* b, size_t bn) {
+  const uint64_t n = an + bn;
+  if (cap_ - (tx_head_ - tx_tail_cache_) < n) {
+    tx_tail_cache_ = tx_->tail.load(std::memory_order_acquire);
+    if (cap_ - (tx_head_ - tx_tail_cache_) < n) return false;
+  }
+  put(a, an);
+  if (bn > 0) put(b, bn);
+  tx_->head.store(tx_head_, std::memory_order_release);  // the reader sees the whole frame at once
+  return true;
 }
 
 size_t ShmLink::peek(const char** data, size_t want) {

@@ -171,6 +171,7 @@ class ShmLink : public Link {
  public:
   ShmLink(const ShmSegment* seg, int me, int peer);
   size_t write_some(const void* buf, size_t n) override;
+  bool write_whole(const void* a, size_t an, const void* b, size_t bn) override;
   size_t read_some(void* buf, size_t n) override;
   size_t peek(const char** data, size_t want) override;
   void consume(size_t n) override;
@@ -186,6 +187,7 @@ class ShmLink : public Link {
   char* rx_data_;
   uint64_t cap_;
   uint64_t min_chunk_;  // bytes moved at a time unless the frame has fewer left
+  void put(const void* buf, size_t n);  // n bytes at our head, which has room for them (not published)
   uint64_t tx_head_, tx_tail_cache_;  // our view of the ring we write
   uint64_t rx_tail_, rx_head_cache_;  // our view of the ring we read
 };
