@@ -466,13 +466,17 @@ void Core::collective(Op& op) {
   execute(op, spans, recorder_.start(op, t0), t0);
 }
 
-Request Core::icollective(Op& op) {
+// A non-blocking op: checked, numbered from `counter`, with the progress thread running.
+std::shared_ptr<OpRequest> Core::issue(Op& op, uint64_t& counter) {
   throw_if_aborted(op);
   const BufferSpans spans = validate(op);
-  op.seq = seq_++;
+  op.seq = counter++;
   ensure_worker();
-  auto r = std::make_shared<OpRequest>(shared_from_this(), op, spans);
-  r->ticket = recorder_.start(op, OpClock::now(), FlightRecorder::State::queued);
+  return std::make_shared<OpRequest>(shared_from_this(), op, spans);
+}
+
+Request Core::enqueue(const std::shared_ptr<OpRequest>& r) {
+  r->ticket = recorder_.start(r->op, OpClock::now(), FlightRecorder::State::queued);
   {
     std::lock_guard<std::mutex> lk(mu_);
     queue_.push_back(r);
@@ -480,6 +484,8 @@ Request Core::icollective(Op& op) {
   cv_.notify_all();
   return Request(r);
 }
+
+Request Core::icollective(Op& op) { return enqueue(issue(op, seq_)); }
 
 // Starts a send or receive on the caller's thread (the caller drives); the start's failure is thrown.
 void Core::start_inline(OpRequest& r) {
@@ -496,22 +502,14 @@ void Core::start_inline(OpRequest& r) {
 
 // Sends and receives are numbered apart from collectives (they need not be called by every rank).
 Request Core::ip2p(Op& op) {
-  throw_if_aborted(op);
-  const BufferSpans spans = validate(op);
-  op.seq = p2p_seq_++;
-  ensure_worker();
-  auto r = std::make_shared<OpRequest>(shared_from_this(), op, spans);
+  auto r = issue(op, p2p_seq_);
+  bool behind_others;
   {
-    std::unique_lock<std::mutex> lk(mu_);
-    if (!queue_.empty() || driver_ != Driver::none) {
-      r->ticket = recorder_.start(op, OpClock::now(), FlightRecorder::State::queued);
-      queue_.push_back(r);
-      lk.unlock();
-      cv_.notify_all();
-      return Request(r);
-    }
-    driver_ = Driver::caller;
+    std::lock_guard<std::mutex> lk(mu_);
+    behind_others = !queue_.empty() || driver_ != Driver::none;
+    if (!behind_others) driver_ = Driver::caller;
   }
+  if (behind_others) return enqueue(r);
   struct Release {
     Core* c;
     ~Release() { c->release_driver(); }

@@ -91,6 +91,8 @@ class Core : public std::enable_shared_from_this<Core> {
   std::string aborted_message(const Op& op) const;
 
   class Driving;
+  std::shared_ptr<OpRequest> issue(Op& op, uint64_t& counter);
+  Request enqueue(const std::shared_ptr<OpRequest>& r);
   void start_inline(OpRequest& r);
   // Marks r ended (error: failed) unless it already is, drops it from the in-flight list, wakes waiters.
   void end(OpRequest& r, std::exception_ptr error);

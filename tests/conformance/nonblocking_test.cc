@@ -44,6 +44,14 @@ double compute_a_while() {
 
 class NonBlocking : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
+// Every rank's result of every case: 0 wrong elements.
+void expect_exact(const std::vector<std::vector<check::Result>>& results, const std::vector<check::Case>& cases) {
+  for (size_t r = 0; r < results.size(); ++r)
+    for (size_t i = 0; i < cases.size(); ++i)
+      EXPECT_EQ(results[r][i].wrong, 0u) << check::describe(cases[i]) << " on rank " << r << ": "
+                                         << results[r][i].first_wrong;
+}
+
 TEST_P(NonBlocking, EightMixedOpsWaitedInReverseAreExact) {
   const auto& [backend, n] = GetParam();
   auto& world = testing::shared_world(backend, n);
@@ -61,10 +69,7 @@ TEST_P(NonBlocking, EightMixedOpsWaitedInReverseAreExact) {
     for (size_t i = reqs.size(); i-- > 0;) reqs[i].wait();
     for (auto& p : prepared) results[static_cast<size_t>(r)].push_back(p.verify());
   });
-  for (int r = 0; r < n; ++r)
-    for (size_t i = 0; i < cases.size(); ++i)
-      EXPECT_EQ(results[r][i].wrong, 0u) << check::describe(cases[i]) << " on rank " << r << ": "
-                                         << results[r][i].first_wrong;
+  expect_exact(results, cases);
 }
 
 TEST_P(NonBlocking, BlockingAndNonBlockingInterleaved) {
@@ -85,10 +90,7 @@ TEST_P(NonBlocking, BlockingAndNonBlockingInterleaved) {
     for (auto& q : reqs) q.wait();
     for (auto& p : prepared) results[static_cast<size_t>(r)].push_back(p.verify());
   });
-  for (int r = 0; r < n; ++r)
-    for (size_t i = 0; i < cases.size(); ++i)
-      EXPECT_EQ(results[r][i].wrong, 0u) << check::describe(cases[i]) << " on rank " << r << ": "
-                                         << results[r][i].first_wrong;
+  expect_exact(results, cases);
 }
 
 // Nobody calls anything that could drive the op (test() on a queued or running collective only looks

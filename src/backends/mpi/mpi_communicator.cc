@@ -638,6 +638,131 @@ int one_call_count(const Op& op, const detail::Backend& b) {
   return static_cast<int>(op.count);
 }
 
+// One MPI call of an op, with its arguments as both kinds of calls take them (MPI_IN_PLACE and the
+// root's buffers already decided).
+struct MpiCall {
+  OpKind kind;
+  const void* send;
+  void* recv;
+  int count;
+  MPI_Datatype type;
+  MPI_Op mop;
+  int root;
+  MPI_Comm comm;
+};
+
+// The blocking call, or (req != null) the non-blocking one; and their names.
+int make_call(const MpiCall& c, MPI_Request* req) {
+  switch (c.kind) {
+    case OpKind::allreduce:
+      return req ? MPI_Iallreduce(c.send, c.recv, c.count, c.type, c.mop, c.comm, req)
+                 : MPI_Allreduce(c.send, c.recv, c.count, c.type, c.mop, c.comm);
+    case OpKind::broadcast:
+      return req ? MPI_Ibcast(c.recv, c.count, c.type, c.root, c.comm, req) : MPI_Bcast(c.recv, c.count, c.type, c.root, c.comm);
+    case OpKind::reduce:
+      return req ? MPI_Ireduce(c.send, c.recv, c.count, c.type, c.mop, c.root, c.comm, req)
+                 : MPI_Reduce(c.send, c.recv, c.count, c.type, c.mop, c.root, c.comm);
+    case OpKind::allgather:
+      return req ? MPI_Iallgather(c.send, c.count, c.type, c.recv, c.count, c.type, c.comm, req)
+                 : MPI_Allgather(c.send, c.count, c.type, c.recv, c.count, c.type, c.comm);
+    case OpKind::reduce_scatter:
+      return req ? MPI_Ireduce_scatter_block(c.send, c.recv, c.count, c.type, c.mop, c.comm, req)
+                 : MPI_Reduce_scatter_block(c.send, c.recv, c.count, c.type, c.mop, c.comm);
+    case OpKind::gather:
+      return req ? MPI_Igather(c.send, c.count, c.type, c.recv, c.count, c.type, c.root, c.comm, req)
+                 : MPI_Gather(c.send, c.count, c.type, c.recv, c.count, c.type, c.root, c.comm);
+    case OpKind::scatter:
+      return req ? MPI_Iscatter(c.send, c.count, c.type, c.recv, c.count, c.type, c.root, c.comm, req)
+                 : MPI_Scatter(c.send, c.count, c.type, c.recv, c.count, c.type, c.root, c.comm);
+    case OpKind::alltoall:
+      return req ? MPI_Ialltoall(c.send, c.count, c.type, c.recv, c.count, c.type, c.comm, req)
+                 : MPI_Alltoall(c.send, c.count, c.type, c.recv, c.count, c.type, c.comm);
+    case OpKind::barrier: return req ? MPI_Ibarrier(c.comm, req) : MPI_Barrier(c.comm);
+    default: return MPI_ERR_OP;
+  }
+}
+
+const char* call_name(OpKind kind, bool blocking) {
+  switch (kind) {
+    case OpKind::allreduce: return blocking ? "MPI_Allreduce" : "MPI_Iallreduce";
+    case OpKind::broadcast: return blocking ? "MPI_Bcast" : "MPI_Ibcast";
+    case OpKind::reduce: return blocking ? "MPI_Reduce" : "MPI_Ireduce";
+    case OpKind::allgather: return blocking ? "MPI_Allgather" : "MPI_Iallgather";
+    case OpKind::reduce_scatter: return blocking ? "MPI_Reduce_scatter_block" : "MPI_Ireduce_scatter_block";
+    case OpKind::gather: return blocking ? "MPI_Gather" : "MPI_Igather";
+    case OpKind::scatter: return blocking ? "MPI_Scatter" : "MPI_Iscatter";
+    case OpKind::alltoall: return blocking ? "MPI_Alltoall" : "MPI_Ialltoall";
+    case OpKind::barrier: return blocking ? "MPI_Barrier" : "MPI_Ibarrier";
+    default: return "MPI";
+  }
+}
+
+// Whether the op is MPI's in-place layout of itself (communicator.h's rules, translated).
+bool mpi_in_place(const Op& op, int rank) {
+  const size_t es = dtype_size(op.dtype);
+  auto block = [&](const void* base, int r) {
+    return static_cast<const char*>(base) + static_cast<size_t>(r) * op.count * es;
+  };
+  const bool is_root = op.rooted() && op.root == rank;
+  switch (op.kind) {
+    case OpKind::allreduce: return op.send == op.recv;
+    case OpKind::reduce: return is_root && op.send == op.recv;
+    case OpKind::allgather: return op.count > 0 && op.send == block(op.recv, rank);
+    case OpKind::reduce_scatter: return op.count > 0 && op.recv == block(op.send, rank);
+    case OpKind::gather: return is_root && op.count > 0 && op.send == block(op.recv, op.root);
+    case OpKind::scatter: return is_root && op.count > 0 && op.recv == block(op.send, op.root);
+    case OpKind::alltoall: return op.count > 0 && op.send == op.recv;
+    default: return false;
+  }
+}
+
+// The MPI calls of `op`, in order: call(MpiCall) for each. allreduce, broadcast and reduce go out in chunks
+// of at most chunk_elements() (for_chunks); the other collectives take one count per rank block.
+template <class Call>
+void for_calls(const Op& op, int rank, const CommState& st, const detail::Backend& b, Call&& call) {
+  const MPI_Datatype type = mpi_type(op.dtype);
+  const MPI_Op mop = op.reduces() ? mpi_op(op.dtype, op.redop) : MPI_OP_NULL;
+  const bool in_place = mpi_in_place(op, rank);
+  const bool is_root = op.rooted() && op.root == rank;
+  const size_t es = dtype_size(op.dtype);
+  const auto* src = static_cast<const char*>(op.send);
+  auto* dst = static_cast<char*>(op.recv);
+  MpiCall c{op.kind, nullptr, nullptr, 0, type, mop, op.root, st.comm};
+  switch (op.kind) {
+    case OpKind::allreduce:
+    case OpKind::broadcast:
+    case OpKind::reduce:
+      for_chunks(st, op.count, es, [&](size_t off, int n) {
+        c.send = in_place ? MPI_IN_PLACE : src + off;
+        c.recv = op.kind == OpKind::reduce && !is_root ? nullptr : dst + off;
+        c.count = n;
+        call(c);
+      });
+      return;
+    case OpKind::reduce_scatter:
+      // MPI's in-place reduce_scatter takes every block from recvbuf and leaves the result at its start;
+      // ours has it at block rank() (MpiBackend::run moves it there; block 0 is scratch then).
+      c.count = one_call_count(op, b);
+      c.send = in_place ? MPI_IN_PLACE : op.send;
+      c.recv = in_place ? const_cast<void*>(op.send) : op.recv;
+      return call(c);
+    case OpKind::scatter:
+      c.count = one_call_count(op, b);
+      c.send = is_root ? op.send : nullptr;
+      c.recv = in_place ? MPI_IN_PLACE : op.recv;
+      return call(c);
+    case OpKind::allgather:
+    case OpKind::gather:
+    case OpKind::alltoall:
+      c.count = one_call_count(op, b);
+      c.send = in_place ? MPI_IN_PLACE : op.send;
+      c.recv = op.kind == OpKind::gather && !is_root ? nullptr : op.recv;
+      return call(c);
+    case OpKind::barrier: return call(c);
+    default: return;
+  }
+}
+
 void MpiBackend::run(const Op& op) {
   if (op.kind == OpKind::send || op.kind == OpKind::recv || op.kind == OpKind::split)
     throw Internal("mpcomm: " + describe(op) + ": not a collective the mpi backend runs");
@@ -645,103 +770,25 @@ void MpiBackend::run(const Op& op) {
     run_blocking(op);
   else
     run_nonblocking(op);
+  if (op.kind == OpKind::reduce_scatter && mpi_in_place(op, rank()) && rank() != 0)
+    std::memmove(op.recv, op.send, op.count * dtype_size(op.dtype));
   // avg: MPI's sum, then divided where the result lives.
   const bool has_result = op.kind == OpKind::allreduce || op.kind == OpKind::reduce_scatter ||
                           (op.kind == OpKind::reduce && op.root == rank());
   if (op.redop == ReduceOp::avg && op.reduces() && has_result) divide_by(op.recv, op.count, op.dtype, size());
 }
 
-// Every op as one MPI call on this thread, watched by the watchdog. Buffers and in-place layouts as in
-// run_nonblocking.
+// Every call on this thread, watched by the watchdog.
 void MpiBackend::run_blocking(const Op& op) {
-  const MPI_Datatype type = mpi_type(op.dtype);
-  const size_t es = dtype_size(op.dtype);
-  const MPI_Comm comm = st_->comm;
-  const bool is_root = op.rooted() && op.root == rank();
-  const auto* src = static_cast<const char*>(op.send);
-  auto* dst = static_cast<char*>(op.recv);
-  auto block = [&](const void* base, int r) {
-    return static_cast<const char*>(base) + static_cast<size_t>(r) * op.count * es;
-  };
-  const char* call = "";
+  const char* call = call_name(op.kind, /*blocking=*/true);
+  op.algorithm = call;
   int rc = MPI_SUCCESS;
-  auto once = [&](const char* name, auto&& f) {
-    call = name;
-    if (rc == MPI_SUCCESS) rc = f();
-  };
   blocked_in_ = &op;
   slot_->arm(op.seq + 1);
-  switch (op.kind) {
-    case OpKind::allreduce: {
-      const MPI_Op mop = mpi_op(op.dtype, op.redop);
-      const bool in_place = op.send == op.recv;
-      for_chunks(*st_, op.count, es, [&](size_t off, int n) {
-        once("MPI_Allreduce", [&] { return MPI_Allreduce(in_place ? MPI_IN_PLACE : src + off, dst + off, n, type, mop, comm); });
-      });
-      break;
-    }
-    case OpKind::broadcast:
-      for_chunks(*st_, op.count, es, [&](size_t off, int n) {
-        once("MPI_Bcast", [&] { return MPI_Bcast(dst + off, n, type, op.root, comm); });
-      });
-      break;
-    case OpKind::reduce: {
-      const MPI_Op mop = mpi_op(op.dtype, op.redop);
-      const bool in_place = is_root && op.send == op.recv;
-      for_chunks(*st_, op.count, es, [&](size_t off, int n) {
-        once("MPI_Reduce", [&] {
-          return MPI_Reduce(in_place ? MPI_IN_PLACE : src + off, is_root ? dst + off : nullptr, n, type, mop, op.root, comm);
-        });
-      });
-      break;
-    }
-    case OpKind::allgather: {
-      const int n = one_call_count(op, *this);
-      const bool in_place = op.count > 0 && op.send == block(op.recv, rank());
-      once("MPI_Allgather",
-           [&] { return MPI_Allgather(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm); });
-      break;
-    }
-    case OpKind::reduce_scatter: {
-      const int n = one_call_count(op, *this);
-      const MPI_Op mop = mpi_op(op.dtype, op.redop);
-      const bool in_place = op.count > 0 && op.recv == block(op.send, rank());
-      once("MPI_Reduce_scatter_block", [&] {
-        return in_place ? MPI_Reduce_scatter_block(MPI_IN_PLACE, const_cast<void*>(op.send), n, type, mop, comm)
-                        : MPI_Reduce_scatter_block(op.send, op.recv, n, type, mop, comm);
-      });
-      // MPI's in-place result is at the start of the buffer; ours at block rank().
-      if (rc == MPI_SUCCESS && in_place && rank() != 0) std::memmove(op.recv, op.send, op.count * es);
-      break;
-    }
-    case OpKind::gather: {
-      const int n = one_call_count(op, *this);
-      const bool in_place = is_root && op.count > 0 && op.send == block(op.recv, op.root);
-      once("MPI_Gather", [&] {
-        return MPI_Gather(in_place ? MPI_IN_PLACE : op.send, n, type, is_root ? op.recv : nullptr, n, type, op.root, comm);
-      });
-      break;
-    }
-    case OpKind::scatter: {
-      const int n = one_call_count(op, *this);
-      const bool in_place = is_root && op.count > 0 && op.recv == block(op.send, op.root);
-      once("MPI_Scatter", [&] {
-        return MPI_Scatter(is_root ? op.send : nullptr, n, type, in_place ? MPI_IN_PLACE : op.recv, n, type, op.root, comm);
-      });
-      break;
-    }
-    case OpKind::alltoall: {
-      const int n = one_call_count(op, *this);
-      const bool in_place = op.count > 0 && op.send == op.recv;
-      once("MPI_Alltoall",
-           [&] { return MPI_Alltoall(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm); });
-      break;
-    }
-    case OpKind::barrier: once("MPI_Barrier", [&] { return MPI_Barrier(comm); }); break;
-    default: break;
-  }
+  for_calls(op, rank(), *st_, *this, [&](const MpiCall& c) {
+    if (rc == MPI_SUCCESS) rc = make_call(c, nullptr);
+  });
   slot_->disarm();
-  op.algorithm = call;
   if (rc != MPI_SUCCESS) throw_mpi(ErrorCode::peer_failure, describe(op), call, rc);
 }
 
@@ -757,111 +804,15 @@ void MpiBackend::blocked_too_long(ErrorCode code, const std::string& why, uint64
   std::_Exit(3);
 }
 
-// Every op as one or more non-blocking MPI calls, completed by polling (CommState::wait).
+// Every call posted, then completed by polling (CommState::wait).
 void MpiBackend::run_nonblocking(const Op& op) {
   const What what(op, *this);
-  const MPI_Datatype type = mpi_type(op.dtype);
-  const size_t es = dtype_size(op.dtype);
-  const MPI_Comm comm = st_->comm;
-  const bool is_root = op.rooted() && op.root == rank();
-  const auto* src = static_cast<const char*>(op.send);
-  auto* dst = static_cast<char*>(op.recv);
+  const char* call = call_name(op.kind, /*blocking=*/false);
+  op.algorithm = call;
   std::vector<MPI_Request> reqs;
-  const char* call = "";
-
-  auto start = [&](const char* name, auto&& post) {
-    call = name;
-    op.algorithm = name;
-    st_->post(reqs, what, name, post);
-  };
-  // allreduce, broadcast and reduce go out in chunks of at most chunk_elements() (for_chunks); the other
-  // collectives take one count per rank block (one_call_count).
-  auto chunked = [&](auto&& post_chunk) { for_chunks(*st_, op.count, es, post_chunk); };
-  // Where the block of rank r starts in a buffer of per-rank blocks.
-  auto block = [&](const void* base, int r) {
-    return static_cast<const char*>(base) + static_cast<size_t>(r) * op.count * es;
-  };
-
-  switch (op.kind) {
-    case OpKind::allreduce: {
-      const MPI_Op mop = mpi_op(op.dtype, op.redop);
-      const bool in_place = op.send == op.recv;
-      chunked([&](size_t off, int n) {
-        start("MPI_Iallreduce", [&](MPI_Request* r) {
-          return MPI_Iallreduce(in_place ? MPI_IN_PLACE : src + off, dst + off, n, type, mop, comm, r);
-        });
-      });
-      break;
-    }
-    case OpKind::broadcast:
-      chunked([&](size_t off, int n) {
-        start("MPI_Ibcast", [&](MPI_Request* r) { return MPI_Ibcast(dst + off, n, type, op.root, comm, r); });
-      });
-      break;
-    case OpKind::reduce: {
-      const MPI_Op mop = mpi_op(op.dtype, op.redop);
-      const bool in_place = is_root && op.send == op.recv;
-      chunked([&](size_t off, int n) {
-        start("MPI_Ireduce", [&](MPI_Request* r) {
-          return MPI_Ireduce(in_place ? MPI_IN_PLACE : src + off, is_root ? dst + off : nullptr, n, type, mop, op.root,
-                             comm, r);
-        });
-      });
-      break;
-    }
-    case OpKind::allgather: {
-      const int n = one_call_count(op, *this);
-      const bool in_place = op.count > 0 && op.send == block(op.recv, rank());
-      start("MPI_Iallgather", [&](MPI_Request* r) {
-        return MPI_Iallgather(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm, r);
-      });
-      break;
-    }
-    case OpKind::reduce_scatter: {
-      // MPI's in-place reduce_scatter takes every block from recvbuf and leaves the result at its start;
-      // ours has the result at block rank(), so it is moved there afterwards (block 0 is scratch then).
-      const int n = one_call_count(op, *this);
-      const MPI_Op mop = mpi_op(op.dtype, op.redop);
-      const bool in_place = op.count > 0 && op.recv == block(op.send, rank());
-      start("MPI_Ireduce_scatter_block", [&](MPI_Request* r) {
-        return in_place ? MPI_Ireduce_scatter_block(MPI_IN_PLACE, const_cast<void*>(op.send), n, type, mop, comm, r)
-                        : MPI_Ireduce_scatter_block(op.send, op.recv, n, type, mop, comm, r);
-      });
-      st_->wait(reqs, nullptr, what, call);
-      if (in_place && rank() != 0) std::memmove(op.recv, op.send, op.count * es);
-      return;
-    }
-    case OpKind::gather: {
-      const int n = one_call_count(op, *this);
-      const bool in_place = is_root && op.count > 0 && op.send == block(op.recv, op.root);
-      start("MPI_Igather", [&](MPI_Request* r) {
-        return MPI_Igather(in_place ? MPI_IN_PLACE : op.send, n, type, is_root ? op.recv : nullptr, n, type, op.root,
-                           comm, r);
-      });
-      break;
-    }
-    case OpKind::scatter: {
-      const int n = one_call_count(op, *this);
-      const bool in_place = is_root && op.count > 0 && op.recv == block(op.send, op.root);
-      start("MPI_Iscatter", [&](MPI_Request* r) {
-        return MPI_Iscatter(is_root ? op.send : nullptr, n, type, in_place ? MPI_IN_PLACE : op.recv, n, type, op.root,
-                            comm, r);
-      });
-      break;
-    }
-    case OpKind::alltoall: {
-      const int n = one_call_count(op, *this);
-      const bool in_place = op.count > 0 && op.send == op.recv;
-      start("MPI_Ialltoall", [&](MPI_Request* r) {
-        return MPI_Ialltoall(in_place ? MPI_IN_PLACE : op.send, n, type, op.recv, n, type, comm, r);
-      });
-      break;
-    }
-    case OpKind::barrier:
-      start("MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm, r); });
-      break;
-    default: break;
-  }
+  for_calls(op, rank(), *st_, *this, [&](const MpiCall& c) {
+    st_->post(reqs, what, call, [&](MPI_Request* r) { return make_call(c, r); });
+  });
   st_->wait(reqs, nullptr, what, call);
 }
 

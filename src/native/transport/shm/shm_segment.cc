@@ -174,44 +174,43 @@ StageWord* ShmSegment::stage_consumed(int local, int reader) const {
   return p == nullptr ? nullptr : p + 1 + reader;
 }
 
-void BoardTag::write(uint64_t stamp, const void* fp, size_t bytes) {
-  uint64_t w[kWords] = {};
-  std::memcpy(w, fp, std::min(bytes, sizeof w));
+// The seqlock of a tag's words (BoardTag, BoardSlot): seq is 0 while they change.
+// `more` writes what goes with the words under the same seqlock (BoardSlot's inline data).
+template <size_t K, class More>
+static void seqlock_write(std::atomic<uint64_t>& seq, std::atomic<uint64_t> (&words)[K], uint64_t stamp,
+                          const void* src, size_t bytes, More&& more) {
+  uint64_t w[K] = {};
+  std::memcpy(w, src, std::min(bytes, sizeof w));
   seq.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);  // readers that see a word below see seq = 0
-  for (size_t i = 0; i < kWords; ++i) words[i].store(w[i], std::memory_order_relaxed);
+  for (size_t i = 0; i < K; ++i) words[i].store(w[i], std::memory_order_relaxed);
+  more();
   seq.store(stamp, std::memory_order_release);
 }
 
-bool BoardTag::read(uint64_t stamp, void* fp, size_t bytes) const {
+template <size_t K>
+static bool seqlock_read(const std::atomic<uint64_t>& seq, const std::atomic<uint64_t> (&words)[K], uint64_t stamp,
+                         void* dst, size_t bytes) {
   if (seq.load(std::memory_order_acquire) != stamp) return false;
-  uint64_t w[kWords];
-  for (size_t i = 0; i < kWords; ++i) w[i] = words[i].load(std::memory_order_relaxed);
+  uint64_t w[K];
+  for (size_t i = 0; i < K; ++i) w[i] = words[i].load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);  // the words were read before seq is read again
   if (seq.load(std::memory_order_relaxed) != stamp) return false;
-  std::memcpy(fp, w, std::min(bytes, sizeof w));
+  std::memcpy(dst, w, std::min(bytes, sizeof w));
   return true;
 }
+
+void BoardTag::write(uint64_t stamp, const void* fp, size_t bytes) { seqlock_write(seq, words, stamp, fp, bytes, [] {}); }
+
+bool BoardTag::read(uint64_t stamp, void* fp, size_t bytes) const { return seqlock_read(seq, words, stamp, fp, bytes); }
 
 void BoardSlot::write(uint64_t stamp, const void* fp, size_t fp_bytes, const void* src, size_t n) {
-  uint64_t w[kWords] = {};
-  std::memcpy(w, fp, std::min(fp_bytes, sizeof w));
-  seq.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);  // readers that see a word below see seq = 0
-  for (size_t i = 0; i < kWords; ++i) words[i].store(w[i], std::memory_order_relaxed);
-  if (n > 0) std::memcpy(data, src, std::min(n, kInlineBytes));
-  seq.store(stamp, std::memory_order_release);
+  seqlock_write(seq, words, stamp, fp, fp_bytes, [&] {
+    if (n > 0) std::memcpy(data, src, std::min(n, kInlineBytes));
+  });
 }
 
-bool BoardSlot::read(uint64_t stamp, void* fp, size_t bytes) const {
-  if (seq.load(std::memory_order_acquire) != stamp) return false;
-  uint64_t w[kWords];
-  for (size_t i = 0; i < kWords; ++i) w[i] = words[i].load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);  // the words were read before seq is read again
-  if (seq.load(std::memory_order_relaxed) != stamp) return false;
-  std::memcpy(fp, w, std::min(bytes, sizeof w));
-  return true;
-}
+bool BoardSlot::read(uint64_t stamp, void* fp, size_t bytes) const { return seqlock_read(seq, words, stamp, fp, bytes); }
 
 char* ShmSegment::board_base() const {
   const size_t n = static_cast<size_t>(nlocal_);
