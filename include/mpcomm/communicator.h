@@ -27,7 +27,8 @@
 //  - a Request's wait() throws the op's error, of the same kind and message as the blocking call would;
 //    its timeout runs from the moment the op starts. After an abort every pending and later request fails
 //    at once.
-//  - destroying a communicator first lets the ops already issued finish (each bounded by the timeout).
+//  - destroying a communicator first lets the collectives and sends already issued finish (each bounded
+//    by the timeout); receives that nobody waited for are dropped.
 #pragma once
 
 #include <array>

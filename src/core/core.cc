@@ -97,11 +97,15 @@ void Core::close() {
     worker_.join();
     has_worker_ = false;
   }
-  std::vector<std::shared_ptr<OpRequest>> dropped;
+  // Sends and receives nobody waited for: the sends are driven to completion (bounded, like any wait), so
+  // that a peer gets what was sent; receives are dropped (their Requests may still finish them).
+  std::vector<std::shared_ptr<OpRequest>> left;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    dropped.swap(inflight_);  // sends and receives nobody waited for: their Requests may still finish them
+    left.swap(inflight_);
   }
+  for (auto& r : left)
+    if (!r->ended() && r->op.kind == OpKind::send) progress_now(*r, /*wait=*/true);
   backend_->close();
 }
 
@@ -263,12 +267,14 @@ void Core::fail_pending() {
   if (victims.empty()) return;
   for (auto& r : victims) {
     const std::string msg = aborted_message(r->op);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (r->ended()) continue;
+      r->error = std::make_exception_ptr(PeerFailure(msg));
+      r->phase = OpRequest::Phase::failed;
+      ++endings_;
+    }
     recorder_.finish(r->ticket, FlightRecorder::State::failed, OpClock::now(), r->op.algorithm, msg);
-    std::lock_guard<std::mutex> lk(mu_);
-    if (r->ended()) continue;
-    r->error = std::make_exception_ptr(PeerFailure(msg));
-    r->phase = OpRequest::Phase::failed;
-    ++endings_;
   }
   cv_.notify_all();
 }
@@ -295,7 +301,7 @@ bool Core::progress_now(OpRequest& r, bool wait) {
       r.inner->wait();
     else if (!r.inner->test())
       return false;
-  } catch (const Error&) {
+  } catch (...) {
     error = std::current_exception();
   }
   if (!error) finished(r.op, r.ticket, r.t0, OpClock::now(), /*add_call=*/false);
@@ -305,6 +311,8 @@ bool Core::progress_now(OpRequest& r, bool wait) {
       std::rethrow_exception(error);
     } catch (const Error& e) {
       failed(r.op, r.ticket, e);  // after end(): an abort fails the others, not this one
+    } catch (...) {
+      recorder_.finish(r.ticket, FlightRecorder::State::failed, OpClock::now(), r.op.algorithm, "not an mpcomm error");
     }
   }
   return true;
@@ -344,8 +352,11 @@ void Core::take_driver(std::unique_lock<std::mutex>& lk, const Op& for_op) {
       seen = endings_;
       deadline = Clock::now() + backend_->options().timeout + kWaiterGrace;
     } else if (Clock::now() >= deadline) {
-      throw Timeout("mpcomm: " + backend_->describe(for_op) + ": timed out after " +
-                    seconds_text(backend_->options().timeout) + " s waiting for the ops issued before it to end");
+      const std::string msg = "mpcomm: " + backend_->describe(for_op) + ": timed out after " +
+                              seconds_text(backend_->options().timeout) + " s waiting for the ops issued before it to end";
+      lk.unlock();
+      abort(ErrorCode::timeout, msg);  // later calls fail at once; this one never ran
+      throw Timeout(msg);
     }
   }
   driver_ = Driver::caller;
@@ -380,6 +391,9 @@ void Core::process(OpRequest& r) {
       end(r, std::current_exception());
       failed(r.op, r.ticket, e);
       return;
+    } catch (...) {  // not an mpcomm error (out of memory): the request carries it
+      end(r, std::current_exception());
+      return;
     }
     std::lock_guard<std::mutex> lk(mu_);
     r.phase = OpRequest::Phase::started;  // the progress thread adds it to inflight_
@@ -388,7 +402,7 @@ void Core::process(OpRequest& r) {
   std::exception_ptr error;
   try {
     execute(r.op, r.spans, r.ticket, t0);
-  } catch (const Error&) {
+  } catch (...) {  // execute() handled an mpcomm error already; anything else the request carries too
     error = std::current_exception();
   }
   end(r, error);
@@ -540,7 +554,7 @@ void Core::wait(OpRequest& r) {
     if (r.phase == OpRequest::Phase::started && queue_.empty() && driver_ == Driver::none) {
       driver_ = Driver::caller;
       lk.unlock();
-      progress_now(r, /*wait=*/true);
+      progress_now(r, /*wait=*/true);  // never throws: the request carries its error
       lk.lock();
       driver_ = Driver::none;
       cv_.notify_all();
@@ -554,12 +568,27 @@ void Core::wait(OpRequest& r) {
       seen = endings_;
       deadline = Clock::now() + backend_->options().timeout + kWaiterGrace;
     } else if (Clock::now() >= deadline && !r.ended()) {
-      throw Timeout("mpcomm: " + backend_->describe(r.op) + ": timed out after " +
-                    seconds_text(backend_->options().timeout) +
-                    " s waiting for it to start (the ops issued before it did not end)");
+      const std::string msg = "mpcomm: " + backend_->describe(r.op) + ": timed out after " +
+                              seconds_text(backend_->options().timeout) +
+                              " s waiting for it to start (the ops issued before it did not end)";
+      r.error = std::make_exception_ptr(Timeout(msg));
+      r.phase = OpRequest::Phase::failed;
+      ++endings_;
+      queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](auto& q) { return q.get() == &r; }), queue_.end());
+      lk.unlock();
+      abort(ErrorCode::timeout, msg);  // every other pending request fails too
+      lk.lock();
     }
   }
+  settle_driver(lk);
   if (r.phase == OpRequest::Phase::failed) std::rethrow_exception(r.error);
+}
+
+// A request that ended because of an abort may still be in the progress thread's hands (a test of it in
+// progress): the caller gets it back, buffers included, only once the progress thread lets go.
+void Core::settle_driver(std::unique_lock<std::mutex>& lk) {
+  const auto deadline = Clock::now() + backend_->options().timeout + kWaiterGrace;
+  while (driver_ == Driver::worker && Clock::now() < deadline) cv_.wait_until(lk, deadline);
 }
 
 bool Core::test(OpRequest& r) {
@@ -567,13 +596,15 @@ bool Core::test(OpRequest& r) {
   if (!r.ended() && r.phase == OpRequest::Phase::started && queue_.empty() && driver_ == Driver::none) {
     driver_ = Driver::caller;
     lk.unlock();
-    progress_now(r, /*wait=*/false);
+    progress_now(r, /*wait=*/false);  // never throws: the request carries its error
     lk.lock();
     driver_ = Driver::none;
     cv_.notify_all();
   }
+  if (!r.ended()) return false;
+  settle_driver(lk);
   if (r.phase == OpRequest::Phase::failed) std::rethrow_exception(r.error);
-  return r.phase == OpRequest::Phase::done;
+  return true;
 }
 
 // ---- split ------------------------------------------------------------------------------------------
@@ -611,19 +642,14 @@ std::unique_ptr<Communicator> Core::split(int color, int key) {
                                                  b.store());
   }
   // The backend's own split is collective over this communicator, in issue order like any collective.
-  if (has_worker_) {
-    std::unique_lock<std::mutex> lk(mu_);
-    take_driver(lk, split_op);
-  }
   std::unique_ptr<Backend> child;
   try {
+    Driving driving(*this, split_op);
     child = b.split(plan);
   } catch (const Error& e) {
-    if (has_worker_) release_driver();
     if (e.code() != ErrorCode::invalid_argument && e.code() != ErrorCode::unsupported) abort(e.code(), e.what());
     throw;
   }
-  if (has_worker_) release_driver();
   if (!child) return nullptr;
   return make_communicator(std::move(child), recreate_);
 }

@@ -101,6 +101,8 @@ class Core : public std::enable_shared_from_this<Core> {
   // Caller side: becomes the driver once nothing is queued and nobody drives (with a progress thread).
   void take_driver(std::unique_lock<std::mutex>& lk, const Op& for_op);
   void release_driver();
+  // Waits (bounded) until the progress thread does not drive (see core.cc).
+  void settle_driver(std::unique_lock<std::mutex>& lk);
   void add_inflight(const std::shared_ptr<OpRequest>& r);
 
   std::unique_ptr<Backend> backend_;

@@ -1,6 +1,7 @@
 #include "core/staging.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/device.h"
 
@@ -10,6 +11,9 @@ namespace {
 
 class HostStaging final : public StagingMemory {
  public:
+  ~HostStaging() override {
+    for (char* p : deferred_) device::release_pinned(p);
+  }
   char* area(size_t bytes) override {
     if (bytes > bytes_) {
       area_.reset(static_cast<char*>(device::alloc_pinned(bytes)), device::release_pinned);
@@ -20,9 +24,17 @@ class HostStaging final : public StagingMemory {
   void copy_in(char* staged, const void* user, size_t n) override { device::copy(staged, user, n); }
   void copy_out(void* user, const char* staged, size_t n) override { device::copy(user, staged, n); }
   char* alloc(size_t n) override { return static_cast<char*>(device::alloc_pinned(n > 0 ? n : 1)); }
-  void release(char* p, bool) noexcept override { device::release_pinned(p); }
+  // Memory a dropped request's operation may still write goes with the backend, not before.
+  void release(char* p, bool maybe_in_use) noexcept override {
+    if (!maybe_in_use) return device::release_pinned(p);
+    try {
+      deferred_.push_back(p);
+    } catch (...) {  // out of memory: leak it rather than free it under the operation
+    }
+  }
 
  private:
+  std::vector<char*> deferred_;
   std::shared_ptr<char> area_;
   size_t bytes_ = 0;
 };

@@ -50,7 +50,13 @@ void Watchdog::loop() {
   }
 }
 
-// The clock restarts whenever the armed value changes; an expiry fires once per arming.
+void Watchdog::Slot::detach() {
+  std::lock_guard<std::mutex> g(mu_);
+  detached_ = true;
+}
+
+// The clock restarts whenever the armed value changes; an expiry fires once per arming, and only while
+// the slot still holds that value (the call may have ended meanwhile) and its owner is there.
 void Watchdog::look(Slot& s, std::chrono::steady_clock::time_point now) {
   const uint64_t v = s.armed_.load(std::memory_order_acquire);
   if (v == 0 || v != s.seen_) {
@@ -60,16 +66,17 @@ void Watchdog::look(Slot& s, std::chrono::steady_clock::time_point now) {
     return;
   }
   if (s.fired_) return;
-  if (now - s.since_ >= s.timeout_) {
+  std::lock_guard<std::mutex> g(s.mu_);
+  if (s.detached_) return;
+  auto fire = [&](ErrorCode code, const std::string& why) {
+    if (s.armed_.load(std::memory_order_acquire) != v) return;  // the call ended meanwhile
     s.fired_ = true;
-    s.on_expiry_(ErrorCode::timeout, "timed out after " + seconds_text(s.timeout_) + " s", v);
-    return;
-  }
+    s.on_expiry_(code, why, v);
+  };
+  if (now - s.since_ >= s.timeout_) return fire(ErrorCode::timeout, "timed out after " + seconds_text(s.timeout_) + " s");
   if (s.abort_watch_ != nullptr)
-    if (std::string msg = s.abort_watch_->poll(); !msg.empty()) {
-      s.fired_ = true;
-      s.on_expiry_(ErrorCode::peer_failure, "aborted because another rank failed: " + msg, v);
-    }
+    if (std::string msg = s.abort_watch_->poll(); !msg.empty())
+      fire(ErrorCode::peer_failure, "aborted because another rank failed: " + msg);
 }
 
 std::shared_ptr<Watchdog::Slot> Watchdog::watch(std::chrono::milliseconds timeout, AbortWatch* abort_watch,

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/abort_watch.h"
@@ -29,12 +30,16 @@ class Watchdog {
     // `value` != 0 names the call (a sequence number + 1, say); a new value restarts the clock.
     void arm(uint64_t value) { armed_.store(value, std::memory_order_release); }
     void disarm() { armed_.store(0, std::memory_order_release); }
+    // The owner is going away: once this returns, no expiry runs and the abort watch is not used.
+    void detach();
 
    private:
     friend class Watchdog;
     Slot(std::chrono::milliseconds timeout, AbortWatch* abort_watch, Expiry on_expiry)
         : timeout_(timeout), abort_watch_(abort_watch), on_expiry_(std::move(on_expiry)) {}
     std::atomic<uint64_t> armed_{0};
+    std::mutex mu_;          // the watchdog's use of the owner's things (abort watch, expiry), and detach()
+    bool detached_ = false;
     const std::chrono::milliseconds timeout_;
     AbortWatch* const abort_watch_;  // may be null; must outlive the slot
     const Expiry on_expiry_;

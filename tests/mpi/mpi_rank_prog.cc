@@ -113,6 +113,13 @@ int bigcount(Communicator& comm) {
     comm.alltoall(&one_byte, &one_byte, count, DataType::int8);
   } catch (const Unsupported& e) {
     std::printf("rank %d unsupported: %s\n", comm.rank(), e.what());
+    // The communicator stays usable, also past the timeout (a refused blocking call must leave nothing
+    // armed for the watchdog).
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    int32_t v = comm.rank();
+    comm.allreduce(&v, &v, 1, DataType::int32, ReduceOp::sum);
+    require(v == comm.size() * (comm.size() - 1) / 2, "allreduce after the refusal");
+    std::printf("rank %d usable after the refusal\n", comm.rank());
     return 0;
   }
   std::printf("rank %d: no error for an alltoall of %zu elements\n", comm.rank(), count);

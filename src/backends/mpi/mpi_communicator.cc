@@ -554,11 +554,12 @@ MpiCalls table_calls(const Op& op, bool crowded) {
 
 class MpiBackend final : public detail::Backend {
  public:
-  MpiBackend(std::shared_ptr<CommState> st, Topology topo, Options opts, std::shared_ptr<Store> store)
+  // `crowded`: some host's ranks outnumber its cores (the same on every rank: agreed at setup).
+  MpiBackend(std::shared_ptr<CommState> st, Topology topo, Options opts, std::shared_ptr<Store> store, bool crowded)
       : Backend("mpi", st->rank(), st->size(), std::move(topo), std::move(opts), std::move(store)),
         st_(std::move(st)),
         forced_(forced_calls(options())),
-        crowded_(topology().local_size > static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN))),
+        crowded_(crowded),
         // A blocking call holds the MPI call lock for as long as it lasts: with less than
         // MPI_THREAD_MULTIPLE, a second communicator's calls on another thread would wait behind it.
         may_block_(Runtime::get().provided() >= MPI_THREAD_MULTIPLE) {
@@ -569,6 +570,7 @@ class MpiBackend final : public detail::Backend {
                               blocked_too_long(code, why, armed);
                             });
   }
+  ~MpiBackend() override { slot_->detach(); }
 
   void run(const Op& op) override;
 
@@ -613,7 +615,7 @@ class MpiBackend final : public detail::Backend {
   const bool crowded_;
   const bool may_block_;
   std::shared_ptr<Watchdog::Slot> slot_;
-  const Op* blocked_in_ = nullptr;  // the blocking call in progress (read by the watchdog's thread once it fired)
+  Op blocked_in_{};  // the blocking call in progress (read by the watchdog's thread only while it is armed)
 };
 
 // The chunks of a call of `count` elements: post(offset in bytes, elements) for each, at least one call
@@ -778,25 +780,31 @@ void MpiBackend::run(const Op& op) {
   if (op.redop == ReduceOp::avg && op.reduces() && has_result) divide_by(op.recv, op.count, op.dtype, size());
 }
 
-// Every call on this thread, watched by the watchdog.
+// Every call on this thread, watched by the watchdog. A count MPI cannot take is refused before the slot
+// is armed (Unsupported leaves the communicator usable).
 void MpiBackend::run_blocking(const Op& op) {
   const char* call = call_name(op.kind, /*blocking=*/true);
   op.algorithm = call;
+  if (op.kind != OpKind::allreduce && op.kind != OpKind::broadcast && op.kind != OpKind::reduce &&
+      op.kind != OpKind::barrier)
+    one_call_count(op, *this);
   int rc = MPI_SUCCESS;
-  blocked_in_ = &op;
+  blocked_in_ = op;
+  struct Armed {
+    Watchdog::Slot& slot;
+    ~Armed() { slot.disarm(); }
+  } armed{*slot_};
   slot_->arm(op.seq + 1);
   for_calls(op, rank(), *st_, *this, [&](const MpiCall& c) {
     if (rc == MPI_SUCCESS) rc = make_call(c, nullptr);
   });
-  slot_->disarm();
   if (rc != MPI_SUCCESS) throw_mpi(ErrorCode::peer_failure, describe(op), call, rc);
 }
 
-void MpiBackend::blocked_too_long(ErrorCode code, const std::string& why, uint64_t armed) {
-  const Op& op = *blocked_in_;
-  const std::string msg = "mpcomm: " + describe(op) + ": " + why + " in a blocking MPI call (" +
-                          (op.seq + 1 == armed ? "" : "sequence changed; ") +
-                          "MPI cannot cancel it): the watchdog ends the job with MPI_Abort";
+void MpiBackend::blocked_too_long(ErrorCode code, const std::string& why, uint64_t) {
+  const Op& op = blocked_in_;
+  const std::string msg = "mpcomm: " + describe(op) + ": " + why +
+                          " in a blocking MPI call (MPI cannot cancel it): the watchdog ends the job with MPI_Abort";
   std::fprintf(stderr, "%s\n", msg.c_str());
   std::fflush(stderr);
   if (code == ErrorCode::timeout) st_->abort(msg);  // tells the job, as any failure does
@@ -848,7 +856,8 @@ std::unique_ptr<detail::Backend> MpiBackend::split(const detail::SplitPlan& plan
                    std::to_string(mpi_size) + ", expected " + std::to_string(new_rank) + " of " +
                    std::to_string(new_size));
   st->tag_ub = st_->tag_ub;
-  return std::make_unique<MpiBackend>(std::move(st), plan.topology, options(), plan.store ? plan.store : store());
+  return std::make_unique<MpiBackend>(std::move(st), plan.topology, options(), plan.store ? plan.store : store(),
+                                      crowded_);
 }
 
 
@@ -893,6 +902,16 @@ Topology setup_world(CommState& st, const std::string& host_id, const What& what
   return topology_from_hosts(hosts, st.rank());
 }
 
+// Whether some host's ranks outnumber its cores, the same answer on every rank (each host judges its own:
+// hosts may differ in cores), so that every rank makes the same kind of call for an op (a blocking and a
+// non-blocking collective never match).
+bool any_host_crowded(CommState& st, const Topology& topo, const What& what) {
+  int mine = topo.local_size > static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)) ? 1 : 0, any = 0;
+  call_and_wait(st, what, "MPI_Iallreduce",
+                [&](MPI_Request* r) { return MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, st.comm, r); });
+  return any != 0;
+}
+
 }  // namespace
 
 
@@ -919,9 +938,10 @@ std::unique_ptr<detail::Backend> create_mpi(std::shared_ptr<Store> store, int ra
   auto st = std::make_shared<CommState>(rank, size, opts, store);
   try {
     Topology topo = setup_world(*st, opts.host_id, what);
+    const bool crowded = any_host_crowded(*st, topo, what);
     MPCOMM_LOG(info, "mpi rank %d/%d up: host %d of %d, %d local ranks, thread level %d", rank, size, topo.host,
                topo.num_hosts(), topo.local_size, Runtime::get().provided());
-    return std::make_unique<MpiBackend>(std::move(st), std::move(topo), std::move(opts), std::move(store));
+    return std::make_unique<MpiBackend>(std::move(st), std::move(topo), std::move(opts), std::move(store), crowded);
   } catch (const Error& e) {
     st->abort(e.what());
     throw;

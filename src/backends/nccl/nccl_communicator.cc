@@ -663,6 +663,10 @@ class NcclBackend final : public detail::Backend {
 
   void abort(ErrorCode code, const std::string& reason) override { st_->abort(code, reason); }
 
+  // A test() hands every posted send and receive to NCCL as one group, and an exchange needs both of a
+  // pair's operations in one group: the progress thread must not test them one at a time.
+  bool cheap_test() const override { return false; }
+
   detail::MemoryType runs_on() const override { return detail::MemoryType::device; }
   // Device memory on this communicator's GPU, or managed memory, is used as it is; host memory (registered
   // or not) is staged. Device memory on another GPU is an InvalidArgument.
