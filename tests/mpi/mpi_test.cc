@@ -122,6 +122,20 @@ INSTANTIATE_TEST_SUITE_P(Ranks, MpiConformance,
                            return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                          });
 
+// The i-ops under mpirun: the conformance matrix posted in queues of 8 (every third case blocking in
+// between), waited in reverse order; with either kind of MPI call underneath.
+TEST_F(MpiProcesses, NonBlockingConformanceInQueues) {
+  for (const auto& [n, calls] : {std::make_pair(2, "blocking"), std::make_pair(3, "nonblocking"), std::make_pair(4, "auto")}) {
+    RunResult r = run_command(std::string("MPCOMM_MPI_CALLS=") + calls + " " +
+                              launch("-n " + std::to_string(n) + " --timeout 120 -- " + MPCOMM_CLI +
+                                     " selftest --conformance --nonblocking"));
+    EXPECT_EQ(r.status, 0) << r.output;
+    const std::string summary = line_with(r.output, "conformance: backend mpi");
+    EXPECT_TRUE(contains(summary, std::to_string(n) + " ranks, cpu buffers, non-blocking in queues")) << r.output;
+    EXPECT_TRUE(contains(summary, " 0 failed")) << r.output;
+  }
+}
+
 // ---- groups, checks, counts, point to point ---------------------------------------------------------
 
 // A launcher killed by SIGKILL cannot end its job: mpirun gets the launcher's death signal (SIGTERM),

@@ -18,6 +18,7 @@ struct SelftestOptions {
   std::vector<size_t> counts = {0, 1, 7, 1000, 262147};
   int iters = 5;
   bool conformance = false;  // the full conformance matrix instead of the table
+  bool nonblocking = false;  // conformance: the cases posted non-blocking, in queues (run_queues)
   std::vector<std::string> only_dtypes;  // conformance: just these dtypes (default: every one)
   std::vector<std::string> only_ops;     // conformance: just these ops (default: every one)
   std::string device;        // cpu or cuda (default MPCOMM_DEVICE)
@@ -60,6 +61,58 @@ int run_random(Communicator& comm, const SelftestOptions& o) {
   return wrong_ops == 0 ? 0 : 1;
 }
 
+// Counted outcomes of cases checked on every rank.
+struct Tally {
+  uint64_t cases = 0, wrong_cases = 0, refused = 0;
+  void add(Communicator& comm, const check::Case& c, const check::Result& r) {
+    uint64_t w = r.wrong > 0 ? 1 : 0, any = 0;
+    comm.allreduce(&w, &any, 1, DataType::int64, ReduceOp::sum);
+    if (r.wrong > 0)
+      std::printf("rank %d: %s: %zu wrong, first %s\n", comm.rank(), check::describe(c).c_str(), r.wrong,
+                  r.first_wrong.c_str());
+    ++cases;
+    if (any > 0) ++wrong_cases;
+  }
+  void refuse(const Communicator& comm, const Unsupported& e) {
+    if (refused++ == 0 && comm.rank() == 0) std::printf("refused: %s\n", e.what());
+  }
+};
+
+// The cases non-blocking, in queues of 8: every third run blocking between the posted ones (they run in
+// issue order), the requests waited in reverse order, then every result checked.
+void run_queues(Communicator& comm, const std::vector<check::Case>& cases, Tally& t) {
+  constexpr size_t kQueue = 8;
+  for (size_t first = 0; first < cases.size(); first += kQueue) {
+    const size_t n = std::min(kQueue, cases.size() - first);
+    std::vector<check::PreparedCase> prepared;
+    std::vector<Request> reqs(n);
+    std::vector<bool> refused(n, false);
+    for (size_t i = 0; i < n; ++i) prepared.emplace_back(comm, cases[first + i]);
+    for (size_t i = 0; i < n; ++i) {
+      try {
+        if (i % 3 == 2)
+          prepared[i].run();
+        else
+          reqs[i] = prepared[i].post();
+      } catch (const Unsupported& e) {
+        refused[i] = true;
+        t.refuse(comm, e);
+      }
+    }
+    for (size_t i = n; i-- > 0;) {
+      if (!reqs[i].valid()) continue;
+      try {
+        reqs[i].wait();
+      } catch (const Unsupported& e) {
+        refused[i] = true;
+        t.refuse(comm, e);
+      }
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (!refused[i]) t.add(comm, cases[first + i], prepared[i].verify());
+  }
+}
+
 // The full matrix of the conformance suite (check::conformance_cases), every op; prints only
 // failures and a summary line. This is how process runs (gloo, mpi) are held to the same suite. A case
 // that the communicator refuses (Unsupported, on every rank alike: e.g. an algorithm MPCOMM_ALGO forces
@@ -72,34 +125,31 @@ int run_conformance(Communicator& comm, const SelftestOptions& o) {
   for (const auto& name : o.only_ops)
     if (std::find(ops.begin(), ops.end(), name) == ops.end())
       throw InvalidArgument("mpcomm selftest: --only-ops: unknown op '" + name + "'");
-  uint64_t cases = 0, wrong_cases = 0, refused = 0;
+  std::vector<check::Case> cases;
   for (OpKind op : check::checked_ops()) {
     if (!o.only_ops.empty() && std::find(o.only_ops.begin(), o.only_ops.end(), to_string(op)) == o.only_ops.end()) continue;
-    for (const auto& c : check::conformance_cases(op, comm.size())) {
-      if (!only.empty() && std::find(only.begin(), only.end(), c.dtype) == only.end()) continue;
-      check::Result r;
+    for (const auto& c : check::conformance_cases(op, comm.size()))
+      if (only.empty() || std::find(only.begin(), only.end(), c.dtype) != only.end()) cases.push_back(c);
+  }
+  Tally t;
+  if (o.nonblocking) {
+    run_queues(comm, cases, t);
+  } else {
+    for (const auto& c : cases) {
       try {
-        r = check::run_case(comm, c);
+        t.add(comm, c, check::run_case(comm, c));
       } catch (const Unsupported& e) {
-        if (refused++ == 0 && comm.rank() == 0) std::printf("refused: %s\n", e.what());
-        continue;
+        t.refuse(comm, e);
       }
-      uint64_t w = r.wrong > 0 ? 1 : 0, any = 0;
-      comm.allreduce(&w, &any, 1, DataType::int64, ReduceOp::sum);
-      if (r.wrong > 0)
-        std::printf("rank %d: %s: %zu wrong, first %s\n", comm.rank(), check::describe(c).c_str(), r.wrong,
-                    r.first_wrong.c_str());
-      ++cases;
-      if (any > 0) ++wrong_cases;
     }
   }
   comm.barrier();
   if (comm.rank() == 0)
-    std::printf("conformance: backend %s, %d ranks, %s buffers, %llu cases, %llu failed, %llu refused\n",
+    std::printf("conformance: backend %s, %d ranks, %s buffers%s, %llu cases, %llu failed, %llu refused\n",
                 std::string(comm.backend()).c_str(), comm.size(), to_string(comm.options().device).c_str(),
-                static_cast<unsigned long long>(cases), static_cast<unsigned long long>(wrong_cases),
-                static_cast<unsigned long long>(refused));
-  return wrong_cases == 0 ? 0 : 1;
+                o.nonblocking ? ", non-blocking in queues" : "", static_cast<unsigned long long>(t.cases),
+                static_cast<unsigned long long>(t.wrong_cases), static_cast<unsigned long long>(t.refused));
+  return t.wrong_cases == 0 ? 0 : 1;
 }
 
 int run_selftest(const SelftestOptions& o) {
@@ -161,6 +211,9 @@ Runner add_selftest(CLI::App& app) {
   app.add_option("-d,--dtypes", o->dtypes, "data types")->delimiter(',');
   app.add_option("-c,--counts", o->counts, "element counts")->delimiter(',');
   app.add_flag("--conformance", o->conformance, "run the conformance suite's full matrix; print failures and a summary");
+  app.add_flag("--nonblocking", o->nonblocking,
+               "with --conformance: post the cases non-blocking in queues of 8 (every third blocking in between), "
+               "wait in reverse order, then check");
   app.add_option("--only-dtypes", o->only_dtypes, "with --conformance: only these data types")->delimiter(',');
   app.add_option("--only-ops", o->only_ops, "with --conformance: only these ops (allreduce, broadcast, ...)")->delimiter(',');
   app.add_option("--random", o->random, "run this many random cases instead (every rank draws the same from --seed)");
