@@ -34,6 +34,8 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -109,13 +111,21 @@ class Core;
 
 // A non-blocking operation. wait() blocks (bounded by the timeout) until it completes and rethrows its
 // error; test() makes progress where it can and returns whether it completed. Waiting again on a
-// completed Request returns (or throws) the same at once.
+// completed Request returns (or throws) the same at once. wait() and test() may come from another
+// thread than the one that issues calls on the communicator.
 class MPCOMM_API Request {
  public:
   Request() = default;
   explicit Request(std::shared_ptr<detail::RequestState> s) : state_(std::move(s)) {}
   void wait();
   bool test();
+  // Calls fn once when the operation ends, with its error (null on success): at once on this thread when
+  // it has ended already, else on the thread that ends it (the communicator's progress thread, or a
+  // thread in wait()/test()). Nobody needs to wait: the progress thread completes every operation (it
+  // tests sends and receives between naps). fn must be short and must not call into the communicator;
+  // hand the news to another thread for anything more. One callback per Request; a second replaces
+  // none and throws InvalidArgument.
+  void on_complete(std::function<void(std::exception_ptr)> fn);
   bool valid() const { return state_ != nullptr; }
 
  private:

@@ -110,6 +110,16 @@ bool Request::test() {
   return state_->test();
 }
 
+void Request::on_complete(std::function<void(std::exception_ptr)> fn) {
+  if (!state_) throw InvalidArgument("mpcomm: on_complete() on an empty Request");
+  if (!fn) throw InvalidArgument("mpcomm: on_complete() with an empty function");
+  state_->on_complete(std::move(fn));
+}
+
+void detail::RequestState::on_complete(std::function<void(std::exception_ptr)>) {
+  throw Unsupported("mpcomm: on_complete() is not available on this request");
+}
+
 Communicator::Communicator(std::shared_ptr<detail::Core> core)
     : core_(std::move(core)),
       backend_(core_->backend().name()),

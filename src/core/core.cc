@@ -25,6 +25,7 @@ class OpRequest final : public RequestState {
       : core_(std::move(core)), op(op), spans(spans) {}
   void wait() override { core_->wait(*this); }
   bool test() override { return core_->test(*this); }
+  void on_complete(std::function<void(std::exception_ptr)> fn) override { core_->on_complete(*this, std::move(fn)); }
   bool ended() const { return phase == Phase::done || phase == Phase::failed; }
   bool is_p2p() const { return op.kind == OpKind::send || op.kind == OpKind::recv; }
 
@@ -37,6 +38,9 @@ class OpRequest final : public RequestState {
   std::atomic<Phase> phase{Phase::queued};
   std::shared_ptr<RequestState> inner;  // the backend's request of a started send or receive
   std::exception_ptr error;
+  // Request::on_complete's function, until it is called (under Core::mu_).
+  std::function<void(std::exception_ptr)> callback;
+  std::atomic<bool> callback_given{false};  // read by the progress thread without mu_
 };
 
 namespace {
@@ -275,8 +279,41 @@ void Core::fail_pending() {
       ++endings_;
     }
     recorder_.finish(r->ticket, FlightRecorder::State::failed, OpClock::now(), r->op.algorithm, msg);
+    notify_callback(*r);
   }
   cv_.notify_all();
+}
+
+void Core::notify_callback(OpRequest& r) {
+  std::function<void(std::exception_ptr)> fn;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    fn.swap(r.callback);
+    error = r.error;
+  }
+  if (!fn) return;
+  try {
+    fn(error);
+  } catch (...) {  // the rule: it must not throw; the thread that ends ops must go on
+  }
+}
+
+void Core::on_complete(OpRequest& r, std::function<void(std::exception_ptr)> fn) {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (r.callback_given.load())
+      throw InvalidArgument("mpcomm: " + backend_->describe(r.op) + ": on_complete() was called twice on its request");
+    r.callback_given.store(true);
+    if (!r.ended()) {
+      r.callback = std::move(fn);
+      cv_.notify_all();  // the progress thread now tests it even where tests are not cheap
+      return;
+    }
+    error = r.error;
+  }
+  fn(error);
 }
 
 // ---- sends and receives -----------------------------------------------------------------------------
@@ -330,6 +367,7 @@ void Core::end(OpRequest& r, std::exception_ptr error) {
                     inflight_.end());
   }
   cv_.notify_all();
+  notify_callback(r);
 }
 
 // ---- the stream -------------------------------------------------------------------------------------
@@ -368,6 +406,13 @@ void Core::release_driver() {
     driver_ = Driver::none;
   }
   cv_.notify_all();
+}
+
+// Whether the progress thread tests the sends and receives in flight: always where a test is cheap, else
+// those with a completion callback (nobody else would end them).
+bool Core::worth_testing_locked() const {
+  if (cheap_test_) return true;
+  return std::any_of(inflight_.begin(), inflight_.end(), [](auto& r) { return static_cast<bool>(r->callback); });
 }
 
 void Core::add_inflight(const std::shared_ptr<OpRequest>& r) {
@@ -429,7 +474,7 @@ void Core::worker_loop() {
     if (stop_ && queue_.empty()) return;
     // Sends and receives in flight that nobody waits for: test them between naps (a caller that waits
     // drives its own, at full speed).
-    if (queue_.empty() && !inflight_.empty() && waiters_ == 0 && driver_ == Driver::none && cheap_test_) {
+    if (queue_.empty() && !inflight_.empty() && waiters_ == 0 && driver_ == Driver::none && worth_testing_locked()) {
       cv_.wait_for(lk, nap, [&] { return !queue_.empty() || stop_ || waiters_ > 0 || driver_ != Driver::none; });
       if (!queue_.empty() || stop_ || waiters_ > 0 || driver_ != Driver::none || inflight_.empty()) continue;
       std::vector<std::shared_ptr<OpRequest>> list = inflight_;
@@ -437,7 +482,7 @@ void Core::worker_loop() {
       lk.unlock();
       bool any = false;
       for (auto& r : list)
-        if (!r->ended()) any = progress_now(*r, /*wait=*/false) || any;
+        if (!r->ended() && (cheap_test_ || r->callback_given.load())) any = progress_now(*r, /*wait=*/false) || any;
       lk.lock();
       driver_ = Driver::none;
       nap = any ? kFirstNap : std::min(nap * 2, std::chrono::duration_cast<std::chrono::microseconds>(kMaxNap));
@@ -576,6 +621,7 @@ void Core::wait(OpRequest& r) {
       ++endings_;
       queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](auto& q) { return q.get() == &r; }), queue_.end());
       lk.unlock();
+      notify_callback(r);
       abort(ErrorCode::timeout, msg);  // every other pending request fails too
       lk.lock();
     }

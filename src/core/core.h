@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,6 +65,7 @@ class Core : public std::enable_shared_from_this<Core> {
   // Request side (OpRequest).
   void wait(OpRequest& r);
   bool test(OpRequest& r);
+  void on_complete(OpRequest& r, std::function<void(std::exception_ptr)> fn);
 
  private:
   enum class Driver : uint8_t { none, caller, worker };
@@ -104,6 +106,9 @@ class Core : public std::enable_shared_from_this<Core> {
   // Waits (bounded) until the progress thread does not drive (see core.cc).
   void settle_driver(std::unique_lock<std::mutex>& lk);
   void add_inflight(const std::shared_ptr<OpRequest>& r);
+  bool worth_testing_locked() const;
+  // Calls r's on_complete function, if any, once r has ended (not under mu_).
+  void notify_callback(OpRequest& r);
 
   std::unique_ptr<Backend> backend_;
   const BackendFactory recreate_;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <string>
 
 #include "mpcomm/communicator.h"
@@ -67,6 +69,8 @@ class RequestState {
   virtual ~RequestState() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
+  // Request::on_complete (the front door's requests only).
+  virtual void on_complete(std::function<void(std::exception_ptr)> fn);
 };
 
 }  // namespace mpcomm::detail

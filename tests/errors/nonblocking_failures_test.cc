@@ -3,7 +3,9 @@
 // later request at once; nothing hangs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "harness/process.h"
@@ -42,6 +44,23 @@ std::vector<Outcome> run_queue(const std::string& backend, const std::string& mo
         reqs.push_back(comm.iallreduce(b.data(), b.data(), b.size(), DataType::float32, ReduceOp::sum));
     }
     Outcome& o = out[static_cast<size_t>(r)];
+    // Each request's completion callback hears the same outcome as its wait().
+    // (A callback may run just after wait() returned, on the thread that ended the op.)
+    std::mutex heard_mu;
+    std::vector<std::string> heard(reqs.size(), "not called");
+    for (size_t i = 0; i < reqs.size(); ++i)
+      reqs[i].on_complete([&heard, &heard_mu, i](std::exception_ptr e) {
+        std::string what = "ok";
+        if (e) try {
+            std::rethrow_exception(e);
+          } catch (const Error& err) {
+            what = to_string(err.code());
+          } catch (...) {
+            what = "not an mpcomm error";
+          }
+        std::lock_guard<std::mutex> g(heard_mu);
+        heard[i] = what;
+      });
     for (auto& q : reqs) {
       try {
         q.wait();
@@ -52,6 +71,16 @@ std::vector<Outcome> run_queue(const std::string& backend, const std::string& mo
         o.messages.emplace_back(e.what());
       }
     }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::unique_lock<std::mutex> g(heard_mu);
+    while (std::find(heard.begin(), heard.end(), "not called") != heard.end() &&
+           std::chrono::steady_clock::now() < give_up) {
+      g.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      g.lock();
+    }
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(heard[i], o.kinds[i]) << "rank " << r << " request " << i << ": callback against wait()";
     // The stalled rank stays out of the way until the others have timed out.
     if (r == odd && mode == "stall") std::this_thread::sleep_for(std::chrono::milliseconds(3000));
   });
