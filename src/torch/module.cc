@@ -1,0 +1,40 @@
+// The Python extension mpcomm._C: creates the "mpcomm" process group for torch.distributed
+// (python/mpcomm/torch.py registers it).
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "mpcomm/communicator.h"
+#include "torch/process_group.h"
+
+namespace py = pybind11;
+using mpcomm::torch_backend::ProcessGroupMpcomm;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "mpcomm's torch.distributed backend (import mpcomm.torch to register it)";
+  m.def(
+      "create_process_group",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::duration<float> timeout) {
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+        return c10::intrusive_ptr<c10d::ProcessGroup>(c10::make_intrusive<ProcessGroupMpcomm>(store, rank, size, ms));
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+      "Creates the mpcomm process group of `size` ranks meeting through the c10d `store` (MPCOMM_BACKEND picks "
+      "the mpcomm backend underneath, native by default); `timeout` bounds the rendezvous and every op.");
+  m.def(
+      "backend_of",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+        auto* p = dynamic_cast<ProcessGroupMpcomm*>(pg.get());
+        if (!p) throw std::invalid_argument("mpcomm: backend_of: not an mpcomm process group");
+        return p->mpcomm_backend();
+      },
+      "The mpcomm backend under an mpcomm process group (native, gloo, mpi, nccl).");
+  m.def(
+      "flight_record",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+        auto* p = dynamic_cast<ProcessGroupMpcomm*>(pg.get());
+        if (!p) throw std::invalid_argument("mpcomm: flight_record: not an mpcomm process group");
+        return p->communicator().flight_record();
+      },
+      "The flight recorder's text of an mpcomm process group: its last operations with state and times.");
+  m.def("available_backends", &mpcomm::available_backends, "mpcomm backends usable on this machine.");
+}
