@@ -44,7 +44,7 @@ install: build
 
 # The Debian package is built on its own, without CUDA (docs/install.md says why), and only what it holds.
 deb: deps
-	@cmake -S . -B build-deb -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DMPCOMM_WITH_CUDA=OFF \
+	@cmake -S . -B build-deb -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DMPCOMM_WITH_CUDA=OFF -DMPCOMM_WITH_TORCH=OFF \
 	  -DMPCOMM_BUILD_TESTS=OFF -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >/dev/null
 	@cmake --build build-deb -j $(JOBS) --target mpcomm_shared mpcomm_cli
 	cd build-deb && cpack -G DEB

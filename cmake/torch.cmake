@@ -2,6 +2,7 @@
 # whenever PyTorch's C++ headers (Debian: libtorch-dev), pybind11 and the system Python's headers are found.
 # The extension links libmpcomm.so (the public API only) and libtorch_python, which TorchConfig.cmake does not
 # name. Without them the build goes on and says why the package was skipped.
+include(GNUInstallDirs)
 option(MPCOMM_WITH_TORCH "Build the PyTorch backend (python/mpcomm) when PyTorch's C++ headers are found" ON)
 set(MPCOMM_TORCH_BUILT OFF)
 if(MPCOMM_WITH_TORCH)
@@ -43,6 +44,29 @@ if(MPCOMM_WITH_TORCH)
       get_filename_component(n ${f} NAME)
       configure_file(${f} ${MPCOMM_PYTHON_DIR}/mpcomm/${n} COPYONLY)
     endforeach()
+    # The extension finds libmpcomm.so beside the build's python/ folder, and, installed, in the prefix's
+    # library folder: PREFIX/lib/python3.X/dist-packages/mpcomm (or PREFIX/lib/python3/dist-packages/mpcomm
+    # for /usr, Debian's folder for the system Python) is four levels below PREFIX.
+    set_target_properties(mpcomm_torch PROPERTIES BUILD_WITH_INSTALL_RPATH ON
+                          INSTALL_RPATH "$ORIGIN/../..;$ORIGIN/../../../../${CMAKE_INSTALL_LIBDIR}")
+    # Installed into the system Python's site folder for the prefix (docs/install.md); the folder is
+    # decided at install time, when `--prefix` is known. MPCOMM_PYTHON_INSTALL_DIR (relative to the prefix,
+    # or absolute) overrides it.
+    set(MPCOMM_PYTHON_INSTALL_DIR "" CACHE STRING "where cmake --install puts the python package mpcomm (default: the system Python's site folder for the prefix)")
+    install(CODE "
+      set(_dir \"${MPCOMM_PYTHON_INSTALL_DIR}\")
+      if(NOT _dir)
+        if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
+          set(_dir lib/python3/dist-packages)
+        else()
+          set(_dir lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/dist-packages)
+        endif()
+      endif()
+      if(NOT IS_ABSOLUTE \"\${_dir}\")
+        set(_dir \"\${CMAKE_INSTALL_PREFIX}/\${_dir}\")
+      endif()
+      file(INSTALL DESTINATION \"\${_dir}\" TYPE DIRECTORY FILES \"${MPCOMM_PYTHON_DIR}/mpcomm\"
+           PATTERN __pycache__ EXCLUDE)" COMPONENT python)
     message(STATUS "mpcomm: the PyTorch backend is built (torch ${Torch_VERSION}, ${Python3_EXECUTABLE})")
   endif()
 endif()

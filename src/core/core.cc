@@ -596,6 +596,22 @@ void Core::wait(OpRequest& r) {
   auto deadline = Clock::now() + backend_->options().timeout + kWaiterGrace;
   uint64_t seen = endings_;
   while (!r.ended()) {
+    // Next in line and nobody drives: the waiter runs it itself (no hand-over to the progress thread and
+    // back: what makes issue-then-wait cost what a blocking call costs).
+    if (r.phase == OpRequest::Phase::queued && !queue_.empty() && queue_.front().get() == &r &&
+        driver_ == Driver::none) {
+      std::shared_ptr<OpRequest> mine = std::move(queue_.front());
+      queue_.pop_front();
+      driver_ = Driver::caller;
+      lk.unlock();
+      process(r);
+      if (r.phase == OpRequest::Phase::started) add_inflight(mine);
+      lk.lock();
+      driver_ = Driver::none;
+      ++endings_;
+      cv_.notify_all();
+      continue;
+    }
     if (r.phase == OpRequest::Phase::started && queue_.empty() && driver_ == Driver::none) {
       driver_ = Driver::caller;
       lk.unlock();

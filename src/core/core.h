@@ -10,6 +10,8 @@
 //    and then completes as its peer allows: while nobody waits on it the progress thread tests it between
 //    naps (50 us growing to 1 ms), and a caller that waits drives it to completion itself;
 //  - a blocking call runs on the caller's thread when nothing is queued, else it is queued and waited for.
+//  - a thread that waits on the op next in line while nobody drives runs it itself (issue-then-wait costs
+//    what a blocking call costs: no hand-over to the progress thread and back).
 // Exactly one thread "drives" the backend at any time (the caller or the progress thread: `driver_`),
 // so backends are never entered twice at once; the same rule guards the statistics and the recorder.
 #pragma once
@@ -83,7 +85,7 @@ class Core : public std::enable_shared_from_this<Core> {
   void start_now(OpRequest& r);
   // One test of a started send/receive, or a wait for it (the driver only); true when it ended.
   bool progress_now(OpRequest& r, bool wait);
-  // Runs a queued op (the progress thread, as driver).
+  // Runs a queued op (the driver: the progress thread, or a waiter whose op is next in line).
   void process(OpRequest& r);
   // Bookkeeping for an op that ended: recorder, statistics; on failure the abort fan-out.
   void finished(const Op& op, uint64_t ticket, uint64_t t0, uint64_t t1, bool add_call);

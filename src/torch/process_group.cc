@@ -4,6 +4,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdlib>
 #include <mutex>
 #include <numeric>
@@ -697,6 +698,38 @@ ProcessGroupMpcomm::Works ProcessGroupMpcomm::recv(std::vector<at::Tensor>& tens
 
 ProcessGroupMpcomm::Works ProcessGroupMpcomm::recvAnysource(std::vector<at::Tensor>&, int) {
   refuse("recv", "receiving from any source is not supported by mpcomm: name the source rank (src=...)");
+}
+
+std::vector<double> ProcessGroupMpcomm::time_from_cpp(const std::string& op, size_t count, int iters) {
+  const int n = getSize(), r = getRank();
+  const size_t blocks = op == "alltoall" ? static_cast<size_t>(n) : 1;
+  std::vector<float> a(count * blocks, 1.0f), b(count * blocks, 0.0f);
+  std::vector<double> secs;
+  std::function<void()> call;
+  if (op == "allreduce")
+    call = [&] { comm_->allreduce(a.data(), a.data(), count, DataType::float32, ReduceOp::sum); };
+  else if (op == "broadcast")
+    call = [&] { comm_->broadcast(a.data(), count, DataType::float32, 0); };
+  else if (op == "alltoall")
+    call = [&] { comm_->alltoall(a.data(), b.data(), count, DataType::float32); };
+  else if (op == "sendrecv")
+    call = [&] {
+      if (n == 1) return;
+      Request in = comm_->irecv(b.data(), count, DataType::float32, (r + n - 1) % n, 9);
+      Request out = comm_->isend(a.data(), count, DataType::float32, (r + 1) % n, 9);
+      in.wait();
+      out.wait();
+    };
+  else
+    refuse("time_from_cpp", "unknown op '" + op + "' (allreduce, broadcast, alltoall, sendrecv)");
+  std::lock_guard<std::mutex> g(issue_mu_);
+  for (int i = 0; i < iters; ++i) {
+    comm_->barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return secs;
 }
 
 ProcessGroupMpcomm::Works ProcessGroupMpcomm::barrier(const c10d::BarrierOptions&) {

@@ -159,4 +159,19 @@ for b in gloo mpi; do
     run 4 "$work/cmake-shared/tp_linear" --backend "$b"
   fi
 done
+if [[ -d "$build/python/mpcomm" ]]; then
+  step "the python package: torch.distributed's \"mpcomm\" backend from the installed copy"
+  site=$(ls -d "$prefix"/lib/python3*/dist-packages 2>/dev/null | head -1)
+  [[ -n "$site" && -f "$site/mpcomm/torch.py" ]] || fail "the python package is not installed under $prefix/lib/python3*/dist-packages"
+  ls "$site"/mpcomm/_C*.so >/dev/null || fail "the extension mpcomm._C is not installed"
+  [[ -f "$prefix/share/doc/mpcomm/examples/torch_ddp.py" ]] || fail "examples/torch_ddp.py is not installed"
+  # The installed copy only: the build folder is nowhere on any path; the extension finds the installed
+  # libmpcomm.so by its RUNPATH.
+  out=$(cd "$work" && PYTHONPATH="$site" OMP_NUM_THREADS=1 timeout 300 "$mpcomm" launch -n 2 -- /usr/bin/python3 \
+        "$prefix/share/doc/mpcomm/examples/torch_ddp.py" 2>&1) || { echo "$out"; fail "torch_ddp.py under mpcomm launch"; }
+  [[ $(grep -c ': ok$' <<<"$out") -eq 2 ]] || { echo "$out"; fail "torch_ddp.py: not every rank said ok"; }
+  grep -m1 ': ok$' <<<"$out"
+  lib=$(cd "$work" && PYTHONPATH="$site" /usr/bin/python3 -c 'import mpcomm._C as c; print(c.__file__)')
+  ldd "$lib" | grep -q "$prefix/lib.*/libmpcomm.so" || { ldd "$lib"; fail "the extension does not load the installed libmpcomm.so"; }
+fi
 echo "ok: installed, examples built 4 ways and run (backends here: $backends)"

@@ -31,6 +31,7 @@
 #include "bootstrap/env.h"
 #include "bootstrap/launch/launch_internal.h"
 #include "core/log.h"
+#include "core/net.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 
@@ -72,6 +73,14 @@ int launch(const LaunchOptions& o) {
   std::string addr = o.bind_addr == "0.0.0.0" ? "127.0.0.1" : o.bind_addr == "::" ? "::1" : o.bind_addr;
   const std::string port = std::to_string(store.port());
   const std::string store_url = "tcp://" + (addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + port;
+  // MASTER_PORT is another free port, not the store's: PyTorch's env:// rendezvous starts its own c10d
+  // store there on rank 0 (torchrun's convention), so that PyTorch programs run under mpcomm launch
+  // unchanged. mpcomm itself finds its store through MPCOMM_STORE.
+  const std::string torch_port = [&] {
+    uint16_t p = 0;
+    (void)net::listen_tcp(addr, 0, &p);  // bound, read, closed: free unless someone takes it meanwhile
+    return std::to_string(p);
+  }();
   MPCOMM_LOG(info, "launch: job %s, %d ranks on %d host(s), store %s%s", job_id.c_str(), n, hosts, store_url.c_str(),
              via_mpirun ? ", through mpirun" : "");
 
@@ -79,7 +88,7 @@ int launch(const LaunchOptions& o) {
   std::vector<ExecPlan> plans;
   std::vector<std::string> mpirun_args;  // storage for the mpirun plan's argv
   if (via_mpirun) {
-    plans.push_back(mpirun_plan(o, mpirun, program, {addr, port, store_url, token, job_id, timeout_text(o.timeout_s)},
+    plans.push_back(mpirun_plan(o, mpirun, program, {addr, torch_port, store_url, token, job_id, timeout_text(o.timeout_s)},
                                 mpirun_args));
   } else {
     const std::string host_base = hosts > 1 ? host_id_from_env() : "";
@@ -104,7 +113,7 @@ int launch(const LaunchOptions& o) {
       put("LOCAL_RANK", std::to_string(r - first));
       put("LOCAL_WORLD_SIZE", std::to_string(end - first));
       put("MASTER_ADDR", addr);
-      put("MASTER_PORT", port);
+      put("MASTER_PORT", torch_port);
       put("MPCOMM_STORE", store_url);
       put("MPCOMM_TOKEN", token);
       put("MPCOMM_JOB_ID", job_id);

@@ -1,0 +1,150 @@
+"""Failures on the "mpcomm" backend, as a user sees them. Run as every rank of a job:
+
+    faults_check.py bad        bad input is refused before any traffic, with a clear Python error; the
+                               group still works afterwards
+    faults_check.py skip       the last rank skips an all_reduce: every other rank's wait() raises within
+                               the timeout (3 s) + 5 s, naming the rank it waited for
+    faults_check.py kill       rank 1 SIGKILLs itself while an all_reduce is in flight: every other rank
+                               raises within a few seconds (the timeout is 60 s)
+    faults_check.py subgroup   new_group(ranks=[0, n-1], backend="mpcomm"): exact results inside it, the
+                               others are not members
+
+Each surviving rank prints "rank R: OK <what>" or "rank R: FAIL <why>" and exits 0 or 1.
+"""
+
+import datetime
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import mpcomm.torch  # noqa: F401
+
+
+def out(msg):
+    print(f"rank {dist.get_rank()}: {msg}", flush=True)
+
+
+def expect_error(what, fn, words):
+    """fn() must raise RuntimeError/ValueError whose text holds every word of `words`."""
+    try:
+        fn()
+    except (RuntimeError, ValueError) as e:
+        text = str(e)
+        missing = [w for w in words if w not in text]
+        if missing:
+            return [f"{what}: error lacks {missing}: {text}"]
+        return []
+    return [f"{what}: was not refused"]
+
+
+def bad():
+    r, n = dist.get_rank(), dist.get_world_size()
+    fails = []
+    # (all_reduce takes complex tensors as pairs of reals itself; broadcast hands them over as they are)
+    fails += expect_error("unsupported dtype", lambda: dist.broadcast(torch.ones(3, dtype=torch.complex64), src=0),
+                          ["dtype", "ComplexFloat", "not supported"])
+    fails += expect_error("int16", lambda: dist.broadcast(torch.ones(3, dtype=torch.int16), src=0),
+                          ["dtype", "Short"])
+    fails += expect_error("root out of range", lambda: dist.broadcast(torch.ones(3), src=n + 5),
+                          ["root", str(n + 5), "out of range"])
+    fails += expect_error("reduce_scatter list of different sizes",
+                          lambda: dist.reduce_scatter(torch.empty(4), [torch.ones(4 + (q == 1)) for q in range(n)]),
+                          ["reduce_scatter", "sizes differ"])
+    fails += expect_error("all_gather output list of the wrong length",
+                          lambda: dist.all_gather([torch.empty(3) for _ in range(n + 1)], torch.ones(3)),
+                          ["allgather", "output list", str(n)])
+    # A tensor on another device: PyTorch built without CUDA cannot make a CUDA tensor (and its dispatcher
+    # refuses meta tensors before they reach a backend); with CUDA, the group's device check refuses it.
+    try:
+        cuda = torch.ones(3, device="cuda")
+        fails += expect_error("a CUDA tensor", lambda: dist.all_reduce(cuda), ["cuda", "CPU"])
+    except (RuntimeError, AssertionError) as e:
+        out(f"(no CUDA tensor possible here: {str(e).splitlines()[0][:60]})")
+    fails += expect_error("BOR", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64), op=dist.ReduceOp.BOR),
+                          ["BOR", "not supported"])
+    fails += expect_error("recv from any source", lambda: dist.recv(torch.empty(2)), ["any source"])
+    # No traffic was started by any of them: the group still works, and exactly.
+    t = torch.full((5,), float(r + 1))
+    dist.all_reduce(t)
+    if not torch.equal(t, torch.full((5,), float(n * (n + 1) // 2))):
+        fails.append(f"the group is broken after the refusals: {t.tolist()}")
+    return fails
+
+
+def skip():
+    r, n = dist.get_rank(), dist.get_world_size()
+    missing = n - 1
+    if r == missing:
+        time.sleep(12)  # stays alive (no peer failure) past the others' timeout
+        return []
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1000))
+        return ["the all_reduce completed without the last rank"]
+    except RuntimeError as e:
+        took = time.monotonic() - t0
+        text = str(e)
+        fails = []
+        if took > 3 + 5:
+            fails.append(f"raised after {took:.1f} s, past the timeout + 5 s")
+        if f"rank {missing}" not in text and "communicator was aborted" not in text:
+            fails.append(f"the error does not name rank {missing}: {text}")
+        if "allreduce" not in text:
+            fails.append(f"the error does not name the op: {text}")
+        out(f"raised after {took:.1f} s: {text.splitlines()[0][:300]}")
+        return fails
+
+
+def kill():
+    r, n = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(1 << 22)
+    dist.all_reduce(t)  # everyone connected
+    w = dist.all_reduce(t, async_op=True)
+    if r == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        for _ in range(50):  # the one in flight, then more: one of them must fail
+            w.wait()
+            w = dist.all_reduce(t, async_op=True)
+        return ["no all_reduce failed after rank 1 was killed"]
+    except RuntimeError as e:
+        took = time.monotonic() - t0
+        out(f"raised after {took:.1f} s: {str(e).splitlines()[0][:300]}")
+        return [] if took < 15 else [f"raised only after {took:.1f} s"]
+
+
+def subgroup():
+    r, n = dist.get_rank(), dist.get_world_size()
+    members = [0, n - 1]
+    g = dist.new_group(ranks=members, backend="mpcomm")
+    if r not in members:
+        return [] if g == dist.GroupMember.NON_GROUP_MEMBER else ["a non-member got a group"]
+    t = torch.full((7,), float(r))
+    dist.all_reduce(t, group=g)
+    if not torch.equal(t, torch.full((7,), float(sum(members)))):
+        return [f"subgroup all_reduce gave {t.tolist()}"]
+    b = torch.arange(4.0) if r == n - 1 else torch.zeros(4)
+    dist.broadcast(b, src=n - 1, group=g)  # src is a global rank
+    return [] if torch.equal(b, torch.arange(4.0)) else [f"subgroup broadcast gave {b.tolist()}"]
+
+
+def main():
+    mode = sys.argv[1]
+    timeout = {"skip": 3, "kill": 60}.get(mode, 60)
+    dist.init_process_group("mpcomm", timeout=datetime.timedelta(seconds=timeout))
+    fails = {"bad": bad, "skip": skip, "kill": kill, "subgroup": subgroup}[mode]()
+    for f in fails:
+        out("FAIL " + f)
+    if not fails:
+        out("OK " + mode)
+    sys.stdout.flush()
+    os._exit(1 if fails else 0)  # no destroy: after a failure the group is aborted anyway
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs a PyTorch test script as N ranks of a job, and checks that the job left nothing behind.
+#
+#   tests/torch/run.sh [--expect-ok K] LAUNCHER N SCRIPT [ARGS...]
+#
+# LAUNCHER: torchrun (Debian's, with --redirects 1 --tee 1, without which it crashes on Python 3.11),
+# mpcomm (`mpcomm launch`), mpirun. Needs MPCOMM_CLI (the mpcomm executable) and MPCOMM_PYTHONPATH (the
+# built package, build/python) in the environment; runs /usr/bin/python3, the interpreter with torch.
+# Passes when the job exits 0 — or, with --expect-ok K (a job where a rank is meant to fail), when at
+# least K lines say "rank R: OK" and none says FAIL — and when afterwards no process of this job and no
+# shared-memory segment of mpcomm's remains.
+set -uo pipefail
+expect_ok=""
+if [[ "${1:-}" == "--expect-ok" ]]; then expect_ok=$2; shift 2; fi
+launcher=$1 n=$2 script=$3
+shift 3
+: "${MPCOMM_CLI:?set MPCOMM_CLI to the mpcomm executable}" "${MPCOMM_PYTHONPATH:?set MPCOMM_PYTHONPATH to build/python}"
+py=/usr/bin/python3
+export PYTHONPATH="$MPCOMM_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
+export OMP_NUM_THREADS=1
+tag="mpcomm-torch-test-$$-$RANDOM"  # in every rank's argv: how leftovers are found
+shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^mpcomm\.' || true)
+
+# A port nobody listens on now (torchrun takes no 0), so that tests may run side by side.
+free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+case "$launcher" in
+  torchrun) cmd=("$py" -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node "$n"
+                 --master_port "$(free_port)" "$script" "$@" --tag "$tag") ;;
+  mpcomm)   cmd=("$MPCOMM_CLI" launch -n "$n" --timeout 300 -- "$py" "$script" "$@" --tag "$tag") ;;
+  mpirun)   cmd=(mpirun -n "$n" --oversubscribe -x PYTHONPATH -x OMP_NUM_THREADS)
+            [[ $(id -u) -eq 0 ]] && cmd+=(--allow-run-as-root)
+            cmd+=("$py" "$script" "$@" --tag "$tag") ;;
+  *) echo "run.sh: unknown launcher '$launcher' (torchrun, mpcomm, mpirun)" >&2; exit 2 ;;
+esac
+
+out=$(timeout 600 "${cmd[@]}" 2>&1)
+status=$?
+printf '%s\n' "$out"
+fail=0
+if [[ -n "$expect_ok" ]]; then
+  oks=$(grep -cE 'rank [0-9]+: OK' <<<"$out" || true)
+  if (( oks < expect_ok )); then echo "run.sh: $oks ranks said OK, expected at least $expect_ok" >&2; fail=1; fi
+  if grep -qE 'rank [0-9]+: FAIL' <<<"$out"; then echo "run.sh: a rank failed" >&2; fail=1; fi
+elif (( status != 0 )); then
+  echo "run.sh: the job exited with status $status" >&2; fail=1
+fi
+
+# Nothing left: no process of this job (within 10 s), no new mpcomm segment.
+for _ in $(seq 100); do pgrep -f "$tag" >/dev/null || break; sleep 0.1; done
+if pgrep -f "$tag" >/dev/null; then
+  echo "run.sh: processes of the job are left:" >&2; pgrep -af "$tag" >&2; pkill -9 -f "$tag"; fail=1
+fi
+shm_after=$(ls /dev/shm 2>/dev/null | grep -c '^mpcomm\.' || true)
+if (( shm_after > shm_before )); then
+  echo "run.sh: shared-memory segments left: $(ls /dev/shm | grep '^mpcomm\.')" >&2; fail=1
+fi
+exit $fail
