@@ -1,12 +1,13 @@
 # Installation (`cmake --install build --prefix P`, `make install`) and packaging (`make deb`: CPack).
 # Included at the end of the top CMakeLists.txt, once every target and backend is known. What goes where:
-#   bin/mpcomm                        the CLI (libmpcomm linked in), with plot_report.py beside it
-#                                     (`mpcomm compare --report` runs it from there)
+#   bin/mpcomm                        the CLI (libmpcomm linked in), with plot_report.py and torch-bench beside
+#                                     it (`mpcomm compare --report`, `--torch` run them from there)
 #   include/mpcomm/*.h                the public headers
 #   LIBDIR/libmpcomm.so.X.Y           the shared library (SONAME libmpcomm.so.X.Y), libmpcomm.so, libmpcomm.a
 #   LIBDIR/cmake/mpcomm/              find_package(mpcomm): mpcomm::mpcomm, mpcomm::mpcomm_static
 #   LIBDIR/pkgconfig/                 mpcomm.pc (shared), mpcomm-static.pc
 #   share/doc/mpcomm/                 README.md, docs/*.md, examples/
+#   lib/python3.X/dist-packages/mpcomm  the PyTorch backend's package (cmake/torch.cmake; /usr: lib/python3/dist-packages)
 # docs/install.md says how to use each.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -66,6 +67,7 @@ install(TARGETS mpcomm_shared EXPORT mpcomm-targets LIBRARY DESTINATION ${CMAKE_
 install(TARGETS mpcomm ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS mpcomm_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${CMAKE_BINARY_DIR}/plot_report.py DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(PROGRAMS ${CMAKE_BINARY_DIR}/torch-bench DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/mpcomm DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")

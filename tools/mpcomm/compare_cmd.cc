@@ -5,6 +5,7 @@
 //   2. broadcast bandwidth, 8 ranks on one host       (article: NCCL 80 GB/s vs Gloo 50 GB/s)
 //   3. all-reduce across 4 hosts × 2 ranks (emulated) (article: 4×8 GPUs, NCCL 5.8 ms vs Gloo 15.2 ms)
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -54,8 +55,38 @@ struct CompareCli {
   std::string device = "auto";
   std::string max_latency = "2M", max_bcast = "32M";
   bool model_sizes = true;
+  bool torch = false;
   Model model;
 };
+
+// Section 5 (--torch): scripts/torch-bench, installed beside this executable, run with the same ranks and
+// sizes: torch.distributed on gloo and on mpcomm (and nccl with a GPU), and the same ops from C++. Returns
+// its table for the report, or why it could not run.
+std::string torch_section(const CompareCli& o, const std::string& max_bytes, const std::string& json_path) {
+  std::string exe = bench::self_exe_path();
+  const std::string script = exe.substr(0, exe.rfind('/')) + "/torch-bench";
+  if (::access(script.c_str(), X_OK) != 0) return "(not run: " + script + " is missing)\n";
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed, mpcomm.torch' >/dev/null 2>&1") != 0 &&
+      std::system(("PYTHONPATH='" + exe.substr(0, exe.rfind('/')) + "/python' /usr/bin/python3 -c 'import mpcomm.torch' "
+                   ">/dev/null 2>&1").c_str()) != 0)
+    return "(not run: PyTorch or the mpcomm python package is not importable by /usr/bin/python3; the package is built "
+           "when PyTorch's C++ headers are found, see README)\n";
+  std::string cmd = "/usr/bin/python3 '" + script + "' -n " + std::to_string(o.ranks) + " -b 8 -e " + max_bytes +
+                    " -f 8 --iters " + std::to_string(o.iters) + " --warmup " + std::to_string(o.warmup) +
+                    (json_path.empty() ? "" : " --json '" + json_path + "'") + " 2>&1";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) {
+      out.append(buf, n);
+      std::fwrite(buf, 1, n, stdout);
+      std::fflush(stdout);
+    }
+    if (::pclose(p) != 0) return "(torch-bench failed: " + cmd + ")\n\n```\n" + out + "```\n";
+  }
+  return "```\n" + out + "```\n";
+}
 
 struct Experiment {
   std::string title, article;
@@ -198,6 +229,7 @@ Runner add_compare(CLI::App& app) {
   app.add_option("--report", o->report, "write report.md, results.jsonl and PNG plots to this folder");
   app.add_option("--json", o->json, "write every measured row as JSON lines");
   app.add_option("--device", o->device, "buffers on cpu or cuda; auto (default): cuda when a GPU is present");
+  app.add_flag("--torch", o->torch, "also run the PyTorch section: torch.distributed on gloo vs mpcomm (scripts/torch-bench)");
   return [o, hidden, seq] {
     bool known = false;
     for (const auto& p : kPresets)
@@ -320,6 +352,15 @@ Runner add_compare(CLI::App& app) {
        << "What this does not measure: "
        << (base.device == "cpu" ? "GPUs (no GPU buffers in this run; NCCL needs a GPU), " : "")
        << "real networks (emulated hosts talk over loopback TCP), and machines larger than this one.\n\n";
+    if (o->torch) {
+      std::printf("\n######## 5. the same at the PyTorch level (torch.distributed, scripts/torch-bench)\n");
+      std::fflush(stdout);
+      md << "## 5. The same at the PyTorch level\n\ntorch.distributed's all_reduce, broadcast, all_to_all_single and a "
+            "ring of isend/irecv on torch tensors, " << o->ranks << " ranks, the backends in turns; each call after a "
+            "barrier, the median of the slowest rank's times (`scripts/torch-bench`). `c++` is the same op made from "
+            "C++ on the mpcomm group's communicator; `layer` is what the PyTorch layer adds.\n\n"
+         << torch_section(*o, o->max_latency, o->report.empty() ? "" : o->report + "/torch.jsonl") << "\n";
+    }
     md << "## Machine\n\n```\n" << info_text() << "```\n";
     std::printf("\n%s", md.str().c_str());
 
