@@ -256,10 +256,12 @@ Request Communicator::ialltoall(const void* send, void* recv, size_t count, Data
   return core_->icollective(o);
 }
 
-// The uneven collectives: count is what this rank sends (op.h); the spans are checked by the front door.
+// The uneven collectives: count is what this rank sends (op.h); the sizes are checked by the front door.
 namespace {
 
-size_t sum_or_zero(std::span<const size_t> counts) {
+std::span<const size_t> view(SizeSpan s) { return {s.data(), s.size()}; }
+
+size_t sum_or_zero(SizeSpan counts) {
   size_t total = 0;
   for (size_t c : counts) total = c > SIZE_MAX - total ? SIZE_MAX : total + c;  // an overflow is refused later
   return total;
@@ -267,32 +269,30 @@ size_t sum_or_zero(std::span<const size_t> counts) {
 
 }  // namespace
 
-void Communicator::alltoallv(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_displs,
-                             void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
-                             DataType dt) {
-  const detail::VCounts v{send_counts, send_displs, recv_counts, recv_displs};
+void Communicator::alltoallv(const void* send, SizeSpan send_counts, SizeSpan send_displs, void* recv,
+                             SizeSpan recv_counts, SizeSpan recv_displs, DataType dt) {
+  const detail::VCounts v{view(send_counts), view(send_displs), view(recv_counts), view(recv_displs)};
   Op o{.kind = OpKind::alltoallv, .send = send, .recv = recv, .count = sum_or_zero(send_counts), .dtype = dt, .v = &v};
   core_->collective(o);
 }
 
-void Communicator::allgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                              std::span<const size_t> recv_displs, DataType dt) {
-  const detail::VCounts v{{}, {}, recv_counts, recv_displs};
+void Communicator::allgatherv(const void* send, size_t send_count, void* recv, SizeSpan recv_counts,
+                              SizeSpan recv_displs, DataType dt) {
+  const detail::VCounts v{{}, {}, view(recv_counts), view(recv_displs)};
   Op o{.kind = OpKind::allgatherv, .send = send, .recv = recv, .count = send_count, .dtype = dt, .v = &v};
   core_->collective(o);
 }
 
-Request Communicator::ialltoallv(const void* send, std::span<const size_t> send_counts,
-                                 std::span<const size_t> send_displs, void* recv, std::span<const size_t> recv_counts,
-                                 std::span<const size_t> recv_displs, DataType dt) {
-  const detail::VCounts v{send_counts, send_displs, recv_counts, recv_displs};
+Request Communicator::ialltoallv(const void* send, SizeSpan send_counts, SizeSpan send_displs, void* recv,
+                                 SizeSpan recv_counts, SizeSpan recv_displs, DataType dt) {
+  const detail::VCounts v{view(send_counts), view(send_displs), view(recv_counts), view(recv_displs)};
   Op o{.kind = OpKind::alltoallv, .send = send, .recv = recv, .count = sum_or_zero(send_counts), .dtype = dt, .v = &v};
   return core_->icollective(o);
 }
 
-Request Communicator::iallgatherv(const void* send, size_t send_count, void* recv, std::span<const size_t> recv_counts,
-                                  std::span<const size_t> recv_displs, DataType dt) {
-  const detail::VCounts v{{}, {}, recv_counts, recv_displs};
+Request Communicator::iallgatherv(const void* send, size_t send_count, void* recv, SizeSpan recv_counts,
+                                  SizeSpan recv_displs, DataType dt) {
+  const detail::VCounts v{{}, {}, view(recv_counts), view(recv_displs)};
   Op o{.kind = OpKind::allgatherv, .send = send, .recv = recv, .count = send_count, .dtype = dt, .v = &v};
   return core_->icollective(o);
 }
