@@ -9,7 +9,8 @@
 //  - count is in elements; count 0 is allowed and moves nothing.
 //  - in place: allreduce/reduce with send == recv; allgather with send == recv + rank*count;
 //    reduce_scatter with recv == send + rank*count; gather (at root) with send == recv + root*count;
-//    scatter (at root) with recv == send + root*count; alltoall with send == recv.
+//    scatter (at root) with recv == send + root*count; alltoall with send == recv; allgatherv with
+//    send == recv + recv_displs[rank()]. alltoallv has no in-place form.
 //  - after an error (timeout, peer failure, mismatch) the communicator is aborted: every later call
 //    throws at once with the original reason.
 //
@@ -41,6 +42,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#if __cplusplus >= 202002L
+#include <span>
+#endif
 
 #include "mpcomm/error.h"
 #include "mpcomm/export.h"
@@ -52,9 +56,9 @@ namespace mpcomm {
 // The collectives and point-to-point operations, as recorded and fingerprinted.
 enum class OpKind : uint8_t {
   allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall,
-  barrier, send, recv, split
+  barrier, send, recv, split, alltoallv, allgatherv
 };
-inline constexpr int kNumOpKinds = 12;
+inline constexpr int kNumOpKinds = 14;
 MPCOMM_API std::string_view to_string(OpKind k);
 
 // Which host each rank runs on (hosts numbered in order of their lowest rank).
@@ -100,6 +104,33 @@ struct OpStats {
   uint64_t calls = 0;
   uint64_t bytes = 0;  // bytes of the caller's buffer(s) per call, summed
   double seconds = 0;
+};
+
+// A read-only view of sizes (counts or displacements, one per rank): std::span<const size_t> for
+// programs built as C++17 too (this header is C++17; PyTorch extensions are built so). Made from a
+// std::vector, std::array or C array of size_t, (pointer, size), or in C++20 a std::span.
+// It does not own the sizes: they must live for the call (the uneven i-ops copy them at the call).
+class SizeSpan {
+ public:
+  constexpr SizeSpan() = default;
+  constexpr SizeSpan(const size_t* data, size_t size) : data_(data), size_(size) {}
+  SizeSpan(const std::vector<size_t>& v) : data_(v.data()), size_(v.size()) {}
+  template <size_t N>
+  constexpr SizeSpan(const std::array<size_t, N>& a) : data_(a.data()), size_(N) {}
+  template <size_t N>
+  constexpr SizeSpan(const size_t (&a)[N]) : data_(a), size_(N) {}
+#if __cplusplus >= 202002L
+  constexpr SizeSpan(std::span<const size_t> s) : data_(s.data()), size_(s.size()) {}
+#endif
+  constexpr const size_t* data() const { return data_; }
+  constexpr size_t size() const { return size_; }
+  constexpr size_t operator[](size_t i) const { return data_[i]; }
+  constexpr const size_t* begin() const { return data_; }
+  constexpr const size_t* end() const { return data_ + size_; }
+
+ private:
+  const size_t* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 namespace detail {
@@ -165,6 +196,23 @@ class MPCOMM_API Communicator final {
   void alltoall(const void* send, void* recv, size_t count, DataType dt);
   void barrier();
 
+  // Uneven collectives (PyTorch's all_to_all_single with split sizes, all_gather of uneven tensors).
+  // Counts and displacements are in elements, one entry per rank (size() each, else InvalidArgument);
+  // the arrays are copied at the call, so an i-op's may go away once it returns. Every receive region
+  // (recv + displs[p], counts[p] elements) is apart from every other and from the send region, but for
+  // allgatherv in place.
+  // alltoallv: send_counts[p] elements from send + send_displs[p] go to rank p, where they land at
+  //   recv + recv_displs[rank()]; recv_counts[p] must equal what p sends here (send_counts[rank()] on p),
+  //   else every rank fails with a Mismatch naming both ranks.
+  void alltoallv(const void* send, SizeSpan send_counts, SizeSpan send_displs, void* recv, SizeSpan recv_counts,
+                 SizeSpan recv_displs, DataType dt);
+  // allgatherv: every rank sends send_count elements; rank p's land at recv + recv_displs[p]
+  //   (recv_counts[p] elements). recv_counts is the same on every rank (else a Mismatch naming both
+  //   ranks), with recv_counts[rank()] == send_count; recv_displs may differ between ranks. In place:
+  //   send == recv + recv_displs[rank()].
+  void allgatherv(const void* send, size_t send_count, void* recv, SizeSpan recv_counts, SizeSpan recv_displs,
+                  DataType dt);
+
   // The same collectives, non-blocking (see the rules at the top of this file).
   Request iallreduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op);
   Request ibroadcast(void* buf, size_t count, DataType dt, int root);
@@ -175,6 +223,10 @@ class MPCOMM_API Communicator final {
   Request iscatter(const void* send, void* recv, size_t count, DataType dt, int root);
   Request ialltoall(const void* send, void* recv, size_t count, DataType dt);
   Request ibarrier();
+  Request ialltoallv(const void* send, SizeSpan send_counts, SizeSpan send_displs, void* recv, SizeSpan recv_counts,
+                     SizeSpan recv_displs, DataType dt);
+  Request iallgatherv(const void* send, size_t send_count, void* recv, SizeSpan recv_counts, SizeSpan recv_displs,
+                      DataType dt);
 
   // Point to point. A receive must name the same count and dtype the sender sent; messages from one
   // peer with one tag arrive in the order they were sent.

@@ -94,6 +94,12 @@ class Backend {
   // on plan.store; a backend with its own split (MPI_Comm_split, ncclCommSplit) overrides it.
   virtual std::unique_ptr<Backend> split(const SplitPlan& plan);
 
+  // Whether the backend fails every receive that gets another size than it expects (native frames carry
+  // their size). Where it does not, the front door checks the counts of every alltoallv and allgatherv
+  // against the other ranks' first (one small allgather, Core::verify_counts); MPCOMM_CHECK does it on
+  // every backend.
+  virtual bool checks_sizes() const { return false; }
+
   // Whether a request's test() is cheap enough for the progress thread to call it between naps, for sends
   // and receives nobody waits for yet.
   virtual bool cheap_test() const { return true; }

@@ -2,6 +2,8 @@
 // checks, numbers, records and runs it on the backend. Also the Op helpers every layer uses.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "core/core.h"
 #include "core/op.h"
 #include "core/params.h"
@@ -10,7 +12,32 @@
 namespace mpcomm {
 namespace detail {
 
+namespace {
+
+// Bytes from the buffer's start to the end of its last non-empty block.
+size_t extent(std::span<const size_t> counts, std::span<const size_t> displs, size_t es) {
+  size_t end = 0;
+  for (size_t p = 0; p < counts.size(); ++p)
+    if (counts[p] > 0) end = std::max(end, (displs[p] + counts[p]) * es);
+  return end;
+}
+
+}  // namespace
+
+size_t recv_total(const Op& op) {
+  size_t total = 0;
+  if (op.v != nullptr)
+    for (size_t c : op.v->recv_counts) total += c;
+  return total;
+}
+
 BufferSpans buffer_spans(const Op& op, int rank, int size) {
+  if (op.v != nullptr) {
+    const size_t es = dtype_size(op.dtype);
+    const VCounts& v = *op.v;
+    return {op.kind == OpKind::alltoallv ? extent(v.send_counts, v.send_displs, es) : op.count * es,
+            extent(v.recv_counts, v.recv_displs, es)};
+  }
   const size_t one = op.bytes();
   size_t all = one;
   switch (op.kind) {
@@ -34,7 +61,9 @@ BufferSpans buffer_spans(const Op& op, int rank, int size) {
     case OpKind::send: return {one, 0};
     case OpKind::recv: return {0, one};
     case OpKind::barrier:
-    case OpKind::split: break;
+    case OpKind::split:
+    case OpKind::alltoallv:
+    case OpKind::allgatherv: break;
   }
   return {0, 0};
 }
@@ -46,7 +75,7 @@ Fingerprint fingerprint(const Op& op) {
   f.redop = op.reduces() ? static_cast<uint8_t>(op.redop) : 0xff;
   f.root = op.rooted() ? op.root : -1;
   f.seq = op.seq;
-  f.count = op.count;
+  f.count = op.kind == OpKind::alltoallv ? 0 : op.kind == OpKind::allgatherv ? recv_total(op) : op.count;
   return f;
 }
 
@@ -54,7 +83,10 @@ std::string describe(const Fingerprint& f) {
   auto kind = static_cast<OpKind>(f.kind);
   std::string s = std::string(to_string(kind)) + " #" + std::to_string(f.seq);
   if (kind == OpKind::barrier) return s;
-  s += " (count " + std::to_string(f.count) + ", " + std::string(to_string(static_cast<DataType>(f.dtype)));
+  const std::string dtype(to_string(static_cast<DataType>(f.dtype)));
+  if (kind == OpKind::alltoallv) return s + " (" + dtype + ")";
+  if (kind == OpKind::allgatherv) return s + " (total " + std::to_string(f.count) + ", " + dtype + ")";
+  s += " (count " + std::to_string(f.count) + ", " + dtype;
   if (f.redop != 0xff) s += ", " + std::string(to_string(static_cast<ReduceOp>(f.redop)));
   if (f.root >= 0) s += ", root " + std::to_string(f.root);
   return s + ")";
@@ -66,6 +98,9 @@ std::string describe(const Op& op, int rank, int size, std::string_view backend)
     s = std::string(to_string(op.kind)) + " #" + std::to_string(op.seq) + " (count " + std::to_string(op.count) +
         ", " + std::string(to_string(op.dtype)) + (op.kind == OpKind::send ? ", to rank " : ", from rank ") +
         std::to_string(op.peer) + ", tag " + std::to_string(op.tag) + ")";
+  } else if (op.v != nullptr) {
+    s = describe(fingerprint(op));
+    s.insert(s.size() - 1, "; " + std::to_string(op.count) + " elements out, " + std::to_string(recv_total(op)) + " in");
   } else {
     s = describe(fingerprint(op));
   }
@@ -218,6 +253,47 @@ Request Communicator::iscatter(const void* send, void* recv, size_t count, DataT
 
 Request Communicator::ialltoall(const void* send, void* recv, size_t count, DataType dt) {
   Op o{.kind = OpKind::alltoall, .send = send, .recv = recv, .count = count, .dtype = dt};
+  return core_->icollective(o);
+}
+
+// The uneven collectives: count is what this rank sends (op.h); the sizes are checked by the front door.
+namespace {
+
+std::span<const size_t> view(SizeSpan s) { return {s.data(), s.size()}; }
+
+size_t sum_or_zero(SizeSpan counts) {
+  size_t total = 0;
+  for (size_t c : counts) total = c > SIZE_MAX - total ? SIZE_MAX : total + c;  // an overflow is refused later
+  return total;
+}
+
+}  // namespace
+
+void Communicator::alltoallv(const void* send, SizeSpan send_counts, SizeSpan send_displs, void* recv,
+                             SizeSpan recv_counts, SizeSpan recv_displs, DataType dt) {
+  const detail::VCounts v{view(send_counts), view(send_displs), view(recv_counts), view(recv_displs)};
+  Op o{.kind = OpKind::alltoallv, .send = send, .recv = recv, .count = sum_or_zero(send_counts), .dtype = dt, .v = &v};
+  core_->collective(o);
+}
+
+void Communicator::allgatherv(const void* send, size_t send_count, void* recv, SizeSpan recv_counts,
+                              SizeSpan recv_displs, DataType dt) {
+  const detail::VCounts v{{}, {}, view(recv_counts), view(recv_displs)};
+  Op o{.kind = OpKind::allgatherv, .send = send, .recv = recv, .count = send_count, .dtype = dt, .v = &v};
+  core_->collective(o);
+}
+
+Request Communicator::ialltoallv(const void* send, SizeSpan send_counts, SizeSpan send_displs, void* recv,
+                                 SizeSpan recv_counts, SizeSpan recv_displs, DataType dt) {
+  const detail::VCounts v{view(send_counts), view(send_displs), view(recv_counts), view(recv_displs)};
+  Op o{.kind = OpKind::alltoallv, .send = send, .recv = recv, .count = sum_or_zero(send_counts), .dtype = dt, .v = &v};
+  return core_->icollective(o);
+}
+
+Request Communicator::iallgatherv(const void* send, size_t send_count, void* recv, SizeSpan recv_counts,
+                                  SizeSpan recv_displs, DataType dt) {
+  const detail::VCounts v{{}, {}, view(recv_counts), view(recv_displs)};
+  Op o{.kind = OpKind::allgatherv, .send = send, .recv = recv, .count = send_count, .dtype = dt, .v = &v};
   return core_->icollective(o);
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <span>
+#include <utility>
 
 #include "core/device.h"
 #include "core/op_clock.h"
@@ -28,6 +30,22 @@ class OpRequest final : public RequestState {
   void on_complete(std::function<void(std::exception_ptr)> fn) override { core_->on_complete(*this, std::move(fn)); }
   bool ended() const { return phase == Phase::done || phase == Phase::failed; }
   bool is_p2p() const { return op.kind == OpKind::send || op.kind == OpKind::recv; }
+  // An uneven op's counts and displacements, copied from the caller's arrays (which may go away once the
+  // call returns); op.v points at the copies from now on.
+  void own_counts() {
+    const VCounts& v = *op.v;
+    counts_.reserve(v.send_counts.size() + v.send_displs.size() + v.recv_counts.size() + v.recv_displs.size());
+    auto keep = [&](std::span<const size_t> s) {
+      const size_t at = counts_.size();
+      counts_.insert(counts_.end(), s.begin(), s.end());
+      return std::span<const size_t>(counts_.data() + at, s.size());
+    };
+    vcounts_.send_counts = keep(v.send_counts);
+    vcounts_.send_displs = keep(v.send_displs);
+    vcounts_.recv_counts = keep(v.recv_counts);
+    vcounts_.recv_displs = keep(v.recv_displs);
+    op.v = &vcounts_;
+  }
 
   std::shared_ptr<Core> core_;
   Op op;
@@ -41,6 +59,10 @@ class OpRequest final : public RequestState {
   // Request::on_complete's function, until it is called (under Core::mu_).
   std::function<void(std::exception_ptr)> callback;
   std::atomic<bool> callback_given{false};  // read by the progress thread without mu_
+
+ private:
+  std::vector<size_t> counts_;  // own_counts(): every span of vcounts_ points into it (reserved up front)
+  VCounts vcounts_;
 };
 
 namespace {
@@ -57,6 +79,38 @@ constexpr auto kMaxNap = std::chrono::microseconds(1000);
 
 bool overlap(const char* a, size_t an, const char* b, size_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; }
 
+// One non-empty block of an uneven op: bytes [lo, hi) of the address space, and whose block it is.
+struct Block {
+  uintptr_t lo, hi;
+  size_t rank;
+};
+
+std::vector<Block> blocks_of(const void* base, std::span<const size_t> counts, std::span<const size_t> displs, size_t es) {
+  std::vector<Block> out;
+  const auto b = reinterpret_cast<uintptr_t>(base);
+  for (size_t p = 0; p < counts.size(); ++p)
+    if (counts[p] > 0) out.push_back({b + displs[p] * es, b + (displs[p] + counts[p]) * es, p});
+  std::sort(out.begin(), out.end(), [](const Block& x, const Block& y) { return x.lo < y.lo; });
+  return out;
+}
+
+// The first pair of blocks, one of each sorted list, that share a byte (null when none do).
+std::pair<const Block*, const Block*> first_overlap(const std::vector<Block>& a, const std::vector<Block>& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i].lo < b[j].hi && b[j].lo < a[i].hi) return {&a[i], &b[j]};
+    if (a[i].hi <= b[j].hi)
+      ++i;
+    else
+      ++j;
+  }
+  return {nullptr, nullptr};
+}
+
+std::string elements_text(const Block& x, uintptr_t base, size_t es) {
+  return "[" + std::to_string((x.lo - base) / es) + ", " + std::to_string((x.hi - base) / es) + ")";
+}
+
 }  // namespace
 
 // ---- construction -----------------------------------------------------------------------------------
@@ -67,6 +121,7 @@ Core::Core(std::unique_ptr<Backend> backend, BackendFactory recreate)
       may_stage_(backend_->may_stage()),
       cheap_test_(backend_->cheap_test()),
       check_(backend_->options().check > 0 && backend_->size() > 1),
+      check_counts_(backend_->size() > 1 && (check_ || !backend_->checks_sizes())),
       recorder_([this] {
         OpClock::init();
         const long entries = param_int(backend_->options(), "MPCOMM_TRACE_ENTRIES");
@@ -136,6 +191,7 @@ BufferSpans Core::validate(const Op& op) const {
   const Backend& c = *backend_;
   if (static_cast<unsigned>(op.dtype) >= kNumDataTypes)
     bad(op, c, "unknown data type value " + std::to_string(static_cast<int>(op.dtype)));
+  if (op.v != nullptr) return validate_uneven(op);
   if (op.reduces() && static_cast<unsigned>(op.redop) >= kNumReduceOps)
     bad(op, c, "unknown reduce op value " + std::to_string(static_cast<int>(op.redop)));
   if (op.rooted() && (op.root < 0 || op.root >= c.size()))
@@ -190,6 +246,79 @@ BufferSpans Core::validate(const Op& op) const {
   return spans;
 }
 
+// alltoallv and allgatherv: one count and displacement per rank, every block inside the address space,
+// buffers of non-empty blocks not null, what this rank sends itself (alltoallv) or the others
+// (allgatherv) fitting its own receive block, and the receive blocks apart from each other and from the
+// send region, but allgatherv's in-place layout.
+BufferSpans Core::validate_uneven(const Op& op) const {
+  const Backend& c = *backend_;
+  if (c.options().device.kind == Device::cuda)
+    device::require_cuda(c.describe(op) + " on " + to_string(c.options().device));
+  const VCounts& v = *op.v;
+  const bool a2a = op.kind == OpKind::alltoallv;
+  const size_t n = static_cast<size_t>(c.size()), me = static_cast<size_t>(c.rank()), es = dtype_size(op.dtype);
+  const size_t limit = static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max()) / es;  // elements
+  auto at = [](const char* name, size_t p) { return std::string(name) + "[" + std::to_string(p) + "]"; };
+  auto one_per_rank = [&](std::span<const size_t> s, const char* name) {
+    if (s.size() != n)
+      bad(op, c, std::string(name) + " has " + std::to_string(s.size()) + " entries, expected one per rank (" +
+                     std::to_string(n) + ")");
+  };
+  auto inside = [&](std::span<const size_t> counts, std::span<const size_t> displs, const char* cn, const char* dn) {
+    for (size_t p = 0; p < n; ++p)
+      if (counts[p] > limit || displs[p] > limit - counts[p])
+        bad(op, c, at(dn, p) + " " + std::to_string(displs[p]) + " + " + at(cn, p) + " " + std::to_string(counts[p]) +
+                       " elements × " + std::to_string(es) + " bytes overflows the address space");
+  };
+  if (a2a) {
+    one_per_rank(v.send_counts, "send_counts");
+    one_per_rank(v.send_displs, "send_displs");
+  }
+  one_per_rank(v.recv_counts, "recv_counts");
+  one_per_rank(v.recv_displs, "recv_displs");
+  if (a2a) inside(v.send_counts, v.send_displs, "send_counts", "send_displs");
+  inside(v.recv_counts, v.recv_displs, "recv_counts", "recv_displs");
+  if (op.count > limit)
+    bad(op, c, (a2a ? "the send counts add up to " : "send_count ") + std::to_string(op.count) + " elements × " +
+                   std::to_string(es) + " bytes, which overflows the address space");
+  if (a2a && v.send_counts[me] != v.recv_counts[me])
+    bad(op, c, at("send_counts", me) + " is " + std::to_string(v.send_counts[me]) + " but " + at("recv_counts", me) +
+                   " is " + std::to_string(v.recv_counts[me]) + ": what this rank sends itself must fill its own block");
+  if (!a2a && v.recv_counts[me] != op.count)
+    bad(op, c, "send_count is " + std::to_string(op.count) + " but " + at("recv_counts", me) + " (this rank's block) is " +
+                   std::to_string(v.recv_counts[me]));
+  if (op.count > 0 && op.send == nullptr)
+    bad(op, c, "send buffer is null but " + std::to_string(op.count) + " elements go out");
+  const std::vector<Block> recv = blocks_of(op.recv, v.recv_counts, v.recv_displs, es);
+  if (!recv.empty() && op.recv == nullptr)
+    bad(op, c, "recv buffer is null but " + at("recv_counts", recv.front().rank) + " is " +
+                   std::to_string(v.recv_counts[recv.front().rank]));
+
+  // Receive blocks apart (sorted: only neighbours can share a byte), and apart from the send region.
+  const auto rbase = reinterpret_cast<uintptr_t>(op.recv);
+  for (size_t i = 1; i < recv.size(); ++i)
+    if (recv[i].lo < recv[i - 1].hi)
+      bad(op, c, "the receive blocks of ranks " + std::to_string(recv[i - 1].rank) + " and " + std::to_string(recv[i].rank) +
+                     " overlap (elements " + elements_text(recv[i - 1], rbase, es) + " and " +
+                     elements_text(recv[i], rbase, es) + " of recv)");
+  const auto sbase = reinterpret_cast<uintptr_t>(op.send);
+  if (a2a) {
+    const std::vector<Block> send = blocks_of(op.send, v.send_counts, v.send_displs, es);
+    if (auto [s, r] = first_overlap(send, recv); s != nullptr)
+      bad(op, c, "the send block for rank " + std::to_string(s->rank) + " (elements " + elements_text(*s, sbase, es) +
+                     " of send) overlaps the receive block of rank " + std::to_string(r->rank) + " (elements " +
+                     elements_text(*r, rbase, es) + " of recv); alltoallv has no in-place form");
+  } else if (op.count > 0) {
+    const std::vector<Block> send = {{sbase, sbase + op.count * es, me}};
+    const bool in_place = op.send == static_cast<const char*>(op.recv) + v.recv_displs[me] * es;
+    if (auto [s, r] = first_overlap(send, recv); s != nullptr && !in_place)
+      bad(op, c, "the send buffer overlaps the receive block of rank " + std::to_string(r->rank) + " (elements " +
+                     elements_text(*r, rbase, es) + " of recv) but is not the in-place layout (send == recv + " +
+                     at("recv_displs", me) + ")");
+  }
+  return buffer_spans(op, c.rank(), c.size());
+}
+
 // ---- running an op ----------------------------------------------------------------------------------
 
 void Core::run_on_backend(const Op& op, const BufferSpans& spans) {
@@ -218,9 +347,43 @@ void Core::verify_fingerprints(const Op& op) {
                      describe(all[static_cast<size_t>(r)]) + " (found by MPCOMM_CHECK)");
 }
 
+// The counts of alltoallv and allgatherv against every other rank's, through an allgather the backend
+// runs (a probe, like MPCOMM_CHECK's, sharing the op's sequence number). Every rank gets every rank's
+// counts and finds the same first disagreement, so all fail alike with a Mismatch naming both ranks:
+// alltoallv, rank p's send_counts[q] against rank q's recv_counts[p]; allgatherv, every rank's
+// recv_counts[p] against what p sends (its own recv_counts[p], which validate() held to its send_count).
+void Core::verify_counts(const Op& op) {
+  const VCounts& v = *op.v;
+  const bool a2a = op.kind == OpKind::alltoallv;
+  const int n = backend_->size();
+  const auto nn = static_cast<size_t>(n);
+  const size_t row = a2a ? 2 * nn : nn;
+  std::vector<uint64_t> mine(row), all(row * nn);
+  for (size_t p = 0; p < nn; ++p) {
+    mine[p] = a2a ? v.send_counts[p] : v.recv_counts[p];
+    if (a2a) mine[nn + p] = v.recv_counts[p];
+  }
+  Op probe{.kind = OpKind::allgather, .seq = op.seq, .send = mine.data(), .recv = all.data(),
+           .count = row * sizeof(uint64_t), .dtype = DataType::uint8, .fingerprint_probe = true};
+  run_on_backend(probe, buffer_spans(probe, backend_->rank(), n));
+  for (size_t p = 0; p < nn; ++p)
+    for (size_t q = 0; q < nn; ++q) {
+      const uint64_t sent = a2a ? all[p * row + q] : all[p * row + p];
+      const uint64_t expected = a2a ? all[q * row + nn + p] : all[q * row + p];
+      if (sent == expected) continue;
+      const std::string ps = std::to_string(p), qs = std::to_string(q);
+      throw Mismatch("mpcomm: " + backend_->describe(op) + ": rank " + ps + " sends " + std::to_string(sent) +
+                     " elements to rank " + qs + ", which expects " + std::to_string(expected) + " (" +
+                     (a2a ? "send_counts[" + qs + "] on rank " + ps + ", recv_counts[" + ps + "] on rank " + qs
+                          : "recv_counts[" + ps + "] on rank " + ps + " and on rank " + qs) +
+                     ")");
+    }
+}
+
 void Core::execute(const Op& op, const BufferSpans& spans, uint64_t ticket, uint64_t t0) {
   try {
     if (check_) verify_fingerprints(op);
+    if (op.v != nullptr && check_counts_) verify_counts(op);
     run_on_backend(op, spans);
   } catch (const Error& e) {
     failed(op, ticket, e);
@@ -531,7 +694,9 @@ std::shared_ptr<OpRequest> Core::issue(Op& op, uint64_t& counter) {
   const BufferSpans spans = validate(op);
   op.seq = counter++;
   ensure_worker();
-  return std::make_shared<OpRequest>(shared_from_this(), op, spans);
+  auto r = std::make_shared<OpRequest>(shared_from_this(), op, spans);
+  if (op.v != nullptr) r->own_counts();
+  return r;
 }
 
 Request Core::enqueue(const std::shared_ptr<OpRequest>& r) {

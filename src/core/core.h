@@ -77,10 +77,12 @@ class Core : public std::enable_shared_from_this<Core> {
 
   void throw_if_aborted(const Op& op) const;
   BufferSpans validate(const Op& op) const;
+  BufferSpans validate_uneven(const Op& op) const;
   // Runs a collective to completion (the driver only). Throws its error after the failure is handled.
   void execute(const Op& op, const BufferSpans& spans, uint64_t ticket, uint64_t t0);
   void run_on_backend(const Op& op, const BufferSpans& spans);
   void verify_fingerprints(const Op& op);
+  void verify_counts(const Op& op);
   // Starts a send or receive (the driver only); on failure r ends failed (and the error is thrown).
   void start_now(OpRequest& r);
   // One test of a started send/receive, or a wait for it (the driver only); true when it ended.
@@ -117,6 +119,7 @@ class Core : public std::enable_shared_from_this<Core> {
   const bool may_stage_;
   const bool cheap_test_;  // the progress thread tests sends and receives nobody waits for
   const bool check_;  // MPCOMM_CHECK
+  const bool check_counts_;  // verify_counts() before every alltoallv and allgatherv
   std::string recorder_who_, recorder_tag_;
   FlightRecorder recorder_;
   std::array<Stat, kNumOpKinds> stats_;

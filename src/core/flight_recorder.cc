@@ -40,6 +40,7 @@ uint64_t FlightRecorder::start(const Op& op, uint64_t at, State state) {
   e.op = op;
   e.op.send = nullptr;
   e.op.recv = nullptr;
+  e.op.v = nullptr;  // the counts live only as long as the op runs
   e.state.store(state, std::memory_order_relaxed);
   e.start = at;
   e.end.store(0, std::memory_order_relaxed);

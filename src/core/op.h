@@ -5,24 +5,35 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "mpcomm/communicator.h"
 
 namespace mpcomm::detail {
 
+// The counts and displacements of alltoallv and allgatherv, in elements, one entry per rank each
+// (allgatherv: the recv ones only). A blocking call's view the caller's arrays; an i-op's view copies
+// its request owns (OpRequest), so an Op's `v` is valid while its op runs, and never kept past it.
+struct VCounts {
+  std::span<const size_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+
 struct Op {
   OpKind kind = OpKind::barrier;
   uint64_t seq = 0;           // collective sequence number (p2p ops: the p2p counter)
   const void* send = nullptr;
   void* recv = nullptr;
-  size_t count = 0;           // elements (per rank for allgather/reduce_scatter/gather/scatter/alltoall)
+  // Elements: per rank for allgather/reduce_scatter/gather/scatter/alltoall; what this rank sends for
+  // alltoallv (the sum of its send counts) and allgatherv (its send count).
+  size_t count = 0;
   DataType dtype = DataType::uint8;
   ReduceOp redop = ReduceOp::sum;
   int root = -1;              // rooted collectives
   int peer = -1;              // send/recv
   int tag = 0;                // send/recv
   bool fingerprint_probe = false;  // MPCOMM_CHECK's allgather of fingerprints, which shares the op's seq
+  const VCounts* v = nullptr;      // alltoallv, allgatherv
   // What the backend ran (its algorithm or library call, a static string), for the flight recorder; set
   // by the backend as it runs the op.
   mutable const char* algorithm = nullptr;
@@ -34,7 +45,11 @@ struct Op {
   bool rooted() const {
     return kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather || kind == OpKind::scatter;
   }
+  bool uneven() const { return kind == OpKind::alltoallv || kind == OpKind::allgatherv; }
 };
+
+// The elements every rank's recv_counts add up to (allgatherv: the same on every rank).
+size_t recv_total(const Op& op);
 
 // Bytes of an op's send and recv buffers that matter on `rank` of `size` (the rules of communicator.h:
 // e.g. reduce's recv at the root only, allgather's recv of size() blocks). Assumes a validated op.
@@ -44,7 +59,9 @@ struct BufferSpans {
 BufferSpans buffer_spans(const Op& op, int rank, int size);
 
 // What two ranks must agree on for a collective. Carried in every native frame; exchanged up front
-// (MPCOMM_CHECK=1) by backends that cannot check it themselves.
+// (MPCOMM_CHECK=1) by backends that cannot check it themselves. count: the op's count, but for
+// allgatherv the sum of recv_counts and for alltoallv 0 (its ranks share no size; the pairwise counts
+// are checked apart: Core::verify_counts, or native frames, which carry their size).
 struct Fingerprint {
   uint8_t kind = 0;
   uint8_t dtype = 0;
@@ -57,10 +74,11 @@ struct Fingerprint {
 };
 Fingerprint fingerprint(const Op& op);
 
-// "allreduce #12 (count 1000, float32, sum)"
+// "allreduce #12 (count 1000, float32, sum)", "allgatherv #3 (total 1000, int8)", "alltoallv #4 (int8)"
 std::string describe(const Fingerprint& f);
 inline std::string describe(const Op& op) { return describe(fingerprint(op)); }
-// "allreduce #12 (count 1000, float32, sum) on rank 1 of 4 [native]" — the prefix of every error.
+// "allreduce #12 (count 1000, float32, sum) on rank 1 of 4 [native]" — the prefix of every error. The
+// v-ops add this rank's side: "alltoallv #4 (int8; 10 elements out, 12 in) on rank 1 of 4 [gloo]".
 std::string describe(const Op& op, int rank, int size, std::string_view backend);
 
 // Backend side of a Request.

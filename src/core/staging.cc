@@ -80,7 +80,14 @@ void run_staged(const Op& op, const BufferSpans& spans, int rank, StageWhich whi
   }
   mem.ready();
   run(staged);
-  if (which.recv && recv_n > 0) mem.copy_out(r, static_cast<const char*>(staged.recv), recv_n);
+  if (!which.recv || recv_n == 0) return;
+  const char* out = static_cast<const char*>(staged.recv);
+  if (op.v == nullptr) return mem.copy_out(r, out, recv_n);
+  // The uneven ops: only their receive blocks, never the bytes between them (not the op's to write).
+  const size_t es = dtype_size(op.dtype);
+  const VCounts& v = *op.v;
+  for (size_t p = 0; p < v.recv_counts.size(); ++p)
+    if (v.recv_counts[p] > 0) mem.copy_out(r + v.recv_displs[p] * es, out + v.recv_displs[p] * es, v.recv_counts[p] * es);
 }
 
 namespace {

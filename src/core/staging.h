@@ -42,7 +42,8 @@ struct StageWhich {
 // Runs `run` on a copy of `op` whose `which` buffers are replaced by staging memory: buffers that overlap
 // (the in-place layouts) share one staged region, so the backend sees the same layout; the receive
 // buffer is copied in too when it holds input (in place, or the broadcast root's buffer); results are
-// copied back after run. `spans`: the bytes of each buffer that matter on this rank.
+// copied back after run (alltoallv, allgatherv: each receive block, not the bytes between them).
+// `spans`: the bytes of each buffer that matter on this rank.
 void run_staged(const Op& op, const BufferSpans& spans, int rank, StageWhich which, StagingMemory& mem,
                 const std::function<void(const Op&)>& run);
 

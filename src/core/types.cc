@@ -61,7 +61,7 @@ Device parse_device(std::string_view name) {
 
 std::string_view to_string(OpKind k) {
   static const char* names[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "gather",
-                                "scatter", "alltoall", "barrier", "send", "recv", "split"};
+                                "scatter", "alltoall", "barrier", "send", "recv", "split", "alltoallv", "allgatherv"};
   auto i = static_cast<unsigned>(k);
   return i < kNumOpKinds ? names[i] : "invalid-op";
 }

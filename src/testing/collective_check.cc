@@ -142,10 +142,24 @@ void fill(DataType t, void* buf, size_t at, size_t count, size_t p, F&& value) {
   for (size_t k = 0; k < count; k += len) std::memcpy(dst + k * es, pattern.data(), std::min(len, count - k) * es);
 }
 
+constexpr uint8_t kPoison = 0xA5;  // every byte of an output before the call
+
 struct Checker {
   const Case& c;
   Result& res;
   double tol = 0;
+  // Elements [at, at + count) of buf still hold the poison (nobody wrote them).
+  void untouched(const void* buf, size_t at, size_t count, const char* where) {
+    const size_t es = dtype_size(c.dtype);
+    const auto* b = static_cast<const uint8_t*>(buf);
+    for (size_t i = at; i < at + count; ++i)
+      for (size_t k = 0; k < es; ++k)
+        if (b[i * es + k] != kPoison) {
+          if (res.wrong++ == 0)
+            res.first_wrong = std::string(where) + "[" + std::to_string(i) + "] was written, but it lies between blocks";
+          break;
+        }
+  }
   void expect(const void* buf, size_t i, int64_t want_int, const char* where) {
     // The expected value as this dtype stores it (integer types wrap, as the reduction does).
     uint64_t slot = 0;
@@ -214,12 +228,70 @@ class Mirror {
   std::vector<Pair> bufs_;
 };
 
+// An uneven op's layout on one rank: counts and displacements per rank, and each buffer's elements.
+// Blocks go in another order than the ranks' with gaps of 0-2 elements between them and one before and
+// after, so that a backend that assumes packed blocks, or writes between them, is caught.
+struct UnevenLayout {
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+  size_t send_elems = 0, recv_elems = 0;
+};
+
+// Places blocks of `counts` in the order first, first+step, ... (mod n); returns the elements spanned.
+size_t place(const std::vector<size_t>& counts, int first, int step, std::vector<size_t>& displs) {
+  const int n = static_cast<int>(counts.size());
+  displs.assign(counts.size(), 0);
+  size_t at = 1;
+  for (int i = 0; i < n; ++i) {
+    const auto q = static_cast<size_t>(((first + i * step) % n + n) % n);
+    displs[q] = at;
+    at += counts[q] + q % 3;
+  }
+  return at + 1;
+}
+
+UnevenLayout uneven_layout(const Case& c, int r, int n) {
+  UnevenLayout l;
+  const auto nn = static_cast<size_t>(n);
+  l.recv_counts.resize(nn);
+  for (int q = 0; q < n; ++q)
+    l.recv_counts[static_cast<size_t>(q)] = c.op == OpKind::alltoallv ? uneven_count(q, r, c.count, n)
+                                                                       : uneven_count(q, 0, c.count, n);
+  l.recv_elems = place(l.recv_counts, n - 1, -1, l.recv_displs);  // reverse rank order
+  if (c.op == OpKind::alltoallv) {
+    l.send_counts.resize(nn);
+    for (int q = 0; q < n; ++q) l.send_counts[static_cast<size_t>(q)] = uneven_count(r, q, c.count, n);
+    l.send_elems = place(l.send_counts, r + 1, 1, l.send_displs);  // rotated: rank r+1's block first
+  } else {
+    l.send_elems = l.recv_counts[static_cast<size_t>(r)];
+  }
+  return l;
+}
+
+// What rank `from` sends rank `to` in an uneven case: its data-movement values from this index on.
+size_t uneven_first(int from, int to) { return 13 * static_cast<size_t>(to) + 5 * static_cast<size_t>(from); }
+
 }  // namespace
 
+size_t uneven_count(int from, int to, size_t count, int n) {
+  if (count == 0) return 0;
+  if (count >= (size_t{1} << 20) && from == n - 1 && to == 0) return count;
+  const size_t b = (count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n);
+  switch ((3 * from + 2 * to + 1) % 5) {
+    case 0: return 0;
+    case 1: return b;
+    case 2: return (b + 1) / 2;
+    case 3: return b + (b + 2) / 3;
+    default: return 1;
+  }
+}
+
+size_t uneven_recv_elements(const Case& c, int rank, int n) { return uneven_layout(c, rank, n).recv_elems; }
+
 const std::vector<OpKind>& checked_ops() {
-  static const std::vector<OpKind> ops = {OpKind::allreduce, OpKind::broadcast,  OpKind::reduce,
+  static const std::vector<OpKind> ops = {OpKind::allreduce, OpKind::broadcast,      OpKind::reduce,
                                           OpKind::allgather, OpKind::reduce_scatter, OpKind::gather,
-                                          OpKind::scatter,   OpKind::alltoall};
+                                          OpKind::scatter,   OpKind::alltoall,       OpKind::alltoallv,
+                                          OpKind::allgatherv};
   return ops;
 }
 
@@ -231,6 +303,20 @@ std::vector<Case> conformance_cases(OpKind op, int n) {
                       op == OpKind::scatter || op == OpKind::alltoall;
   const auto nn = static_cast<size_t>(n);
   std::vector<Case> cases;
+  if (op == OpKind::alltoallv || op == OpKind::allgatherv) {
+    for (DataType dt : {DataType::int8, DataType::bfloat16, DataType::float32, DataType::float64})
+      for (size_t count : counts)
+        for (bool in_place : {false, true}) {
+          if (op == OpKind::alltoallv && in_place) continue;
+          Case c;
+          c.op = op;
+          c.dtype = dt;
+          c.count = count;
+          c.in_place = in_place;
+          cases.push_back(c);
+        }
+    return cases;
+  }
   for (int d = 0; d < kNumDataTypes; ++d)
     for (int ro = 0; ro < (reduces ? kNumReduceOps : 1); ++ro)
       for (size_t count : counts)
@@ -268,6 +354,7 @@ struct PreparedCase::State {
   int n, r;
   size_t es;
   Mirror m;
+  UnevenLayout v;  // alltoallv, allgatherv
   std::vector<uint8_t> in, out;
   void* send = nullptr;  // the call's buffers (host; m() maps them to the device)
   void* recv = nullptr;
@@ -284,7 +371,7 @@ PreparedCase::PreparedCase(Communicator& comm, const Case& c) : s_(std::make_uni
   auto reduce_in = [&](size_t i) { return reduce_input(c.redop, uns, r, i, n); };
   auto moved = [](int q, size_t first) { return [q, first](size_t k) { return move_value(q, first + k); }; };
   // Outputs are poisoned so that an element the backend never wrote is caught.
-  auto poisoned = [&](size_t elems) { return std::vector<uint8_t>(elems * es + 1, 0xA5); };
+  auto poisoned = [&](size_t elems) { return std::vector<uint8_t>(elems * es + 1, kPoison); };
   switch (c.op) {
     case OpKind::allreduce:
     case OpKind::reduce:
@@ -328,6 +415,27 @@ PreparedCase::PreparedCase(Communicator& comm, const Case& c) : s_(std::make_uni
       st.recv = st.out.data();
       fill(t, st.send, 0, cnt * nn, mp, moved(r, 0));
       break;
+    case OpKind::alltoallv: {
+      if (c.in_place) throw InvalidArgument("mpcomm: check: alltoallv has no in-place form");
+      st.v = uneven_layout(c, r, n);
+      st.in = poisoned(st.v.send_elems), st.out = poisoned(st.v.recv_elems);
+      st.send = st.in.data();
+      st.recv = st.out.data();
+      for (int q = 0; q < n; ++q) {
+        const auto qi = static_cast<size_t>(q);
+        fill(t, st.send, st.v.send_displs[qi], st.v.send_counts[qi], mp, moved(r, uneven_first(r, q)));
+      }
+      break;
+    }
+    case OpKind::allgatherv: {
+      st.v = uneven_layout(c, r, n);
+      const size_t mine = st.v.recv_counts[static_cast<size_t>(r)];
+      st.in = poisoned(mine), st.out = poisoned(st.v.recv_elems);
+      st.send = c.in_place ? st.out.data() + st.v.recv_displs[static_cast<size_t>(r)] * es : st.in.data();
+      st.recv = st.out.data();
+      fill(t, st.send, 0, mine, mp, moved(r, uneven_first(r, r)));
+      break;
+    }
     default:
       throw InvalidArgument("mpcomm: check: cases of " + std::string(to_string(c.op)) + " are not supported");
   }
@@ -380,6 +488,26 @@ Request PreparedCase::issue(bool nonblocking) {
       if (nonblocking) return comm.ialltoall(s, r, n, t);
       comm.alltoall(s, r, n, t);
       break;
+    case OpKind::alltoallv: {
+      const UnevenLayout& v = st.v;
+      if (nonblocking) {
+        // The arrays go away before the request completes: the call must have copied them.
+        const UnevenLayout copy = v;
+        return comm.ialltoallv(s, copy.send_counts, copy.send_displs, r, copy.recv_counts, copy.recv_displs, t);
+      }
+      comm.alltoallv(s, v.send_counts, v.send_displs, r, v.recv_counts, v.recv_displs, t);
+      break;
+    }
+    case OpKind::allgatherv: {
+      const UnevenLayout& v = st.v;
+      const size_t mine = v.recv_counts[static_cast<size_t>(st.r)];
+      if (nonblocking) {
+        const UnevenLayout copy = v;
+        return comm.iallgatherv(s, mine, r, copy.recv_counts, copy.recv_displs, t);
+      }
+      comm.allgatherv(s, mine, r, v.recv_counts, v.recv_displs, t);
+      break;
+    }
     default: break;
   }
   return {};
@@ -419,6 +547,26 @@ Result PreparedCase::verify() {
     case OpKind::alltoall:
       for (int q = 0; q < n; ++q) chk.expect_run(st.recv, static_cast<size_t>(q) * cnt, cnt, mp, moved(q, rc), "recv");
       break;
+    case OpKind::alltoallv:
+    case OpKind::allgatherv: {
+      // Every block from its rank, and every element between blocks untouched.
+      const UnevenLayout& v = st.v;
+      std::vector<std::pair<size_t, size_t>> blocks;  // (displacement, count) in element order
+      for (int q = 0; q < n; ++q) {
+        const auto qi = static_cast<size_t>(q);
+        const int from = q, to = c.op == OpKind::alltoallv ? r : q;
+        chk.expect_run(st.recv, v.recv_displs[qi], v.recv_counts[qi], mp, moved(from, uneven_first(from, to)), "recv");
+        blocks.emplace_back(v.recv_displs[qi], v.recv_counts[qi]);
+      }
+      std::sort(blocks.begin(), blocks.end());
+      size_t at = 0;
+      for (const auto& [d, k] : blocks) {
+        chk.untouched(st.recv, at, d - at, "recv");
+        at = d + k;
+      }
+      chk.untouched(st.recv, at, v.recv_elems - at, "recv");
+      break;
+    }
     default: break;
   }
   return res;

@@ -4,6 +4,8 @@
 //   sum: values in [-3, 3] (unsigned [0, 6]);  prod: all ±1 but one 2;  min/max: [-6, 6];
 //   avg: base + d_r with the d_r summing to 0, so the average is the integer base exactly;
 //   data movement: (31·rank + 7·index) mod 97, unique per rank at each index.
+// The uneven ops (alltoallv, allgatherv) get uneven blocks from the case's count (uneven_count()), laid
+// out with gaps in another order than the ranks'; the gaps must come back untouched.
 // Used by the conformance suite (ranks as threads) and by `mpcomm selftest` (ranks as processes).
 #pragma once
 
@@ -20,7 +22,9 @@ struct Case {
   OpKind op = OpKind::allreduce;
   DataType dtype = DataType::float32;
   ReduceOp redop = ReduceOp::sum;
-  size_t count = 0;  // elements; per rank block for allgather/reduce_scatter/gather/scatter/alltoall
+  // Elements; per rank block for allgather/reduce_scatter/gather/scatter/alltoall; for alltoallv and
+  // allgatherv the scale of their uneven blocks (uneven_count()).
+  size_t count = 0;
   int root = 0;
   bool in_place = false;
 };
@@ -53,12 +57,23 @@ class PreparedCase {
   std::unique_ptr<State> s_;
 };
 
+// Elements rank `from` sends rank `to` in an alltoallv case of `count` on n ranks (allgatherv: rank p's
+// block is uneven_count(p, 0, ...)): around ceil(count / n), uneven, some empty, and when count is at
+// least 2^20 the block from rank n-1 to rank 0 is `count` elements. The same on every rank.
+size_t uneven_count(int from, int to, size_t count, int n);
+
+// Elements of the receive buffer of an alltoallv or allgatherv case on `rank`: its blocks and the gaps
+// before, between and after them.
+size_t uneven_recv_elements(const Case& c, int rank, int n);
+
 // The ops run_case() supports, in the order the suite and selftest run them.
 const std::vector<OpKind>& checked_ops();
 
 // The conformance matrix for one op on n ranks: every dtype × reduce op (for reducing ops) × count in
 // {0, 1, 7, 1000, 2^20+3} × out-of-place/in-place, roots varying with the case. For the ops whose
-// count is per rank block the block is ceil(count / n), so each buffer stays near `count` elements.
+// count is per rank block the block is ceil(count / n), so each buffer stays near `count` elements. The
+// uneven ops: a data type of each size (int8, bfloat16, float32, float64: they only move bytes), alltoallv
+// out of place only (it has no in-place form).
 std::vector<Case> conformance_cases(OpKind op, int n);
 
 }  // namespace mpcomm::check

@@ -71,6 +71,10 @@ reduce_scatter -> ring
 gather -> flat
 scatter -> flat
 alltoall -> pairwise
+# ---- the uneven ops. alltoallv's ranks share no size (a size condition sees 0); allgatherv's share the
+# total, which `total` is and `bytes` is a rank's share of. No measurements yet: the ring.
+alltoallv -> pairwise
+allgatherv -> ring
 # ---- barrier: one host, a CPU per rank: every rank's tag on the board
 barrier hosts=1 ranks=[2,inf) cpus_per_rank=[1,inf) -> board
 barrier -> dissemination

@@ -39,7 +39,7 @@ Call make_call(OpKind op, DataType dt, size_t count, int ranks) {
   c.dtype = dtype_class(dt);
   c.bytes = static_cast<double>(count) * static_cast<double>(dtype_size(dt));
   const bool blocks = op == OpKind::allgather || op == OpKind::reduce_scatter || op == OpKind::gather ||
-                      op == OpKind::scatter || op == OpKind::alltoall;
+                      op == OpKind::scatter || op == OpKind::alltoall || op == OpKind::allgatherv;
   c.total = blocks ? c.bytes * ranks : c.bytes;
   c.flat_bytes = c.bytes * std::max(ranks - 1, 1);
   return c;

@@ -73,6 +73,8 @@ struct Call {
   double total = 0;       // all ranks' blocks for the block ops (allgather ... alltoall), else bytes
   double flat_bytes = 0;  // what a rank sends in a flat exchange: bytes × max(ranks - 1, 1)
 };
+// count: per rank (the block ops: one block). The uneven ops have no count all ranks share but
+// allgatherv's total: pass ceil(total / ranks) for allgatherv, 0 for alltoallv (uneven_call_count()).
 Call make_call(OpKind op, DataType dt, size_t count, int ranks);
 
 // What the ranks agree on at a call, when a row asks.

@@ -6,8 +6,10 @@
 //
 // FIELD (each at most once per row; a field left out holds always):
 //   dtype          int, float or half, or several comma-separated (DtypeClass)
-//   bytes          per rank: count × element size (for allgather ... alltoall, one block)
-//   total          all blocks of the block ops (allgather, reduce_scatter, gather, scatter, alltoall)
+//   bytes          per rank: count × element size (for allgather ... alltoall, one block; allgatherv:
+//                  the total's share per rank, rounded up; alltoallv: 0, its ranks share no size)
+//   total          all blocks of the block ops (allgather, reduce_scatter, gather, scatter, alltoall,
+//                  allgatherv)
 //   flat_bytes     bytes × max(ranks - 1, 1): what a rank sends in a flat exchange
 //   ranks, hosts   the communicator's ranks and hosts
 //   per_host       the most ranks on one host
@@ -219,7 +221,8 @@ Row parse_row(const Where& at, const std::vector<std::string_view>& w, const std
   Row row;
   row.line = at.line;
   if (!op_named(w[0], &row.op))
-    at.fail("op", "an op (allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall, barrier)", w[0]);
+    at.fail("op", "an op (allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall, barrier, "
+            "alltoallv, allgatherv)", w[0]);
   size_t i = 1;
   int seen = 0;
   for (; i < w.size() && w[i] != "->"; ++i) {

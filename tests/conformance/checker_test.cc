@@ -38,9 +38,17 @@ class Damaging : public detail::Backend {
       case OpKind::gather: c.gather(op.send, op.recv, op.count, op.dtype, op.root); break;
       case OpKind::scatter: c.scatter(op.send, op.recv, op.count, op.dtype, op.root); break;
       case OpKind::alltoall: c.alltoall(op.send, op.recv, op.count, op.dtype); break;
+      case OpKind::alltoallv:
+        c.alltoallv(op.send, op.v->send_counts, op.v->send_displs, op.recv, op.v->recv_counts, op.v->recv_displs,
+                    op.dtype);
+        break;
+      case OpKind::allgatherv:
+        c.allgatherv(op.send, op.count, op.recv, op.v->recv_counts, op.v->recv_displs, op.dtype);
+        break;
       default: throw Internal("Damaging: no " + std::string(to_string(op.kind)));
     }
-    if (!damage_here_ || how_ == Damage::none) return;
+    // The front door's own exchanges (MPCOMM_CHECK, the uneven ops' counts) are not the case's result.
+    if (!damage_here_ || how_ == Damage::none || op.fingerprint_probe) return;
     const size_t es = dtype_size(op.dtype);
     auto* e = static_cast<unsigned char*>(op.recv) + at_ * es;
     switch (how_) {
@@ -62,8 +70,11 @@ class Damaging : public detail::Backend {
   Damage how_;
 };
 
-// Elements of the buffer the checker reads on a rank that gets a result.
-size_t result_elems(const check::Case& c, int n) {
+bool uneven(OpKind op) { return op == OpKind::alltoallv || op == OpKind::allgatherv; }
+
+// Elements of the buffer the checker reads on `rank` when it gets a result.
+size_t result_elems(const check::Case& c, int n, int rank) {
+  if (uneven(c.op)) return check::uneven_recv_elements(c, rank, n);
   const bool blocks = c.op == OpKind::allgather || c.op == OpKind::gather || c.op == OpKind::alltoall;
   return blocks ? c.count * static_cast<size_t>(n) : c.count;
 }
@@ -94,15 +105,17 @@ TEST(Checker, CountsExactlyTheDamagedElementOfEveryOpAndDtype) {
       const bool blocks = op != OpKind::allreduce && op != OpKind::reduce && op != OpKind::broadcast;
       c.count = blocks ? (large + n - 1) / n : large;
       c.root = d % n;
-      c.in_place = op != OpKind::broadcast && d % 2 == 1;
+      c.in_place = op != OpKind::broadcast && op != OpKind::alltoallv && d % 2 == 1;
       // Only the root's result is checked for reduce and gather.
       const int victim = op == OpKind::reduce || op == OpKind::gather ? c.root : (d + 1) % n;
-      const size_t elems = result_elems(c, n);
+      const size_t elems = result_elems(c, n, victim);
       // The first element (left unwritten), one inside a later tile, the last one (changed): each op
-      // gets every position over the dtypes.
+      // gets every position over the dtypes. The uneven ops' first and last elements lie between blocks
+      // (the gaps before and after them), where a change is a write the op must not make.
       const size_t positions[] = {0, elems / 2 + 1, elems - 1};
       const size_t at = positions[d % 3];
-      const auto res = run_damaged(c, victim, at, at == 0 ? Damage::unwritten : Damage::flip_high_bit);
+      const auto res =
+          run_damaged(c, victim, at, at == 0 && !uneven(op) ? Damage::unwritten : Damage::flip_high_bit);
       ++runs;
       for (int r = 0; r < n; ++r) {
         const auto& got = res[static_cast<size_t>(r)];
@@ -129,7 +142,9 @@ TEST(Checker, CountsTheDamagedElementOfSmallBuffers) {
       c.dtype = DataType::int32;
       c.count = count;
       const int victim = op == OpKind::reduce || op == OpKind::gather ? c.root : 2;
-      const auto res = run_damaged(c, victim, result_elems(c, 3) - 1, Damage::unwritten);
+      // The uneven ops' last element lies after every block: written there, it is wrong.
+      const auto res = run_damaged(c, victim, result_elems(c, 3, victim) - 1,
+                                   uneven(op) ? Damage::flip_high_bit : Damage::unwritten);
       for (int r = 0; r < 3; ++r)
         EXPECT_EQ(res[static_cast<size_t>(r)].wrong, r == victim ? 1u : 0u) << check::describe(c) << ", rank " << r;
     }

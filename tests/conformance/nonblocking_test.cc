@@ -19,8 +19,9 @@ namespace {
 
 using testing::thread_backends;
 
-// Eight cases of mixed kinds, dtypes, sizes and placements (one of 2^20 + 3 elements, so that a queue
-// holds something that takes a while), the same on every rank.
+// Ten cases of mixed kinds, dtypes, sizes and placements (one of 2^20 + 3 elements, so that a queue
+// holds something that takes a while; the uneven ops with a block of 2^20 + 3 elements and empty ones,
+// their count arrays gone before the requests complete), the same on every rank.
 std::vector<check::Case> mixed_cases(int n) {
   using check::Case;
   const int root = n - 1;
@@ -33,6 +34,8 @@ std::vector<check::Case> mixed_cases(int n) {
       Case{OpKind::gather, DataType::float16, ReduceOp::sum, 100, 0, false},
       Case{OpKind::scatter, DataType::int64, ReduceOp::sum, 65, root, true},
       Case{OpKind::alltoall, DataType::uint8, ReduceOp::sum, 4099, 0, false},
+      Case{OpKind::alltoallv, DataType::float32, ReduceOp::sum, (size_t{1} << 20) + 3, 0, false},
+      Case{OpKind::allgatherv, DataType::bfloat16, ReduceOp::sum, 5001, 0, true},
   };
 }
 
@@ -53,7 +56,7 @@ void expect_exact(const std::vector<std::vector<check::Result>>& results, const 
                                          << results[r][i].first_wrong;
 }
 
-TEST_P(NonBlocking, EightMixedOpsWaitedInReverseAreExact) {
+TEST_P(NonBlocking, TenMixedOpsWaitedInReverseAreExact) {
   const auto& [backend, n] = GetParam();
   auto& world = testing::shared_world(backend, n);
   const auto cases = mixed_cases(n);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <thread>
 
 #include "harness/process.h"
@@ -205,6 +206,127 @@ TEST_P(FingerprintCheck, MatchingCallsPass) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, FingerprintCheck, ::testing::ValuesIn(thread_backends()),
                          [](const auto& info) { return info.param; });
+
+// ---- the uneven ops: ranks that disagree on a count (ranks as threads) -------------------------------
+
+// Every backend, with and without MPCOMM_CHECK: a size disagreement fails within moments, never writes a
+// byte the receiver did not expect, and is a Mismatch naming both ranks. Where the front door checks the
+// counts (every backend but native; native too under MPCOMM_CHECK) every rank fails with that one
+// Mismatch; native without it fails at the receiver of the wrong frame (naming its sender), and the
+// others with that Mismatch or as its peers (PeerFailure), or not at all when they were done.
+class UnevenCounts : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  // Runs `call` on 3 ranks; checks the failures and returns each rank's message.
+  std::vector<std::string> run_disagreeing(const std::function<void(int, Communicator&)>& call) {
+    const auto& [backend, check] = GetParam();
+    testing::ThreadWorld world(backend, 3, quick(20000, check));
+    auto t0 = steady_clock::now();
+    auto errs = world.run_collect(call);
+    EXPECT_LT(seconds_since(t0), 10.0) << "a size disagreement must not wait for the timeout";
+    std::vector<std::string> out;
+    int mismatches = 0;
+    for (int r = 0; r < 3; ++r) {
+      out.push_back(message(errs[static_cast<size_t>(r)]));
+      if (!errs[static_cast<size_t>(r)]) continue;
+      try {
+        std::rethrow_exception(errs[static_cast<size_t>(r)]);
+      } catch (const Mismatch&) {
+        ++mismatches;
+      } catch (const PeerFailure&) {
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << " failed with neither a Mismatch nor a PeerFailure: " << e.what();
+      }
+    }
+    const bool every_rank = backend != "native" || check != 0;
+    EXPECT_EQ(mismatches, every_rank ? 3 : mismatches) << out[0] << "\n" << out[1] << "\n" << out[2];
+    EXPECT_GE(mismatches, 1) << out[0] << "\n" << out[1] << "\n" << out[2];
+    return out;
+  }
+  static bool any_contains(const std::vector<std::string>& ms, const std::string& part) {
+    return std::any_of(ms.begin(), ms.end(), [&](const std::string& m) { return contains(m, part); });
+  }
+};
+
+TEST_P(UnevenCounts, AlltoallvWhereASenderAndItsReceiverDisagree) {
+  // Rank 1 sends rank 2 three elements; rank 2 expects two. Every other pair agrees (one element).
+  const auto ms = run_disagreeing([](int r, Communicator& c) {
+    std::vector<size_t> send_counts(3, 1), recv_counts(3, 1);
+    if (r == 1) send_counts[2] = 3;
+    if (r == 2) recv_counts[1] = 2;
+    const std::vector<size_t> displs = {0, 4, 8};
+    std::vector<int64_t> in(12, r), out(12, -7);
+    c.alltoallv(in.data(), send_counts, displs, out.data(), recv_counts, displs, DataType::int64);
+    if (r == 2 && out[5] != -7) throw std::runtime_error("rank 2 got a byte past its block from rank 1");
+  });
+  if (std::get<0>(GetParam()) == "native" && std::get<1>(GetParam()) == 0)
+    EXPECT_TRUE(any_contains(ms, "on rank 2 of 3 [native]: expected 16 bytes from rank 1 but it sent 24")) << ms[2];
+  else
+    for (const auto& m : ms)
+      EXPECT_TRUE(contains(m, "rank 1 sends 3 elements to rank 2, which expects 2 (send_counts[2] on rank 1, "
+                              "recv_counts[1] on rank 2)")) << m;
+}
+
+TEST_P(UnevenCounts, AllgathervWhereRanksDisagreeOnTheCounts) {
+  // Rank 2 expects 4 elements from rank 0 and 6 from rank 1, which send 5 each: the totals agree.
+  const auto ms = run_disagreeing([](int r, Communicator& c) {
+    std::vector<size_t> counts = {5, 5, 5};
+    if (r == 2) counts = {4, 6, 5};
+    const std::vector<size_t> displs = {0, 8, 16};
+    std::vector<float> in(5, static_cast<float>(r)), out(24, -7);
+    c.allgatherv(in.data(), 5, out.data(), counts, displs, DataType::float32);
+  });
+  if (std::get<0>(GetParam()) == "native" && std::get<1>(GetParam()) == 0)
+    EXPECT_TRUE(any_contains(ms, "on rank 2 of 3 [native]: expected")) << ms[2];
+  else
+    for (const auto& m : ms)
+      EXPECT_TRUE(contains(m, "rank 0 sends 5 elements to rank 2, which expects 4 (recv_counts[0] on rank 0 and on rank 2)"))
+          << m;
+}
+
+TEST_P(UnevenCounts, AllgathervWhereTheTotalsDiffer) {
+  // Rank 1 expects 3 elements from rank 0, which sends 5: the totals differ, which the fingerprint shows.
+  const auto ms = run_disagreeing([](int r, Communicator& c) {
+    std::vector<size_t> counts = {5, 5, 5};
+    if (r == 1) counts = {3, 5, 5};
+    const std::vector<size_t> displs = {0, 8, 16};
+    std::vector<int8_t> in(5, static_cast<int8_t>(r)), out(24, -7);
+    c.allgatherv(in.data(), 5, out.data(), counts, displs, DataType::int8);
+  });
+  // The fingerprints (native frames, or MPCOMM_CHECK's exchange, which comes first) name both totals.
+  const bool fingerprints = std::get<0>(GetParam()) == "native" || std::get<1>(GetParam()) == 1;
+  EXPECT_TRUE(any_contains(ms, fingerprints ? "allgatherv #0 (total 13, int8)" : "rank 0 sends 5 elements to rank 1, which expects 3"))
+      << ms[0] << "\n" << ms[1] << "\n" << ms[2];
+}
+
+// The counts of an i-op are its own from the call on: the caller's arrays may change at once.
+TEST_P(UnevenCounts, AnIopKeepsTheCountsOfItsCall) {
+  const auto& [backend, check] = GetParam();
+  testing::ThreadWorld world(backend, 3, quick(20000, check));
+  world.run([](int r, Communicator& c) {
+    std::vector<size_t> send_counts = {1, 2, 3}, recv_counts = {static_cast<size_t>(r) + 1, static_cast<size_t>(r) + 1,
+                                                                 static_cast<size_t>(r) + 1};
+    std::vector<size_t> send_displs = {0, 1, 3}, recv_displs = {0, 4, 8};
+    std::vector<int32_t> in(6), out(12, -1);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(100 * r + i);
+    Request q = c.ialltoallv(in.data(), send_counts, send_displs, out.data(), recv_counts, recv_displs, DataType::int32);
+    std::fill(send_counts.begin(), send_counts.end(), 99);  // nonsense now: the request must not see it
+    std::fill(recv_displs.begin(), recv_displs.end(), 0);
+    q.wait();
+    // From rank p: block r of p's send buffer (r+1 elements at p's displacement r).
+    const size_t first[3] = {0, 1, 3};
+    for (size_t p = 0; p < 3; ++p)
+      for (size_t k = 0; k < static_cast<size_t>(r) + 1; ++k)
+        if (out[4 * p + k] != static_cast<int32_t>(100 * p + first[r] + k))
+          throw std::runtime_error("rank " + std::to_string(r) + ": element " + std::to_string(k) + " from rank " +
+                                   std::to_string(p) + " is " + std::to_string(out[4 * p + k]));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, UnevenCounts,
+                         ::testing::Combine(::testing::ValuesIn(thread_backends()), ::testing::Values(0, 1)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_check" : "");
+                         });
 
 // ---- timeouts (ranks as threads) -------------------------------------------------------------------
 

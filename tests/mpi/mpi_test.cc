@@ -226,6 +226,11 @@ TEST_F(MpiProcesses, CountsPastIntMaxAreUnsupportedWhereMpiCannotSplitThem) {
       EXPECT_TRUE(contains(line, "alltoall #0 (count 2147483648, int8)")) << line;
       EXPECT_TRUE(contains(line, "more than the 2147483647 elements")) << line;
       EXPECT_TRUE(contains(r.output, "rank " + std::to_string(rank) + " usable after the refusal")) << r.output;
+      EXPECT_TRUE(contains(r.output, "alltoallv #2 (int8; 1 elements out, 1 in) on rank " + std::to_string(rank) +
+                                         " of 2 [mpi]: send_displs[" + std::to_string(rank) +
+                                         "] is 2147483648, more than the 2147483647 elements MPI's MPI_Alltoallv takes"))
+          << r.output;
+      EXPECT_TRUE(contains(r.output, "rank " + std::to_string(rank) + " usable after the alltoallv refusal")) << r.output;
     }
   }
 }

@@ -49,7 +49,7 @@ check::Case make_case(OpKind op, size_t count, bool in_place = false, DataType d
   c.redop = ReduceOp::sum;
   c.count = count;
   c.root = 1;
-  c.in_place = in_place && op != OpKind::broadcast;
+  c.in_place = in_place && op != OpKind::broadcast && op != OpKind::alltoallv;  // neither has an in-place form
   return c;
 }
 
@@ -102,10 +102,12 @@ TEST(NativeSelection, EveryMpcommAlgoNameRunsOnOneRank) {
   }
 }
 
-// The hierarchical algorithms across 2 emulated hosts, forced where the table would not take them.
+// The hierarchical algorithms across 2 emulated hosts, forced where the table would not take them; and the
+// uneven ops' algorithms over TCP between the hosts.
 TEST(NativeSelection, HierarchicalAlgorithmsForcedAcrossHosts) {
   for (const std::string name : {"allreduce=hierarchical", "allreduce=hierarchical_sliced", "broadcast=hierarchical",
-                                  "reduce=hierarchical", "allreduce=ring_shm", "allgather=ring_shm", "allgather=flat"}) {
+                                  "reduce=hierarchical", "allreduce=ring_shm", "allgather=ring_shm", "allgather=flat",
+                                  "allgatherv=flat", "allgatherv=ring", "alltoallv=pairwise"}) {
     testing::ThreadWorld world("native", 4, with({{"MPCOMM_ALGO", name}}), {"A", "B", "A", "B"});
     const native::Algorithm* a = nullptr;
     for (const auto& x : native::all_algorithms())

@@ -123,6 +123,8 @@ Runner add_tune(CLI::App& app) {
     for (const auto& op : c.ops) {
       const auto names = native::algorithm_names(tune::op_kind(op));
       if (names.empty()) throw InvalidArgument("mpcomm tune: --ops: '" + op + "' has no native algorithms to choose from");
+      if (std::find(bench::all_ops().begin(), bench::all_ops().end(), op) == bench::all_ops().end())
+        throw InvalidArgument("mpcomm tune: --ops: mpcomm bench does not measure '" + op + "' (alltoallv and allgatherv: not yet)");
       most = std::max(most, static_cast<int>(names.size()));
     }
     c.variants = most;

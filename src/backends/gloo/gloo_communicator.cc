@@ -123,11 +123,15 @@ const char* gloo_algorithm(OpKind k) {
     case OpKind::scatter: return "gloo::scatter";
     case OpKind::alltoall: return "gloo::alltoall";
     case OpKind::barrier: return "gloo::barrier";
+    case OpKind::alltoallv: return "gloo unbound buffers, every pair at once";
+    case OpKind::allgatherv: return "gloo unbound buffers, ring";
     default: return "gloo";
   }
 }
 
 constexpr uint8_t kP2PSlotPrefix = 0x20;  // above Gloo's collective prefixes (0x01..0x08)
+constexpr uint8_t kAlltoallvSlotPrefix = 0x21;
+constexpr uint8_t kAllgathervSlotPrefix = 0x22;
 
 class GlooBackend;
 
@@ -241,6 +245,8 @@ class GlooBackend final : public detail::Backend {
   void dispatch(const detail::Op& op) {
     const uint32_t tag = static_cast<uint32_t>(op.seq);
     const size_t es = dtype_size(op.dtype), bytes = op.bytes(), n = static_cast<size_t>(size());
+    if (op.kind == OpKind::alltoallv) return alltoallv(op);
+    if (op.kind == OpKind::allgatherv) return allgatherv(op);
     if (op.kind != OpKind::barrier && op.count == 0) {
       // Gloo rejects empty buffers in some ops; an empty collective still synchronises nothing.
       return;
@@ -395,7 +401,71 @@ class GlooBackend final : public detail::Backend {
     (void)es;
   }
 
+  // The uneven ops, on Gloo's unbound buffers as gloo::alltoallv and gloo::allgatherv use them, but with
+  // displacements: those two take packed blocks only (each block's offset the sum of the counts before
+  // it). The front door has checked every rank's counts against the others' first (Core::verify_counts):
+  // Gloo would take a shorter message for a longer receive without a word, and fail a longer one on its
+  // own thread.
+  std::unique_ptr<::gloo::transport::UnboundBuffer> unbound(const void* p, size_t bytes) {
+    return ctx_->createUnboundBuffer(p != nullptr ? const_cast<void*>(p) : &empty_, bytes);
+  }
+  void waited(bool ok, const detail::Op& op, const char* what) {
+    if (!ok) throw PeerFailure("mpcomm: " + describe(op) + ": gloo: the wait for a " + what + " was aborted");
+  }
+
+  // Own block copied; every block sent to its rank and every rank's received at once; then every wait.
+  void alltoallv(const detail::Op& op) {
+    const detail::VCounts& v = *op.v;
+    const size_t es = dtype_size(op.dtype);
+    const int n = size();
+    const auto me = static_cast<size_t>(rank());
+    const detail::BufferSpans spans = detail::buffer_spans(op, rank(), n);
+    if (const size_t own = v.send_counts[me] * es; own > 0)
+      std::memcpy(static_cast<char*>(op.recv) + v.recv_displs[me] * es,
+                  static_cast<const char*>(op.send) + v.send_displs[me] * es, own);
+    if (n == 1) return;
+    auto in = unbound(op.send, spans.send_n);
+    auto out = unbound(op.recv, spans.recv_n);
+    const auto slot = ::gloo::Slot::build(kAlltoallvSlotPrefix, static_cast<uint32_t>(op.seq));
+    for (int i = 1; i < n; ++i) {
+      const auto to = (me + static_cast<size_t>(i)) % static_cast<size_t>(n);
+      const auto from = (me + static_cast<size_t>(n - i)) % static_cast<size_t>(n);
+      // An empty block sits at offset 0: its displacement may lie past the buffer's extent.
+      in->send(static_cast<int>(to), slot, v.send_counts[to] > 0 ? v.send_displs[to] * es : 0, v.send_counts[to] * es);
+      out->recv(static_cast<int>(from), slot, v.recv_counts[from] > 0 ? v.recv_displs[from] * es : 0,
+                v.recv_counts[from] * es);
+    }
+    for (int i = 1; i < n; ++i) {
+      waited(in->waitSend(timeout()), op, "send");
+      waited(out->waitRecv(timeout()), op, "receive");
+    }
+  }
+
+  // Own block placed (unless in place); then n-1 ring steps, each passing on the block received last.
+  void allgatherv(const detail::Op& op) {
+    const detail::VCounts& v = *op.v;
+    const size_t es = dtype_size(op.dtype);
+    const int n = size(), me = rank();
+    char* out = static_cast<char*>(op.recv);
+    const auto len = [&](int q) { return v.recv_counts[static_cast<size_t>(q)] * es; };
+    // An empty block sits at offset 0: its displacement may lie past the buffer's extent.
+    const auto at = [&](int q) { return len(q) > 0 ? v.recv_displs[static_cast<size_t>(q)] * es : 0; };
+    if (len(me) > 0 && op.send != out + at(me)) std::memcpy(out + at(me), op.send, len(me));
+    if (n == 1) return;
+    auto buf = unbound(out, detail::buffer_spans(op, me, n).recv_n);
+    const auto slot = ::gloo::Slot::build(kAllgathervSlotPrefix, static_cast<uint32_t>(op.seq));
+    const int right = (me + 1) % n, left = (me + n - 1) % n;
+    for (int s = 0; s < n - 1; ++s) {
+      const int sb = (me - s + n) % n, rb = (me - s - 1 + 2 * n) % n;
+      buf->send(right, slot, at(sb), len(sb));
+      buf->recv(left, slot, at(rb), len(rb));
+      waited(buf->waitSend(timeout()), op, "send");
+      waited(buf->waitRecv(timeout()), op, "receive");
+    }
+  }
+
   std::shared_ptr<::gloo::Context> ctx_;
+  char empty_ = 0;  // what an unbound buffer of no bytes points at
   std::vector<char> scratch_;
   std::mutex abort_mu_;
   std::string abort_;

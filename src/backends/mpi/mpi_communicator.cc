@@ -49,6 +49,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -542,13 +543,18 @@ constexpr CallsRow kCallsTable[] = {
 };
 
 MpiCalls table_calls(const Op& op, bool crowded) {
-  const size_t b = op.bytes();
+  const size_t b = op.v != nullptr ? 0 : op.bytes();  // the uneven ops' ranks share no size: read at 0 bytes
   for (const CallsRow& r : kCallsTable)
     if ((r.op == OpKind::split || r.op == op.kind) && (r.crowded < 0 || r.crowded == (crowded ? 1 : 0)) &&
         b >= r.from_bytes && b < r.below_bytes)
       return r.calls;
   return MpiCalls::blocking;
 }
+
+// The counts and displacements of an uneven op as MPI takes them (int), checked to fit before any call.
+struct UnevenInts {
+  std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
+};
 
 // ---- the backend ----------------------------------------------------------------------------------
 
@@ -607,6 +613,8 @@ class MpiBackend final : public detail::Backend {
   }
   void run_blocking(const Op& op);
   void run_nonblocking(const Op& op);
+  // Fills uneven_ from op.v; a count or displacement past INT_MAX is Unsupported (before any call).
+  void prepare_uneven(const Op& op);
   // The watchdog's thread: a blocking call outlasted the timeout, or the job was aborted during one.
   [[noreturn]] void blocked_too_long(ErrorCode code, const std::string& why, uint64_t armed);
 
@@ -616,6 +624,7 @@ class MpiBackend final : public detail::Backend {
   const bool may_block_;
   std::shared_ptr<Watchdog::Slot> slot_;
   Op blocked_in_{};  // the blocking call in progress (read by the watchdog's thread only while it is armed)
+  UnevenInts uneven_;  // the uneven op in progress (prepare_uneven)
 };
 
 // The chunks of a call of `count` elements: post(offset in bytes, elements) for each, at least one call
@@ -651,6 +660,7 @@ struct MpiCall {
   MPI_Op mop;
   int root;
   MPI_Comm comm;
+  const UnevenInts* v = nullptr;  // alltoallv, allgatherv
 };
 
 // The blocking call, or (req != null) the non-blocking one; and their names.
@@ -680,6 +690,20 @@ int make_call(const MpiCall& c, MPI_Request* req) {
       return req ? MPI_Ialltoall(c.send, c.count, c.type, c.recv, c.count, c.type, c.comm, req)
                  : MPI_Alltoall(c.send, c.count, c.type, c.recv, c.count, c.type, c.comm);
     case OpKind::barrier: return req ? MPI_Ibarrier(c.comm, req) : MPI_Barrier(c.comm);
+    case OpKind::alltoallv: {
+      const UnevenInts& v = *c.v;
+      return req ? MPI_Ialltoallv(c.send, v.send_counts.data(), v.send_displs.data(), c.type, c.recv,
+                                  v.recv_counts.data(), v.recv_displs.data(), c.type, c.comm, req)
+                 : MPI_Alltoallv(c.send, v.send_counts.data(), v.send_displs.data(), c.type, c.recv,
+                                 v.recv_counts.data(), v.recv_displs.data(), c.type, c.comm);
+    }
+    case OpKind::allgatherv: {
+      const UnevenInts& v = *c.v;
+      return req ? MPI_Iallgatherv(c.send, c.count, c.type, c.recv, v.recv_counts.data(), v.recv_displs.data(),
+                                   c.type, c.comm, req)
+                 : MPI_Allgatherv(c.send, c.count, c.type, c.recv, v.recv_counts.data(), v.recv_displs.data(),
+                                  c.type, c.comm);
+    }
     default: return MPI_ERR_OP;
   }
 }
@@ -695,6 +719,8 @@ const char* call_name(OpKind kind, bool blocking) {
     case OpKind::scatter: return blocking ? "MPI_Scatter" : "MPI_Iscatter";
     case OpKind::alltoall: return blocking ? "MPI_Alltoall" : "MPI_Ialltoall";
     case OpKind::barrier: return blocking ? "MPI_Barrier" : "MPI_Ibarrier";
+    case OpKind::alltoallv: return blocking ? "MPI_Alltoallv" : "MPI_Ialltoallv";
+    case OpKind::allgatherv: return blocking ? "MPI_Allgatherv" : "MPI_Iallgatherv";
     default: return "MPI";
   }
 }
@@ -714,6 +740,10 @@ bool mpi_in_place(const Op& op, int rank) {
     case OpKind::gather: return is_root && op.count > 0 && op.send == block(op.recv, op.root);
     case OpKind::scatter: return is_root && op.count > 0 && op.recv == block(op.send, op.root);
     case OpKind::alltoall: return op.count > 0 && op.send == op.recv;
+    // MPI_IN_PLACE for MPI_Allgatherv: this rank's block is already at recvbuf + rdispls[rank].
+    case OpKind::allgatherv:
+      return op.count > 0 && op.send == static_cast<const char*>(op.recv) +
+                                            op.v->recv_displs[static_cast<size_t>(rank)] * es;
     default: return false;
   }
 }
@@ -721,7 +751,8 @@ bool mpi_in_place(const Op& op, int rank) {
 // The MPI calls of `op`, in order: call(MpiCall) for each. allreduce, broadcast and reduce go out in chunks
 // of at most chunk_elements() (for_chunks); the other collectives take one count per rank block.
 template <class Call>
-void for_calls(const Op& op, int rank, const CommState& st, const detail::Backend& b, Call&& call) {
+void for_calls(const Op& op, int rank, const CommState& st, const detail::Backend& b, const UnevenInts& uneven,
+               Call&& call) {
   const MPI_Datatype type = mpi_type(op.dtype);
   const MPI_Op mop = op.reduces() ? mpi_op(op.dtype, op.redop) : MPI_OP_NULL;
   const bool in_place = mpi_in_place(op, rank);
@@ -761,6 +792,15 @@ void for_calls(const Op& op, int rank, const CommState& st, const detail::Backen
       c.recv = op.kind == OpKind::gather && !is_root ? nullptr : op.recv;
       return call(c);
     case OpKind::barrier: return call(c);
+    case OpKind::alltoallv:
+    case OpKind::allgatherv:
+      // Counts and displacements from `uneven` (prepare_uneven); allgatherv's own count fits, as its
+      // recv_counts[rank] does.
+      c.v = &uneven;
+      c.count = static_cast<int>(op.kind == OpKind::allgatherv ? op.count : 0);
+      c.send = in_place ? MPI_IN_PLACE : op.send;
+      c.recv = op.recv;
+      return call(c);
     default: return;
   }
 }
@@ -768,6 +808,7 @@ void for_calls(const Op& op, int rank, const CommState& st, const detail::Backen
 void MpiBackend::run(const Op& op) {
   if (op.kind == OpKind::send || op.kind == OpKind::recv || op.kind == OpKind::split)
     throw Internal("mpcomm: " + describe(op) + ": not a collective the mpi backend runs");
+  if (op.v != nullptr) prepare_uneven(op);
   if (calls_for(op) == MpiCalls::blocking)
     run_blocking(op);
   else
@@ -786,7 +827,7 @@ void MpiBackend::run_blocking(const Op& op) {
   const char* call = call_name(op.kind, /*blocking=*/true);
   op.algorithm = call;
   if (op.kind != OpKind::allreduce && op.kind != OpKind::broadcast && op.kind != OpKind::reduce &&
-      op.kind != OpKind::barrier)
+      op.kind != OpKind::barrier && op.v == nullptr)
     one_call_count(op, *this);
   int rc = MPI_SUCCESS;
   blocked_in_ = op;
@@ -795,10 +836,28 @@ void MpiBackend::run_blocking(const Op& op) {
     ~Armed() { slot.disarm(); }
   } armed{*slot_};
   slot_->arm(op.seq + 1);
-  for_calls(op, rank(), *st_, *this, [&](const MpiCall& c) {
+  for_calls(op, rank(), *st_, *this, uneven_, [&](const MpiCall& c) {
     if (rc == MPI_SUCCESS) rc = make_call(c, nullptr);
   });
   if (rc != MPI_SUCCESS) throw_mpi(ErrorCode::peer_failure, describe(op), call, rc);
+}
+
+void MpiBackend::prepare_uneven(const Op& op) {
+  const detail::VCounts& v = *op.v;
+  auto ints = [&](std::span<const size_t> in, std::vector<int>& out, const char* name) {
+    out.resize(in.size());
+    for (size_t p = 0; p < in.size(); ++p) {
+      if (in[p] > static_cast<size_t>(INT_MAX))
+        throw Unsupported("mpcomm: " + describe(op) + ": " + name + "[" + std::to_string(p) + "] is " +
+                          std::to_string(in[p]) + ", more than the " + std::to_string(INT_MAX) +
+                          " elements MPI's " + call_name(op.kind, true) + " takes (its counts and displacements are int)");
+      out[p] = static_cast<int>(in[p]);
+    }
+  };
+  ints(v.send_counts, uneven_.send_counts, "send_counts");
+  ints(v.send_displs, uneven_.send_displs, "send_displs");
+  ints(v.recv_counts, uneven_.recv_counts, "recv_counts");
+  ints(v.recv_displs, uneven_.recv_displs, "recv_displs");
 }
 
 void MpiBackend::blocked_too_long(ErrorCode code, const std::string& why, uint64_t) {
@@ -818,7 +877,7 @@ void MpiBackend::run_nonblocking(const Op& op) {
   const char* call = call_name(op.kind, /*blocking=*/false);
   op.algorithm = call;
   std::vector<MPI_Request> reqs;
-  for_calls(op, rank(), *st_, *this, [&](const MpiCall& c) {
+  for_calls(op, rank(), *st_, *this, uneven_, [&](const MpiCall& c) {
     st_->post(reqs, what, call, [&](MPI_Request* r) { return make_call(c, r); });
   });
   st_->wait(reqs, nullptr, what, call);

@@ -55,6 +55,8 @@ class NativeBackend final : public detail::Backend {
 
   void abort(ErrorCode code, const std::string& reason) override { engine_->publish_abort(code, reason); }
   void close() override { engine_->close(); }
+  // Every frame carries its size, and a receive of another size is a Mismatch (engine.h).
+  bool checks_sizes() const override { return true; }
 
  private:
   std::shared_ptr<Engine> engine_;

@@ -41,7 +41,7 @@ std::array<const Algorithm*, kNumOpKinds> parse_forced(const std::string& spec) 
     if (eq == std::string::npos || kind < 0)
       throw InvalidArgument("mpcomm: MPCOMM_ALGO entry '" + item +
                             "': expected OP=ALGORITHM with OP one of allreduce, broadcast, reduce, allgather, reduce_scatter, "
-                            "gather, scatter, alltoall, barrier");
+                            "gather, scatter, alltoall, barrier, alltoallv, allgatherv");
     const OpKind k = static_cast<OpKind>(kind);
     const Algorithm* a = find_algorithm(k, name);
     if (a == nullptr)
@@ -62,6 +62,8 @@ bool runs_in_place(const detail::Op& op, int rank) {
   switch (op.kind) {
     case OpKind::allgather: return s == r + static_cast<size_t>(rank) * b;
     case OpKind::reduce_scatter: return r == s + static_cast<size_t>(rank) * b;
+    case OpKind::allgatherv: return s == r + op.v->recv_displs[static_cast<size_t>(rank)] * dtype_size(op.dtype);
+    case OpKind::alltoallv: return false;
     case OpKind::broadcast:
     case OpKind::barrier: return false;
     default: return s == r;
@@ -97,7 +99,15 @@ std::string Selection::describe() const {
   return file_ ? file_->source + ", then the built-in table" : std::string("the built-in table");
 }
 
-const Algorithm& Selection::choose_anew(AlgoCtx& c) {
+const Algorithm& Selection::choose_uneven(AlgoCtx& c) {
+  const auto n = static_cast<size_t>(c.size);
+  const size_t count = c.op.kind == OpKind::allgatherv ? (detail::recv_total(c.op) + n - 1) / n : 0;
+  Memo& m = memo_[static_cast<size_t>(c.op.kind)];
+  if (m.algorithm != nullptr && m.count == count && m.dtype == c.op.dtype) return *m.algorithm;
+  return choose_anew(c, count);
+}
+
+const Algorithm& Selection::choose_anew(AlgoCtx& c, size_t count) {
   const detail::Op& op = c.op;
   const size_t kind = static_cast<size_t>(op.kind);
   if (const Algorithm* a = forced_[kind]) {
@@ -106,11 +116,11 @@ const Algorithm& Selection::choose_anew(AlgoCtx& c) {
                         std::string(to_string(op.kind)) + "=" + a->name + ", which cannot run here: " + why + " (" +
                         std::to_string(c.size) + " ranks on " + std::to_string(c.topo.num_hosts()) + " host(s), " +
                         std::to_string(op.bytes()) + " bytes per rank)");
-    memo_[kind] = {a, op.count, op.dtype};
+    memo_[kind] = {a, count, op.dtype};
     log_choice(c, *a, "forced by MPCOMM_ALGO");
     return *a;
   }
-  const tuning::Call call = tuning::make_call(op.kind, op.dtype, op.count, c.size);
+  const tuning::Call call = tuning::make_call(op.kind, op.dtype, count, c.size);
   bool asked = false;
   native::CallAgreement agreed;
   auto facts = [&] {
@@ -128,7 +138,7 @@ const Algorithm& Selection::choose_anew(AlgoCtx& c) {
   if (e == nullptr)
     throw Internal("mpcomm: " + detail::describe(op, c.rank, c.size, "native") + ": no row of " + describe() + " fits this call");
   const Algorithm& a = *find_algorithm(op.kind, e->row->choice);
-  if (!asked) memo_[kind] = {&a, op.count, op.dtype};
+  if (!asked) memo_[kind] = {&a, count, op.dtype};
   if (log_enabled(LogLevel::info)) {
     std::string why = reason_of(*e);
     if (asked && asks_in_place_[kind]) why += agreed.any_in_place ? "; a rank runs in place" : "; no rank runs in place";

@@ -36,9 +36,10 @@ class Selection {
   // in frames of c.op. Throws Unsupported (on every rank alike) when MPCOMM_ALGO forces an algorithm
   // that cannot run for this call.
   const Algorithm& choose(AlgoCtx& c) {
+    if (c.op.v != nullptr) return choose_uneven(c);
     Memo& m = memo_[static_cast<size_t>(c.op.kind)];
     if (m.algorithm != nullptr && m.count == c.op.count && m.dtype == c.op.dtype) return *m.algorithm;
-    return choose_anew(c);
+    return choose_anew(c, c.op.count);
   }
 
   // Which tables answer, for `mpcomm info` and the log: "tuning file PATH, then the built-in table".
@@ -49,7 +50,11 @@ class Selection {
   const tuning::Table* file() const { return file_.get(); }
 
  private:
-  const Algorithm& choose_anew(AlgoCtx& c);
+  // `count`: what the table sees as the call's count (the same on every rank).
+  const Algorithm& choose_anew(AlgoCtx& c, size_t count);
+  // alltoallv and allgatherv: the count every rank shares (allgatherv: its total's share per rank,
+  // rounded up; alltoallv: 0), remembered as the others' is.
+  const Algorithm& choose_uneven(AlgoCtx& c);
   // Logs a choice once per op, size bucket and algorithm.
   void log_choice(const AlgoCtx& c, const Algorithm& a, const std::string& why);
 

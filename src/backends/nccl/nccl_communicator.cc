@@ -118,6 +118,8 @@ const char* nccl_call(OpKind k) {
     case OpKind::scatter: return "grouped ncclSend (root) / ncclRecv";
     case OpKind::alltoall: return "grouped ncclSend/ncclRecv";
     case OpKind::barrier: return "ncclAllReduce of one int32";
+    case OpKind::alltoallv:
+    case OpKind::allgatherv: return "grouped ncclSend/ncclRecv";
     default: return "nccl";
   }
 }
@@ -687,7 +689,8 @@ class NcclBackend final : public detail::Backend {
 // Device pointers only (the front door staged host buffers).
 void NcclBackend::run(const Op& op) {
   op.algorithm = nccl_call(op.kind);
-  if (op.count == 0 && op.kind != OpKind::barrier) return;  // nothing to move: no NCCL call on any rank
+  // Nothing to move: no NCCL call on any rank. (An uneven op's count is this rank's only: it may receive.)
+  if (op.count == 0 && op.kind != OpKind::barrier && op.v == nullptr) return;
   CommState& st = *st_;
   const What what(op, *this);
   st.make_current(what);
@@ -796,6 +799,39 @@ void NcclBackend::enqueue_op(const Op& op, const What& what, net::Deadline deadl
           call = "ncclRecv";
           x = ncclRecv(r + static_cast<size_t>(p) * bytes, op.count, dt, p, c, stream);
           if (!ok(x)) return x;
+        }
+        return ncclSuccess;
+      });
+    }
+    case OpKind::alltoallv:
+    case OpKind::allgatherv: {
+      // Every block to its rank and every rank's block from it, in one group; empty blocks are left out
+      // on both sides (the front door checked every rank's counts against the others', so both sides
+      // agree which are empty). allgatherv sends its one block to every rank.
+      const detail::VCounts& v = *op.v;
+      const size_t es = dtype_size(op.dtype);
+      const bool a2a = op.kind == OpKind::alltoallv;
+      const auto me_i = static_cast<size_t>(me);
+      auto out = [&](size_t p) { return r + v.recv_displs[p] * es; };
+      auto in = [&](size_t p) { return a2a ? s + v.send_displs[p] * es : s; };
+      auto sends = [&](size_t p) { return a2a ? v.send_counts[p] : op.count; };
+      if (v.recv_counts[me_i] > 0 && out(me_i) != in(me_i))
+        st.cuda(cudaMemcpyAsync(out(me_i), in(me_i), v.recv_counts[me_i] * es, cudaMemcpyDeviceToDevice, stream), what,
+                "cudaMemcpyAsync (device to device)");
+      return st.enqueue_group(what, deadline, [&](ncclComm_t c, const char*& call) {
+        for (int q = 0; q < n; ++q) {
+          const auto p = static_cast<size_t>(q);
+          if (q == me) continue;
+          if (sends(p) > 0) {
+            call = "ncclSend";
+            ncclResult_t x = ncclSend(in(p), sends(p), dt, q, c, stream);
+            if (!ok(x)) return x;
+          }
+          if (v.recv_counts[p] > 0) {
+            call = "ncclRecv";
+            ncclResult_t x = ncclRecv(out(p), v.recv_counts[p], dt, q, c, stream);
+            if (!ok(x)) return x;
+          }
         }
         return ncclSuccess;
       });

@@ -38,6 +38,9 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::gather, "flat", gather_flat},
       {OpKind::scatter, "flat", scatter_flat},
       {OpKind::alltoall, "pairwise", alltoall_pairwise},
+      {OpKind::alltoallv, "pairwise", alltoallv_pairwise},
+      {OpKind::allgatherv, "ring", allgatherv_ring},
+      {OpKind::allgatherv, "flat", allgatherv_flat},
       {OpKind::barrier, "dissemination", barrier_dissemination},
       {OpKind::barrier, "board", barrier_board, kNeedsSharedMemory},
   };

@@ -155,6 +155,14 @@ void reduce_scatter_direct(AlgoCtx& c);
 void gather_flat(AlgoCtx& c);
 void scatter_flat(AlgoCtx& c);
 void alltoall_pairwise(AlgoCtx& c);
+void alltoallv_pairwise(AlgoCtx& c);
+void allgatherv_ring(AlgoCtx& c);
+void allgatherv_flat(AlgoCtx& c);
+// Where rank q's block of allgatherv's result is (the result's start for an empty block, whose
+// displacement may point anywhere).
+char* allgatherv_block(const AlgoCtx& c, int q);
+// allgatherv's first step: this rank's block copied into its place (unless in place).
+void allgatherv_place_own_block(const AlgoCtx& c);
 void barrier_dissemination(AlgoCtx& c);
 // One host, every rank with a CPU: every rank leaves its tag on the board and waits for every other's.
 void barrier_board(AlgoCtx& c);
