@@ -12,8 +12,6 @@
 
 #include "torch/c10d_store.h"
 
-#define VOPS_PENDING(name, ...) (throw std::runtime_error("TEMP: " #name " not merged yet"), Request())
-
 namespace mpcomm::torch_backend {
 
 // ---- Work ---------------------------------------------------------------------------------------------
@@ -430,7 +428,7 @@ ProcessGroupMpcomm::Works ProcessGroupMpcomm::allgather(std::vector<std::vector<
         displs.push_back(off);
         off += elems(o);
       }
-      w.requests.push_back(VOPS_PENDING(iallgatherv, src.data_ptr(), elems(src), f.data_ptr(), counts, displs, dt));
+      w.requests.push_back(comm_->iallgatherv(src.data_ptr(), elems(src), f.data_ptr(), counts, displs, dt));
     }
   });
 }
@@ -601,7 +599,7 @@ std::vector<size_t> split_counts(const std::vector<int64_t>& splits, const at::T
   return counts;
 }
 
-[[maybe_unused]] std::vector<size_t> displacements(const std::vector<size_t>& counts) {
+std::vector<size_t> displacements(const std::vector<size_t>& counts) {
   std::vector<size_t> d(counts.size());
   size_t off = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
@@ -643,7 +641,7 @@ ProcessGroupMpcomm::Works ProcessGroupMpcomm::alltoall_base(at::Tensor& output, 
     if (even)
       w.requests.push_back(comm_->ialltoall(src.data_ptr(), dst.data_ptr(), elems(src) / static_cast<size_t>(n), dt));
     else
-      w.requests.push_back(VOPS_PENDING(ialltoallv, src.data_ptr(), sc, displacements(sc), dst.data_ptr(), rc,
+      w.requests.push_back(comm_->ialltoallv(src.data_ptr(), sc, displacements(sc), dst.data_ptr(), rc,
                                              displacements(rc), dt));
   });
 }
@@ -670,7 +668,7 @@ ProcessGroupMpcomm::Works ProcessGroupMpcomm::alltoall(std::vector<at::Tensor>& 
       rc.push_back(elems(outputs[i]));
     }
     w.requests.push_back(
-        VOPS_PENDING(ialltoallv, src.data_ptr(), sc, displacements(sc), dst.data_ptr(), rc, displacements(rc), to_mpcomm(src, op)));
+        comm_->ialltoallv(src.data_ptr(), sc, displacements(sc), dst.data_ptr(), rc, displacements(rc), to_mpcomm(src, op)));
   });
 }
 
