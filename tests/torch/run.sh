@@ -6,9 +6,9 @@
 # LAUNCHER: torchrun (Debian's, with --redirects 1 --tee 1, without which it crashes on Python 3.11),
 # mpcomm (`mpcomm launch`), mpirun. Needs MPCOMM_CLI (the mpcomm executable) and MPCOMM_PYTHONPATH (the
 # built package, build/python) in the environment; runs /usr/bin/python3, the interpreter with torch.
-# Passes when the job exits 0 — or, with --expect-ok K (a job where a rank is meant to fail), when at
-# least K lines say "rank R: OK" and none says FAIL — and when afterwards no process of this job and no
-# shared-memory segment of mpcomm's remains.
+# Passes when the job exits 0 and every rank says it passed — or, with --expect-ok K (a job where a rank is
+# meant to fail), when at least K ranks say so — no rank says FAIL, and afterwards no process of this job
+# and no shared-memory segment of mpcomm's remains.
 set -uo pipefail
 expect_ok=""
 if [[ "${1:-}" == "--expect-ok" ]]; then expect_ok=$2; shift 2; fi
@@ -19,7 +19,14 @@ py=/usr/bin/python3
 export PYTHONPATH="$MPCOMM_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS=1
 tag="mpcomm-torch-test-$$-$RANDOM"  # in every rank's argv: how leftovers are found
-shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^mpcomm\.' || true)
+# The native backend names its segments /dev/shm/mpcomm.<MPCOMM_JOB_ID>.*: under torchrun and mpirun this
+# job's own id; `mpcomm launch` sets an id of its own, so there any new segment counts (CTest runs those
+# tests alone).
+job_id=$(printf '%04x%04x%04x' $RANDOM $RANDOM $$)
+export MPCOMM_JOB_ID=$job_id
+shm_pattern="^mpcomm\\.$job_id\\."
+[[ "$launcher" == mpcomm ]] && shm_pattern='^mpcomm\.'
+shm_before=$(ls /dev/shm 2>/dev/null | grep -c "$shm_pattern" || true)
 
 # A port nobody listens on now (torchrun takes no 0), so that tests may run side by side.
 free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -28,7 +35,7 @@ case "$launcher" in
   torchrun) cmd=("$py" -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node "$n"
                  --master_port "$(free_port)" "$script" "$@" --tag "$tag") ;;
   mpcomm)   cmd=("$MPCOMM_CLI" launch -n "$n" --timeout 300 -- "$py" "$script" "$@" --tag "$tag") ;;
-  mpirun)   cmd=(mpirun -n "$n" --oversubscribe -x PYTHONPATH -x OMP_NUM_THREADS)
+  mpirun)   cmd=(mpirun -n "$n" --oversubscribe -x PYTHONPATH -x OMP_NUM_THREADS -x MPCOMM_JOB_ID)
             [[ $(id -u) -eq 0 ]] && cmd+=(--allow-run-as-root)
             cmd+=("$py" "$script" "$@" --tag "$tag") ;;
   *) echo "run.sh: unknown launcher '$launcher' (torchrun, mpcomm, mpirun)" >&2; exit 2 ;;
@@ -38,21 +45,20 @@ out=$(timeout 600 "${cmd[@]}" 2>&1)
 status=$?
 printf '%s\n' "$out"
 fail=0
-if [[ -n "$expect_ok" ]]; then
-  oks=$(grep -cE 'rank [0-9]+: OK' <<<"$out" || true)
-  if (( oks < expect_ok )); then echo "run.sh: $oks ranks said OK, expected at least $expect_ok" >&2; fail=1; fi
-  if grep -qE 'rank [0-9]+: FAIL' <<<"$out"; then echo "run.sh: a rank failed" >&2; fail=1; fi
-elif (( status != 0 )); then
-  echo "run.sh: the job exited with status $status" >&2; fail=1
-fi
+# A rank that passed says "rank R: OK ..." or "rank R of N: ... 0 failed"; every rank must (so a job that
+# ran nothing does not pass), or K of them with --expect-ok K, where the job's own status does not count.
+oks=$(grep -cE 'rank [0-9]+(: OK| of [0-9]+: .* 0 failed)' <<<"$out" || true)
+if (( oks < ${expect_ok:-$n} )); then echo "run.sh: $oks ranks passed, expected ${expect_ok:-$n}" >&2; fail=1; fi
+if grep -qE 'rank [0-9]+: FAIL' <<<"$out"; then echo "run.sh: a rank failed" >&2; fail=1; fi
+if [[ -z "$expect_ok" ]] && (( status != 0 )); then echo "run.sh: the job exited with status $status" >&2; fail=1; fi
 
 # Nothing left: no process of this job (within 10 s), no new mpcomm segment.
 for _ in $(seq 100); do pgrep -f "$tag" >/dev/null || break; sleep 0.1; done
 if pgrep -f "$tag" >/dev/null; then
   echo "run.sh: processes of the job are left:" >&2; pgrep -af "$tag" >&2; pkill -9 -f "$tag"; fail=1
 fi
-shm_after=$(ls /dev/shm 2>/dev/null | grep -c '^mpcomm\.' || true)
+shm_after=$(ls /dev/shm 2>/dev/null | grep -c "$shm_pattern" || true)
 if (( shm_after > shm_before )); then
-  echo "run.sh: shared-memory segments left: $(ls /dev/shm | grep '^mpcomm\.')" >&2; fail=1
+  echo "run.sh: shared-memory segments left: $(ls /dev/shm | grep "$shm_pattern")" >&2; fail=1
 fi
 exit $fail
