@@ -52,6 +52,7 @@ class OpRequest final : public RequestState {
   BufferSpans spans;
   uint64_t ticket = 0;  // flight recorder
   uint64_t t0 = 0;      // OpClock reading when it started
+  std::chrono::steady_clock::time_point queued_at{};  // when it joined the queue
   // Written under Core::mu_ once the request is visible to the progress thread; read anywhere.
   std::atomic<Phase> phase{Phase::queued};
   std::shared_ptr<RequestState> inner;  // the backend's request of a started send or receive
@@ -72,6 +73,15 @@ constexpr auto kWaiterGrace = std::chrono::seconds(5);
 // The progress thread's naps between tests of sends and receives nobody waits for.
 constexpr auto kFirstNap = std::chrono::microseconds(50);
 constexpr auto kMaxNap = std::chrono::microseconds(1000);
+// An op just queued with nobody asking for a callback is left this long to its caller, who may be about to
+// wait on it (and then runs it itself): a synchronous use (issue, then wait) costs no hand-over between
+// threads. Then the progress thread starts it.
+constexpr auto kLeaveToCaller = std::chrono::microseconds(100);
+// Within kActive of the last non-blocking call the idle progress thread looks at the queue every kPoll by
+// itself, so that queuing an op needs no wake-up (a wake-up costs a context switch, tens of microseconds
+// when ranks outnumber CPUs); after that it sleeps until woken.
+constexpr auto kPoll = std::chrono::microseconds(200);
+constexpr auto kActive = std::chrono::milliseconds(10);
 
 [[noreturn]] void bad(const Op& op, const Backend& b, const std::string& why) {
   throw InvalidArgument("mpcomm: " + b.describe(op) + ": " + why);
@@ -143,6 +153,7 @@ Core::~Core() {
     stop_ = true;
   }
   cv_.notify_all();
+  worker_cv_.notify_all();
   if (worker_.joinable()) worker_.join();
 }
 
@@ -153,6 +164,7 @@ void Core::close() {
       stop_ = true;  // the progress thread ends once the queue is empty
     }
     cv_.notify_all();
+    worker_cv_.notify_all();
     worker_.join();
     has_worker_ = false;
   }
@@ -471,7 +483,7 @@ void Core::on_complete(OpRequest& r, std::function<void(std::exception_ptr)> fn)
     r.callback_given.store(true);
     if (!r.ended()) {
       r.callback = std::move(fn);
-      cv_.notify_all();  // the progress thread now tests it even where tests are not cheap
+      worker_cv_.notify_all();  // the progress thread now tests it even where tests are not cheap
       return;
     }
     error = r.error;
@@ -519,6 +531,7 @@ bool Core::progress_now(OpRequest& r, bool wait) {
 }
 
 void Core::end(OpRequest& r, std::exception_ptr error) {
+  bool worker = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!r.ended()) {
@@ -528,8 +541,10 @@ void Core::end(OpRequest& r, std::exception_ptr error) {
     }
     inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(), [&](auto& p) { return p.get() == &r; }),
                     inflight_.end());
+    worker = worker_has_work_locked();
   }
   cv_.notify_all();
+  if (worker) worker_cv_.notify_all();
   notify_callback(r);
 }
 
@@ -564,11 +579,19 @@ void Core::take_driver(std::unique_lock<std::mutex>& lk, const Op& for_op) {
 }
 
 void Core::release_driver() {
+  bool worker;
   {
     std::lock_guard<std::mutex> lk(mu_);
     driver_ = Driver::none;
+    worker = worker_has_work_locked();
   }
   cv_.notify_all();
+  if (worker) worker_cv_.notify_all();
+}
+
+void Core::notify_locked() {
+  cv_.notify_all();
+  if (worker_has_work_locked()) worker_cv_.notify_all();
 }
 
 // Whether the progress thread tests the sends and receives in flight: always where a test is cheap, else
@@ -621,6 +644,14 @@ void Core::worker_loop() {
   auto nap = kFirstNap;
   for (;;) {
     if (!queue_.empty() && driver_ == Driver::none) {
+      const OpRequest& front = *queue_.front();
+      if (!stop_ && waiters_ == 0 && !front.callback_given.load()) {
+        const auto ripe = front.queued_at + kLeaveToCaller;
+        if (Clock::now() < ripe) {
+          worker_cv_.wait_until(lk, ripe);
+          continue;
+        }
+      }
       std::shared_ptr<OpRequest> r = queue_.front();
       queue_.pop_front();
       driver_ = Driver::worker;
@@ -638,7 +669,7 @@ void Core::worker_loop() {
     // Sends and receives in flight that nobody waits for: test them between naps (a caller that waits
     // drives its own, at full speed).
     if (queue_.empty() && !inflight_.empty() && waiters_ == 0 && driver_ == Driver::none && worth_testing_locked()) {
-      cv_.wait_for(lk, nap, [&] { return !queue_.empty() || stop_ || waiters_ > 0 || driver_ != Driver::none; });
+      worker_cv_.wait_for(lk, nap, [&] { return !queue_.empty() || stop_ || waiters_ > 0 || driver_ != Driver::none; });
       if (!queue_.empty() || stop_ || waiters_ > 0 || driver_ != Driver::none || inflight_.empty()) continue;
       std::vector<std::shared_ptr<OpRequest>> list = inflight_;
       driver_ = Driver::worker;
@@ -652,7 +683,13 @@ void Core::worker_loop() {
       cv_.notify_all();
       continue;
     }
-    cv_.wait(lk);
+    if (Clock::now() - last_issue_ < kActive) {
+      worker_polling_ = true;
+      worker_cv_.wait_for(lk, kPoll);
+      worker_polling_ = false;
+    } else {
+      worker_cv_.wait(lk);
+    }
   }
 }
 
@@ -701,11 +738,14 @@ std::shared_ptr<OpRequest> Core::issue(Op& op, uint64_t& counter) {
 
 Request Core::enqueue(const std::shared_ptr<OpRequest>& r) {
   r->ticket = recorder_.start(r->op, OpClock::now(), FlightRecorder::State::queued);
+  bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    r->queued_at = last_issue_ = Clock::now();
     queue_.push_back(r);
+    wake = !worker_polling_;
   }
-  cv_.notify_all();
+  if (wake) worker_cv_.notify_all();
   return Request(r);
 }
 
@@ -774,7 +814,7 @@ void Core::wait(OpRequest& r) {
       lk.lock();
       driver_ = Driver::none;
       ++endings_;
-      cv_.notify_all();
+      notify_locked();
       continue;
     }
     if (r.phase == OpRequest::Phase::started && queue_.empty() && driver_ == Driver::none) {
@@ -783,11 +823,11 @@ void Core::wait(OpRequest& r) {
       progress_now(r, /*wait=*/true);  // never throws: the request carries its error
       lk.lock();
       driver_ = Driver::none;
-      cv_.notify_all();
+      notify_locked();
       continue;
     }
     ++waiters_;
-    cv_.notify_all();
+    notify_locked();  // a progress thread testing sends and receives leaves them to this waiter
     cv_.wait_until(lk, deadline);
     --waiters_;
     if (endings_ != seen) {
@@ -826,7 +866,7 @@ bool Core::test(OpRequest& r) {
     progress_now(r, /*wait=*/false);  // never throws: the request carries its error
     lk.lock();
     driver_ = Driver::none;
-    cv_.notify_all();
+    notify_locked();
   }
   if (!r.ended()) return false;
   settle_driver(lk);

@@ -12,12 +12,16 @@
 //  - a blocking call runs on the caller's thread when nothing is queued, else it is queued and waited for.
 //  - a thread that waits on the op next in line while nobody drives runs it itself (issue-then-wait costs
 //    what a blocking call costs: no hand-over to the progress thread and back).
+//    The progress thread leaves a just-queued op (without a completion callback) to its caller for
+//    100 us before it starts it, and while non-blocking calls come it polls the queue instead of being
+//    woken for each (core.cc: kLeaveToCaller, kPoll).
 // Exactly one thread "drives" the backend at any time (the caller or the progress thread: `driver_`),
 // so backends are never entered twice at once; the same rule guards the statistics and the recorder.
 #pragma once
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -111,6 +115,11 @@ class Core : public std::enable_shared_from_this<Core> {
   void settle_driver(std::unique_lock<std::mutex>& lk);
   void add_inflight(const std::shared_ptr<OpRequest>& r);
   bool worth_testing_locked() const;
+  // Whether the progress thread has anything to look at (ops queued, sends and receives in flight, or the
+  // end): only then does it need waking when the driver changes.
+  bool worker_has_work_locked() const { return stop_ || !queue_.empty() || !inflight_.empty(); }
+  // Wakes the callers waiting on cv_, and the progress thread when it has work (mu_ held).
+  void notify_locked();
   // Calls r's on_complete function, if any, once r has ended (not under mu_).
   void notify_callback(OpRequest& r);
 
@@ -132,13 +141,16 @@ class Core : public std::enable_shared_from_this<Core> {
   // The stream.
   bool has_worker_ = false;  // the issuing thread's: a progress thread runs
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;         // callers (waiters, the next driver)
+  std::condition_variable worker_cv_;  // the progress thread: new work, the driver free again, the end
   std::deque<std::shared_ptr<OpRequest>> queue_;
   std::vector<std::shared_ptr<OpRequest>> inflight_;  // started sends and receives, not ended
   Driver driver_ = Driver::none;
   int waiters_ = 0;
   uint64_t endings_ = 0;  // ops ended by the progress thread (a waiter's deadline restarts on each)
   bool stop_ = false;
+  bool worker_polling_ = false;  // the progress thread looks at the queue by itself (kPoll in core.cc)
+  std::chrono::steady_clock::time_point last_issue_{};  // the last op queued
   std::thread worker_;
 };
 

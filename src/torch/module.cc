@@ -38,13 +38,16 @@ PYBIND11_MODULE(_C, m) {
       "The flight recorder's text of an mpcomm process group: its last operations with state and times.");
   m.def(
       "time_from_cpp",
-      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& op, size_t count, int iters) {
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& op, size_t count, int iters,
+         bool barrier) {
         auto* p = dynamic_cast<ProcessGroupMpcomm*>(pg.get());
         if (!p) throw std::invalid_argument("mpcomm: time_from_cpp: not an mpcomm process group");
-        return p->time_from_cpp(op, count, iters);
+        return p->time_from_cpp(op, count, iters, barrier);
       },
-      py::arg("pg"), py::arg("op"), py::arg("count"), py::arg("iters"), py::call_guard<py::gil_scoped_release>(),
-      "Seconds of each of `iters` blocking calls of op (allreduce, broadcast, alltoall, sendrecv) on float32 "
-      "buffers of `count` elements, made from C++ on the group's communicator, each after a barrier.");
+      py::arg("pg"), py::arg("op"), py::arg("count"), py::arg("iters"), py::arg("barrier") = true,
+      py::call_guard<py::gil_scoped_release>(),
+      "Seconds of each of `iters` calls of op (allreduce, broadcast, alltoall: blocking; iallreduce: the "
+      "non-blocking call and its wait; sendrecv: an isend/irecv ring) on float32 buffers of `count` elements, made "
+      "from C++ on the group's communicator, each after a barrier (unless barrier=False).");
   m.def("available_backends", &mpcomm::available_backends, "mpcomm backends usable on this machine.");
 }

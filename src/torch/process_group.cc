@@ -698,7 +698,7 @@ ProcessGroupMpcomm::Works ProcessGroupMpcomm::recvAnysource(std::vector<at::Tens
   refuse("recv", "receiving from any source is not supported by mpcomm: name the source rank (src=...)");
 }
 
-std::vector<double> ProcessGroupMpcomm::time_from_cpp(const std::string& op, size_t count, int iters) {
+std::vector<double> ProcessGroupMpcomm::time_from_cpp(const std::string& op, size_t count, int iters, bool barrier) {
   const int n = getSize(), r = getRank();
   const size_t blocks = op == "alltoall" ? static_cast<size_t>(n) : 1;
   std::vector<float> a(count * blocks, 1.0f), b(count * blocks, 0.0f);
@@ -710,6 +710,8 @@ std::vector<double> ProcessGroupMpcomm::time_from_cpp(const std::string& op, siz
     call = [&] { comm_->broadcast(a.data(), count, DataType::float32, 0); };
   else if (op == "alltoall")
     call = [&] { comm_->alltoall(a.data(), b.data(), count, DataType::float32); };
+  else if (op == "iallreduce")  // the non-blocking call and its wait, as the process group makes it
+    call = [&] { comm_->iallreduce(a.data(), a.data(), count, DataType::float32, ReduceOp::sum).wait(); };
   else if (op == "sendrecv")
     call = [&] {
       if (n == 1) return;
@@ -719,10 +721,10 @@ std::vector<double> ProcessGroupMpcomm::time_from_cpp(const std::string& op, siz
       out.wait();
     };
   else
-    refuse("time_from_cpp", "unknown op '" + op + "' (allreduce, broadcast, alltoall, sendrecv)");
+    refuse("time_from_cpp", "unknown op '" + op + "' (allreduce, iallreduce, broadcast, alltoall, sendrecv)");
   std::lock_guard<std::mutex> g(issue_mu_);
   for (int i = 0; i < iters; ++i) {
-    comm_->barrier();
+    if (barrier) comm_->barrier();
     const auto t0 = std::chrono::steady_clock::now();
     call();
     secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -63,10 +63,11 @@ class ProcessGroupMpcomm final : public c10d::ProcessGroup {
   Works recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   Works barrier(const c10d::BarrierOptions& opts) override;
 
-  // Runs `iters` blocking calls of `op` ("allreduce", "broadcast", "alltoall", "sendrecv": a ring of
-  // isend/irecv) on float32 buffers of `count` elements straight on the communicator, from C++, each after a
-  // barrier, and returns each call's seconds: what the same op costs without PyTorch (scripts/torch-bench).
-  std::vector<double> time_from_cpp(const std::string& op, size_t count, int iters);
+  // Runs `iters` calls of `op` ("allreduce", "broadcast", "alltoall": blocking; "iallreduce": the
+  // non-blocking call and its wait; "sendrecv": a ring of isend/irecv) on float32 buffers of `count`
+  // elements straight on the communicator, from C++, each after a barrier (unless `barrier` is false), and
+  // returns each call's seconds: what the same op costs without PyTorch (scripts/torch-bench).
+  std::vector<double> time_from_cpp(const std::string& op, size_t count, int iters, bool barrier = true);
 
   // The completion thread's side: a Work whose requests all ended (called from the progress thread).
   void completed(c10::intrusive_ptr<MpcommWork> work);
