@@ -78,10 +78,12 @@ constexpr auto kMaxNap = std::chrono::microseconds(1000);
 // threads. Then the progress thread starts it.
 constexpr auto kLeaveToCaller = std::chrono::microseconds(100);
 // Within kActive of the last non-blocking call the idle progress thread looks at the queue every kPoll by
-// itself, so that queuing an op needs no wake-up (a wake-up costs a context switch, tens of microseconds
-// when ranks outnumber CPUs); after that it sleeps until woken.
+// itself (up to kMaxBusyPoll apart while a caller drives), so that queuing an op needs no wake-up (a
+// wake-up costs a context switch, tens of microseconds when ranks outnumber CPUs); after that it sleeps
+// until woken.
 constexpr auto kPoll = std::chrono::microseconds(200);
 constexpr auto kActive = std::chrono::milliseconds(10);
+constexpr auto kMaxBusyPoll = std::chrono::microseconds(2000);
 
 [[noreturn]] void bad(const Op& op, const Backend& b, const std::string& why) {
   throw InvalidArgument("mpcomm: " + b.describe(op) + ": " + why);
@@ -642,6 +644,7 @@ void Core::process(OpRequest& r) {
 void Core::worker_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   auto nap = kFirstNap;
+  std::chrono::microseconds busy_poll = kPoll;
   for (;;) {
     if (!queue_.empty() && driver_ == Driver::none) {
       const OpRequest& front = *queue_.front();
@@ -684,9 +687,12 @@ void Core::worker_loop() {
       continue;
     }
     if (Clock::now() - last_issue_ < kActive) {
+      // While a caller drives (a long op, perhaps) the looks thin out, up to kMaxBusyPoll apart: a look
+      // costs the caller a context switch when ranks outnumber CPUs.
       worker_polling_ = true;
-      worker_cv_.wait_for(lk, kPoll);
+      worker_cv_.wait_for(lk, driver_ == Driver::none ? kPoll : busy_poll);
       worker_polling_ = false;
+      busy_poll = driver_ == Driver::none ? kPoll : std::min(busy_poll * 2, kMaxBusyPoll);
     } else {
       worker_cv_.wait(lk);
     }
