@@ -9,6 +9,16 @@
 namespace py = pybind11;
 using mpcomm::torch_backend::ProcessGroupMpcomm;
 
+namespace {
+
+ProcessGroupMpcomm& mpcomm_group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const char* what) {
+  auto* p = dynamic_cast<ProcessGroupMpcomm*>(pg.get());
+  if (!p) throw std::invalid_argument(std::string("mpcomm: ") + what + ": not an mpcomm process group");
+  return *p;
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "mpcomm's torch.distributed backend (import mpcomm.torch to register it)";
   m.def(
@@ -22,27 +32,19 @@ PYBIND11_MODULE(_C, m) {
       "the mpcomm backend underneath, native by default); `timeout` bounds the rendezvous and every op.");
   m.def(
       "backend_of",
-      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
-        auto* p = dynamic_cast<ProcessGroupMpcomm*>(pg.get());
-        if (!p) throw std::invalid_argument("mpcomm: backend_of: not an mpcomm process group");
-        return p->mpcomm_backend();
-      },
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) { return mpcomm_group(pg, "backend_of").mpcomm_backend(); },
       "The mpcomm backend under an mpcomm process group (native, gloo, mpi, nccl).");
   m.def(
       "flight_record",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
-        auto* p = dynamic_cast<ProcessGroupMpcomm*>(pg.get());
-        if (!p) throw std::invalid_argument("mpcomm: flight_record: not an mpcomm process group");
-        return p->communicator().flight_record();
+        return mpcomm_group(pg, "flight_record").communicator().flight_record();
       },
       "The flight recorder's text of an mpcomm process group: its last operations with state and times.");
   m.def(
       "time_from_cpp",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& op, size_t count, int iters,
          bool barrier) {
-        auto* p = dynamic_cast<ProcessGroupMpcomm*>(pg.get());
-        if (!p) throw std::invalid_argument("mpcomm: time_from_cpp: not an mpcomm process group");
-        return p->time_from_cpp(op, count, iters, barrier);
+        return mpcomm_group(pg, "time_from_cpp").time_from_cpp(op, count, iters, barrier);
       },
       py::arg("pg"), py::arg("op"), py::arg("count"), py::arg("iters"), py::arg("barrier") = true,
       py::call_guard<py::gil_scoped_release>(),
