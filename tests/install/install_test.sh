@@ -172,6 +172,7 @@ if [[ -d "$build/python/mpcomm" ]]; then
   [[ $(grep -c ': ok$' <<<"$out") -eq 2 ]] || { echo "$out"; fail "torch_ddp.py: not every rank said ok"; }
   grep -m1 ': ok$' <<<"$out"
   lib=$(cd "$work" && PYTHONPATH="$site" /usr/bin/python3 -c 'import mpcomm._C as c; print(c.__file__)')
-  ldd "$lib" | grep -q "$prefix/lib.*/libmpcomm.so" || { ldd "$lib"; fail "the extension does not load the installed libmpcomm.so"; }
+  deps=$(ldd "$lib")  # (not piped into grep -q: under pipefail ldd's SIGPIPE would fail the check)
+  grep -q "$prefix/lib.*/libmpcomm.so" <<<"$deps" || { echo "$deps"; fail "the extension does not load the installed libmpcomm.so"; }
 fi
 echo "ok: installed, examples built 4 ways and run (backends here: $backends)"
