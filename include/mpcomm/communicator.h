@@ -81,7 +81,10 @@ struct MPCOMM_API Options {
   std::string host_id;
   // Job token presented on every connection. Defaults to MPCOMM_TOKEN.
   std::string token;
-  // Address to bind listening sockets to. Defaults to MPCOMM_ADDR, else 127.0.0.1.
+  // Address to bind listening sockets to and to advertise to the other ranks. When empty: MPCOMM_ADDR;
+  // else the first address of the interfaces MPCOMM_IFNAME selects (NCCL_SOCKET_IFNAME's syntax:
+  // "eth0", "=eth0", "^lo,docker"); else the local address that routes to the rendezvous store's host
+  // (or MASTER_ADDR), when that host is not this machine's loopback; else 127.0.0.1.
   std::string bind_addr;
   // Where the caller's buffers live. Defaults to MPCOMM_DEVICE (cpu). On cuda the nccl backend takes
   // the device buffers as they are; the CPU backends copy them through page-locked host memory (in

@@ -126,6 +126,8 @@ class MPCOMM_API TcpStore : public Store {
   void wait(const std::vector<std::string>& keys, Millis timeout) override;
   bool remove(const std::string& key) override;
   uint16_t port() const;
+  // The server's host as given (a name or an address).
+  const std::string& host() const;
 
  private:
   struct MPCOMM_HIDDEN Impl;

@@ -119,7 +119,9 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
   const BackendEntry& b = entry(backend, "backend ");
   if (!store && b.needs_store) throw InvalidArgument("mpcomm: " + std::string(backend) + ": a store is required");
   if (b.needs_gpu) device::require_cuda("backend " + std::string(backend));
-  return detail::make_communicator(b.make(std::move(store), rank, size, opts), b.make);
+  Options o = opts;
+  if (o.bind_addr.empty()) o.bind_addr = detail::choose_bind_address(o, store.get());
+  return detail::make_communicator(b.make(std::move(store), rank, size, o), b.make);
 }
 
 EnvWorld env_world(const Options& in) {
@@ -137,6 +139,8 @@ EnvWorld env_world(const Options& in) {
   } else {
     w.store = open_store(env.store_url, w.opts.token, w.opts.timeout);
   }
+  // The address this rank advertises routes to the store's host (resolved() could not know it).
+  if (in.bind_addr.empty()) w.opts.bind_addr = detail::choose_bind_address(w.opts, w.store.get());
   return w;
 }
 

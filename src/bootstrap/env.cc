@@ -37,7 +37,8 @@ constexpr Source kOpenMpi = {"openmpi", "Open MPI",
 constexpr Source kSlurm = {"slurm", "Slurm",
                            "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE, "
                            "SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE, SLURM_NODEID, MPCOMM_STORE, "
-                           "MASTER_ADDR, MASTER_PORT"};
+                           "MASTER_ADDR, MASTER_PORT, SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_JOB_ID, "
+                           "SLURM_STEP_ID"};
 
 constexpr Source kEmulatedHosts = {"openmpi", "emulated hosts under mpirun",
                                    "MPCOMM_HOST_ID, MPCOMM_HOSTS, OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE"};
@@ -215,6 +216,26 @@ EnvInfo from_openmpi() {
   return info;
 }
 
+// Under Slurm without MPCOMM_STORE or MASTER_ADDR/PORT: the store is on the step's first node, where
+// rank 0 runs, at a port every task derives alike from the job and step ids (10000-29999, below
+// Linux's ephemeral ports).
+std::optional<std::string> slurm_store(const Source& src) {
+  auto list = get("SLURM_STEP_NODELIST");
+  if (!list) list = get("SLURM_JOB_NODELIST");
+  if (!list) list = get("SLURM_NODELIST");
+  auto job = get("SLURM_JOB_ID");
+  if (!job) job = get("SLURM_JOBID");
+  if (!list || !job) return std::nullopt;
+  const std::string host = first_slurm_host(*list);
+  if (host.empty()) fail(src, "SLURM_STEP_NODELIST='" + *list + "' is not a Slurm host list");
+  uint64_t h = 1469598103934665603ull;
+  for (char c : *job + "." + get("SLURM_STEP_ID").value_or(get("SLURM_STEPID").value_or("0"))) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return "tcp://" + net::host_port(host, static_cast<uint16_t>(10000 + h % 20000));
+}
+
 EnvInfo from_slurm() {
   const Source& s = kSlurm;
   EnvInfo info;
@@ -229,12 +250,39 @@ EnvInfo from_slurm() {
   }
   set_ranks(info, s, "SLURM_PROCID", require_int(s, "SLURM_PROCID"), "SLURM_NTASKS", require_int(s, "SLURM_NTASKS"),
             "SLURM_LOCALID", read_int(s, "SLURM_LOCALID"), local_size_var, local_size);
-  info.store_url = require_store(s);
+  auto url = store_from_env(s);
+  if (!url) url = slurm_store(s);
+  if (!url) fail(s, "no store address: set MPCOMM_STORE, or MASTER_ADDR and MASTER_PORT (or run under srun, which "
+                    "sets SLURM_STEP_NODELIST and SLURM_JOB_ID)");
+  info.store_url = *url;
   info.serve_store = info.rank == 0 && is_tcp(info.store_url) && !store_served_elsewhere();
   return info;
 }
 
 }  // namespace
+
+std::string first_slurm_host(const std::string& list) {
+  size_t end = 0;
+  for (int depth = 0; end < list.size(); ++end) {
+    if (list[end] == '[') ++depth;
+    if (list[end] == ']') --depth;
+    if (list[end] == ',' && depth == 0) break;
+  }
+  std::string host = list.substr(0, end);
+  // Each bracket: its first number or range's start ("n[3-4,9]" -> "n3"), zero padding kept.
+  for (size_t open; (open = host.find('[')) != std::string::npos;) {
+    const size_t close = host.find(']', open);
+    if (close == std::string::npos) return "";
+    const std::string range = host.substr(open + 1, close - open - 1);
+    host = host.substr(0, open) + range.substr(0, range.find_first_of(",-")) + host.substr(close + 1);
+  }
+  return host;
+}
+
+bool launched_as_rank() {
+  return (is_set("RANK") && is_set("WORLD_SIZE")) || is_set("OMPI_COMM_WORLD_RANK") ||
+         (is_set("SLURM_PROCID") && (is_set("SLURM_STEP_ID") || is_set("SLURM_STEPID")));
+}
 
 EnvInfo discover_env() {
   bool has_store = is_set("MPCOMM_STORE");

@@ -7,9 +7,10 @@
 //   openmpi  OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}
 //   slurm    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE or
 //            SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE ("2(x3),1", indexed by SLURM_NODEID)
-// Under Open MPI and Slurm the store address comes from MPCOMM_STORE or MASTER_ADDR:MASTER_PORT, and rank 0
-// serves it when it is a tcp:// store — unless MPCOMM_STORE_SERVED=1 says that someone else serves it
-// (`mpcomm launch --backend mpi` runs mpirun around its own store and sets it).
+// Under Open MPI and Slurm the store address comes from MPCOMM_STORE or MASTER_ADDR:MASTER_PORT (under
+// Slurm, without either: the step's first node, at a port derived from SLURM_JOB_ID and SLURM_STEP_ID),
+// and rank 0 serves it when it is a tcp:// store — unless MPCOMM_STORE_SERVED=1 says that someone else
+// serves it (`mpcomm launch --backend mpi` runs mpirun around its own store and sets it).
 #pragma once
 
 #include <string>
@@ -37,6 +38,14 @@ EnvInfo discover_env();
 // environment) it is "<hostname>-h<h>" with h = emulated_host_of_rank(world rank, world size, H).
 // Throws InvalidArgument for an MPCOMM_HOSTS that is not a number between 1 and the world size.
 std::string host_id_from_env();
+
+// Whether this process is one rank of a job some launcher started, as the tools decide whether to run
+// as a rank (`--launcher auto`): RANK and WORLD_SIZE (torchrun, mpcomm launch), OMPI_COMM_WORLD_RANK
+// (mpirun), or SLURM_PROCID with SLURM_STEP_ID (a task of an srun step; a batch script has no step id).
+bool launched_as_rank();
+
+// The first host of a Slurm host list: "node[01-04,07],gpu3" -> "node01"; "" when malformed.
+std::string first_slurm_host(const std::string& list);
 
 // Block placement of `size` ranks on `hosts` emulated hosts: host h runs ranks [h*size/hosts,
 // (h+1)*size/hosts). Returns the host of `rank`.

@@ -712,7 +712,10 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, std::string token, Mi
   auto deadline = sd::deadline_for(timeout, "connect", c.where);
   c.timeout = timeout;
   if (start_server) {
-    c.server = std::make_unique<TcpStoreServer>(host, port, token);
+    // A store the other hosts reach by a name or a network address listens on every interface: the
+    // name may resolve to another of this host's addresses here than it does there.
+    const std::string listen = net::is_loopback(host) ? host : host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+    c.server = std::make_unique<TcpStoreServer>(listen, port, token);
     c.port = c.server->port();
     c.where = url(host, c.port);
   }
@@ -723,6 +726,7 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, std::string token, Mi
 TcpStore::~TcpStore() = default;
 
 uint16_t TcpStore::port() const { return impl_->port; }
+const std::string& TcpStore::host() const { return impl_->host; }
 
 // Deadline for the reply to a blocking request the server holds for `timeout`: a little later than the
 // server's, so that the server's TIMEOUT answer normally wins and a dead or hung server still cannot

@@ -6,7 +6,10 @@
 
 #include "core/core.h"
 #include "core/op.h"
+#include "core/log.h"
+#include "core/net.h"
 #include "core/params.h"
+#include "mpcomm/store.h"
 #include "mpcomm/communicator.h"
 
 namespace mpcomm {
@@ -111,6 +114,39 @@ std::string describe(const Op& op, int rank, int size, std::string_view backend)
 
 using detail::Op;
 
+std::string detail::choose_bind_address(const Options& opts, const Store* store) {
+  std::string addr = param_string(opts, "MPCOMM_ADDR");
+  if (!addr.empty()) return addr;
+  const std::string ifname = param_string(opts, "MPCOMM_IFNAME");
+  if (!ifname.empty()) {
+    addr = net::interface_address(ifname);
+    MPCOMM_LOG(info, "advertising %s (MPCOMM_IFNAME=%s)", addr.c_str(), ifname.c_str());
+    return addr;
+  }
+  // The store's host, else MASTER_ADDR: the host every rank reaches, so the route there leaves by the
+  // interface the other hosts reach this one on.
+  std::string toward, why;
+  while (const auto* p = dynamic_cast<const PrefixStore*>(store)) store = p->base().get();
+  if (const auto* tcp = dynamic_cast<const TcpStore*>(store)) {
+    toward = tcp->host();
+    why = "the store's host";
+  } else if (const char* m = std::getenv("MASTER_ADDR"); m != nullptr && *m != '\0') {
+    toward = m;
+    why = "MASTER_ADDR";
+  }
+  if (!toward.empty() && !net::is_loopback(toward)) {
+    try {
+      addr = net::address_toward(toward);
+      MPCOMM_LOG(info, "advertising %s: the address that routes to %s %s", addr.c_str(), why.c_str(), toward.c_str());
+      return addr;
+    } catch (const Error& e) {
+      MPCOMM_LOG(warn, "no local address routes to %s %s (%s); advertising 127.0.0.1 (set MPCOMM_IFNAME or MPCOMM_ADDR)",
+                 why.c_str(), toward.c_str(), e.what());
+    }
+  }
+  return "127.0.0.1";
+}
+
 Options Options::resolved() const {
   Options o = *this;
   check_params(o);
@@ -130,7 +166,7 @@ Options Options::resolved() const {
   if (o.check < 0) o.check = param_int(*this, "MPCOMM_CHECK") != 0 ? 1 : 0;
   if (o.staging < 0) o.staging = param_int(*this, "MPCOMM_STAGING") != 0 ? 1 : 0;
   if (o.token.empty()) o.token = param_string(*this, "MPCOMM_TOKEN");
-  if (o.bind_addr.empty()) o.bind_addr = param_string(*this, "MPCOMM_ADDR");
+  if (o.bind_addr.empty()) o.bind_addr = detail::choose_bind_address(*this, nullptr);
   if (o.device.kind == Device::cpu) o.device = parse_device(param_string(*this, "MPCOMM_DEVICE"));
   return o;
 }

@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -12,6 +14,7 @@
 
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "mpcomm/error.h"
 
@@ -172,6 +175,95 @@ void read_all(int fd, void* buf, size_t n, Deadline deadline, const std::string&
     if (left == 0 && Clock::now() >= deadline) throw Timeout("mpcomm: timed out receiving from " + what);
     ::poll(&pf, 1, left);
   }
+}
+
+static std::string numeric(const sockaddr* sa, socklen_t len) {
+  char buf[NI_MAXHOST] = {};
+  if (getnameinfo(sa, len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) return "";
+  return buf;
+}
+
+static bool loopback_sockaddr(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+bool is_loopback(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
+  bool lo = loopback_sockaddr(res->ai_addr);
+  freeaddrinfo(res);
+  return lo;
+}
+
+std::string address_toward(const std::string& host) {
+  socklen_t len = 0;
+  sockaddr_storage ss = resolve(host, 9, &len);  // any port: nothing is sent
+  Fd fd(::socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) throw Internal("mpcomm: socket() failed: " + errno_text(errno));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0)
+    throw PeerFailure("mpcomm: no route from this host to " + host + ": " + errno_text(errno));
+  sockaddr_storage me{};
+  socklen_t ml = sizeof me;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&me), &ml) != 0)
+    throw Internal("mpcomm: getsockname() failed: " + errno_text(errno));
+  std::string a = numeric(reinterpret_cast<sockaddr*>(&me), ml);
+  if (a.empty()) throw Internal("mpcomm: cannot print the local address toward " + host);
+  return a;
+}
+
+std::string interface_address(const std::string& spec_in) {
+  std::string spec = spec_in;
+  bool exclude = false, exact = false;
+  if (!spec.empty() && spec[0] == '^') exclude = true, spec.erase(0, 1);
+  if (!spec.empty() && spec[0] == '=') exact = true, spec.erase(0, 1);
+  std::vector<std::string> names;
+  for (size_t i = 0; i <= spec.size();) {
+    size_t j = spec.find(',', i);
+    if (j == std::string::npos) j = spec.size();
+    if (j > i) names.push_back(spec.substr(i, j - i));
+    i = j + 1;
+  }
+  if (names.empty()) throw InvalidArgument("mpcomm: MPCOMM_IFNAME='" + spec_in + "' names no interface");
+  auto listed = [&](const char* ifname) {
+    for (const auto& n : names)
+      if (exact ? n == ifname : std::strncmp(ifname, n.c_str(), n.size()) == 0) return true;
+    return false;
+  };
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) throw Internal("mpcomm: getifaddrs() failed: " + errno_text(errno));
+  std::string v4, v6, seen;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || (i->ifa_flags & IFF_UP) == 0) continue;
+    const int fam = i->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    socklen_t len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    std::string a = numeric(i->ifa_addr, len);
+    if (fam == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr)) continue;
+    seen += (seen.empty() ? "" : ", ") + std::string(i->ifa_name) + " " + a;
+    if (listed(i->ifa_name) == exclude) continue;
+    if (fam == AF_INET && v4.empty()) v4 = a;
+    if (fam == AF_INET6 && v6.empty()) v6 = a;
+  }
+  freeifaddrs(list);
+  if (!v4.empty()) return v4;
+  if (!v6.empty()) return v6;
+  throw InvalidArgument("mpcomm: MPCOMM_IFNAME='" + spec_in + "' selects no interface with an address (this host has: " +
+                        (seen.empty() ? std::string("none") : seen) + ")");
+}
+
+std::string host_port(const std::string& host, uint16_t port) {
+  bool v6 = host.find(':') != std::string::npos && host.front() != '[';
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 uint64_t token_digest(const std::string& token) {

@@ -50,6 +50,26 @@ void set_nodelay(int fd);
 void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::string& what);
 void read_all(int fd, void* buf, size_t n, Deadline deadline, const std::string& what);
 
+// ---- which local address to advertise ----------------------------------------------------------------
+
+// Whether `host` (a name or a literal) resolves to a loopback address (127.0.0.0/8, ::1, ::ffff:127.x).
+// A name that does not resolve is not loopback.
+bool is_loopback(const std::string& host);
+
+// The local address this machine's routing table would send from to reach `host` (a UDP socket
+// connected there, no packet sent). Throws InvalidArgument when `host` does not resolve, PeerFailure
+// when no route leads there.
+std::string address_toward(const std::string& host);
+
+// The first address of the first interface `spec` selects, NCCL_SOCKET_IFNAME's syntax: a comma list of
+// name prefixes ("eth,ib"); "=" first for exact names ("=eth0"); "^" first to exclude ("^lo,docker").
+// IPv4 before IPv6; IPv6 link-local addresses are skipped. Throws InvalidArgument naming `spec` and every
+// interface with an address when none matches.
+std::string interface_address(const std::string& spec);
+
+// An address with its port as HOST:PORT, IPv6 in brackets.
+std::string host_port(const std::string& host, uint16_t port);
+
 // Connection handshake: every connection opens with a Hello carrying a magic for the protocol and a
 // digest of the job token, so a stray or foreign process is refused before it can send anything else.
 struct Hello {

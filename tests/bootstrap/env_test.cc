@@ -38,6 +38,13 @@ class EnvTest : public ::testing::Test {
                                           "SLURM_STEP_TASKS_PER_NODE",
                                           "SLURM_TASKS_PER_NODE",
                                           "SLURM_NODEID",
+                                          "SLURM_STEP_NODELIST",
+                                          "SLURM_JOB_NODELIST",
+                                          "SLURM_NODELIST",
+                                          "SLURM_JOB_ID",
+                                          "SLURM_JOBID",
+                                          "SLURM_STEP_ID",
+                                          "SLURM_STEPID",
                                           "MPCOMM_HOST_ID"};
 
   void SetUp() override {
@@ -92,6 +99,12 @@ void set_slurm() {
   ::setenv("SLURM_PROCID", "3", 1);
   ::setenv("SLURM_NTASKS", "6", 1);
   ::setenv("SLURM_LOCALID", "1", 1);
+}
+
+// A task of an srun step as srun sets it, without any store address.
+void set_slurm_step() {
+  set_slurm();
+  ::setenv("SLURM_STEP_TASKS_PER_NODE", "2(x3)", 1);
 }
 
 // ---- the four launchers ---------------------------------------------------------------------------
@@ -372,6 +385,81 @@ TEST_F(EnvTest, BadSlurmTasksPerNode) {
 }
 
 // ---- host id --------------------------------------------------------------------------------------
+
+// ---- Slurm without a store address: the step's first node, a port from the job and step ids --------
+
+TEST_F(EnvTest, SlurmStoreOnTheStepsFirstNodeAtAPortFromTheJob) {
+  set_slurm_step();
+  set("SLURM_STEP_NODELIST", "mc-h[0-1]");
+  set("SLURM_JOB_NODELIST", "other[5-9]");
+  set("SLURM_JOB_ID", "41");
+  set("SLURM_STEP_ID", "0");
+  EnvInfo e = discover_env();
+  EXPECT_EQ(e.store_url.rfind("tcp://mc-h0:", 0), 0u) << e.store_url;
+  const int port = std::stoi(e.store_url.substr(std::string("tcp://mc-h0:").size()));
+  EXPECT_GE(port, 10000);
+  EXPECT_LT(port, 30000);
+  EXPECT_FALSE(e.serve_store);  // rank 3
+  set("SLURM_PROCID", "0");
+  EnvInfo e0 = discover_env();
+  EXPECT_EQ(e0.store_url, e.store_url);  // every task derives the same
+  EXPECT_TRUE(e0.serve_store);
+  set("SLURM_STEP_ID", "1");
+  EXPECT_NE(discover_env().store_url, e.store_url);  // the next step of the job: another port
+  set("SLURM_STEP_ID", "0");
+  set("SLURM_JOB_ID", "42");
+  EXPECT_NE(discover_env().store_url, e.store_url);  // another job
+}
+
+TEST_F(EnvTest, SlurmMasterAddrWinsOverTheDerivedStore) {
+  set_slurm_step();
+  set("SLURM_STEP_NODELIST", "mc-h[0-1]");
+  set("SLURM_JOB_ID", "41");
+  set("MASTER_ADDR", "10.1.2.3");
+  set("MASTER_PORT", "29999");
+  EXPECT_EQ(discover_env().store_url, "tcp://10.1.2.3:29999");
+}
+
+TEST_F(EnvTest, SlurmJobNodelistWhenNoStepNodelist) {
+  set_slurm_step();
+  set("SLURM_JOB_NODELIST", "gpu07,gpu[09-10]");
+  set("SLURM_JOB_ID", "7");
+  EXPECT_EQ(discover_env().store_url.rfind("tcp://gpu07:", 0), 0u);
+}
+
+TEST_F(EnvTest, SlurmWithoutNodelistOrJobIdNamesWhatToSet) {
+  set_slurm_step();
+  set("SLURM_STEP_NODELIST", "mc-h[0-1]");
+  std::string msg = error();
+  EXPECT_NE(msg.find("no store address"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("SLURM_JOB_ID"), std::string::npos) << msg;
+}
+
+TEST_F(EnvTest, FirstHostOfSlurmHostLists) {
+  EXPECT_EQ(first_slurm_host("node01"), "node01");
+  EXPECT_EQ(first_slurm_host("node[01-04,07],gpu3"), "node01");
+  EXPECT_EQ(first_slurm_host("node[07,01-04]"), "node07");
+  EXPECT_EQ(first_slurm_host("rack[2-3]-n[03-04]"), "rack2-n03");
+  EXPECT_EQ(first_slurm_host("a,b"), "a");
+  EXPECT_EQ(first_slurm_host("bad[1-2"), "");
+}
+
+TEST_F(EnvTest, LaunchedAsRank) {
+  EXPECT_FALSE(launched_as_rank());
+  set_slurm();  // a batch script: SLURM_PROCID but no step id
+  EXPECT_FALSE(launched_as_rank());
+  set("SLURM_STEP_ID", "0");  // a task of an srun step
+  EXPECT_TRUE(launched_as_rank());
+  ::unsetenv("SLURM_STEP_ID");
+  ::unsetenv("SLURM_PROCID");
+  set_openmpi();
+  EXPECT_TRUE(launched_as_rank());
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  set("RANK", "0");
+  EXPECT_FALSE(launched_as_rank());  // half of torchrun's pair
+  set("WORLD_SIZE", "2");
+  EXPECT_TRUE(launched_as_rank());
+}
 
 TEST_F(EnvTest, HostIdOverride) {
   set("MPCOMM_HOST_ID", "fake-host-7");

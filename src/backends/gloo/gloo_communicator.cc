@@ -526,7 +526,7 @@ std::unique_ptr<detail::Backend> create_gloo(std::shared_ptr<Store> store, int r
   if (opts.device.kind == Device::cuda) device::require_cuda("gloo on " + to_string(opts.device));
   const auto deadline = net::deadline_after(opts.timeout);
   const std::string who = "gloo communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
-  PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, deadline, who);
+  PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, opts.bind_addr, deadline, who);
 
   // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would kill this process with
   // SIGPIPE instead of letting the write fail. Ignore SIGPIPE unless the program chose a handler.

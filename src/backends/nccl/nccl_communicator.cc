@@ -931,7 +931,7 @@ std::unique_ptr<detail::Backend> create_nccl(std::shared_ptr<Store> store, int r
   Options opts = in.resolved();
   const auto deadline = net::deadline_after(opts.timeout);
   const std::string who = "nccl communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
-  PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, deadline, who);
+  PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, "", deadline, who);
   const int device = pick_device(opts.device, dir.topology.local_rank, who);
   use_host_id(opts.host_id, rank);  // before this process's first NCCL call
 
