@@ -49,6 +49,9 @@ struct Config {
   // and how many rows each size yields per op and placement (tune: one per algorithm), for the progress.
   std::string worker = "bench-worker";
   int variants = 1;
+  // Run as one rank of the job that started this process (--launcher): each backend's communicator
+  // over the job's store, rows on rank 0 only; ranks and hosts are the job's.
+  bool as_rank = false;
 };
 
 // One measured row (one backend, op, size and placement).

@@ -17,6 +17,8 @@
 
 #include "progress.h"
 
+#include "as_rank.h"
+
 #include "bench.h"
 #include "bench_turns.h"
 #include "backends/registry.h"
@@ -354,9 +356,43 @@ std::vector<Row> run_in_turns(const Config& c, const std::string& exe, bool keep
   return rows;
 }
 
+// As one rank of someone else's job: each backend in turn, over the job's store, in this process.
+std::vector<Row> run_in_this_job(const Config& in, bool keep_going, int* status) {
+  if (in.worker != "bench-worker")
+    throw InvalidArgument("mpcomm: " + in.worker.substr(0, in.worker.find('-')) +
+                          " does not run as a rank of a launcher's job; run it on one machine (--launcher local)");
+  std::vector<Row> rows;
+  for (const auto& backend : in.backends) {
+    Config one = in;
+    one.backends = {backend};
+    const std::string json_tmp = cli::prints_results() ? make_temp_file("bench") : "";
+    Job j;
+    j.backend = backend;
+    j.json_tmp = json_tmp;
+    try {
+      auto comm = cli::rank_communicator(backend, in.device);
+      one.ranks = comm->size();
+      one.hosts = comm->topology().num_hosts();
+      validate(one);
+      j.status = run_worker(*comm, one, json_tmp);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mpcomm bench: backend %s: %s\n", backend.c_str(), e.what());
+      j.status = 1;
+    }
+    if (!json_tmp.empty()) collect(j, &rows, status);
+    else if (j.status != 0 && *status == 0) *status = j.status;
+    if (j.status != 0 && !keep_going) break;
+  }
+  return rows;
+}
+
 }  // namespace
 
 std::vector<Row> run_bench(const Config& c, const std::string& exe, bool keep_going, int* status) {
+  if (c.as_rank) {
+    *status = 0;
+    return run_in_this_job(c, keep_going, status);
+  }
   validate(c);
   *status = 0;
   ::setenv("MPCOMM_DEVICE", c.device.c_str(), 1);  // the ranks' Options::device
@@ -431,7 +467,7 @@ namespace {
 
 struct BenchCli {
   bench::Config c;
-  std::string backends = "native", ops = "allreduce", b = "8", e = "64M", json;
+  std::string backends = "native", ops = "allreduce", b = "8", e = "64M", json, launcher = "auto";
   bool keep_going = false;
 };
 
@@ -439,8 +475,9 @@ struct BenchCli {
 
 Runner add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchCli>();
-  app.add_option("--ranks", o->c.ranks, "ranks (default 4)")->check(CLI::PositiveNumber);
-  app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(CLI::PositiveNumber);
+  auto* ranks_opt = app.add_option("--ranks", o->c.ranks, "ranks (default 4)")->check(CLI::PositiveNumber);
+  auto* hosts_opt = app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(CLI::PositiveNumber);
+  cli::add_launcher_option(app, &o->launcher);
   app.add_option("--backends", o->backends, "comma list of backends, or all");
   app.add_option("--ops", o->ops, "comma list: allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall,sendrecv, or all");
   bench::add_sweep_options(app, o->c, &o->b, &o->e);
@@ -457,8 +494,9 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--sequential", o->c.sequential,
                "run the backends one after the other, each its whole sweep (default: all at once, taking turns "
                "row by row, so that every row of every backend sees the machine in the same state)");
-  return [o] {
+  return [o, ranks_opt, hosts_opt] {
     auto& c = o->c;
+    c.as_rank = run_as_rank("mpcomm bench", o->launcher, {{"--ranks", ranks_opt->count() > 0}, {"--hosts", hosts_opt->count() > 0}});
     c.backends = o->backends == "all" ? bench::all_backends_for(o->c.device) : bench::split_list(o->backends);
     c.ops = o->ops == "all" ? bench::all_ops() : bench::split_list(o->ops);
     c.min_bytes = bench::parse_bytes(o->b);
@@ -466,7 +504,7 @@ Runner add_bench(CLI::App& app) {
     int status = 0;
     auto rows = bench::run_bench(c, bench::self_exe_path(), o->keep_going, &status);
     bench::print_side_by_side(rows, stdout);
-    if (!o->json.empty()) {
+    if (!o->json.empty() && prints_results()) {
       std::ofstream f(o->json);
       if (!f) throw InvalidArgument("mpcomm bench: cannot write " + o->json);
       for (const auto& r : rows) f << bench::to_json(r) << "\n";

@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "as_rank.h"
 #include "bench.h"
 #include "core/device.h"
 #include "commands.h"
@@ -51,7 +52,7 @@ const ModelPreset kPresets[] = {
 struct CompareCli {
   std::string preset = "gpt3-175b";
   int ranks = 8, hosts = 4, iters = 20, warmup = 5;  // nccl-tests defaults; about 3 minutes on 2 cores
-  std::string backends = "all", report, json;
+  std::string backends = "all", report, json, launcher = "auto";
   std::string device = "auto";
   std::string max_latency = "2M", max_bcast = "32M";
   bool model_sizes = true;
@@ -211,8 +212,9 @@ double max_busbw(const std::vector<bench::Row>& rows, const std::string& backend
 
 Runner add_compare(CLI::App& app) {
   auto o = std::make_shared<CompareCli>();
-  app.add_option("--ranks", o->ranks, "ranks of every experiment (the article: 8 GPUs)")->check(CLI::Range(2, 64));
-  app.add_option("--hosts", o->hosts, "emulated hosts of experiment 3 (the article: 4 nodes)")->check(CLI::PositiveNumber);
+  auto* ranks_opt = app.add_option("--ranks", o->ranks, "ranks of every experiment (the article: 8 GPUs)")->check(CLI::Range(2, 64));
+  auto* hosts_opt = app.add_option("--hosts", o->hosts, "emulated hosts of experiment 3 (the article: 4 nodes)")->check(CLI::PositiveNumber);
+  add_launcher_option(app, &o->launcher);
   app.add_option("--backends", o->backends, "comma list, or all");
   app.add_option("-n,--iters", o->iters, "timed iterations per size")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup", o->warmup, "warm-up iterations per size");
@@ -230,7 +232,19 @@ Runner add_compare(CLI::App& app) {
   app.add_option("--json", o->json, "write every measured row as JSON lines");
   app.add_option("--device", o->device, "buffers on cpu or cuda; auto (default): cuda when a GPU is present");
   app.add_flag("--torch", o->torch, "also run the PyTorch section: torch.distributed on gloo vs mpcomm (scripts/torch-bench)");
-  return [o, hidden, seq] {
+  return [o, hidden, seq, ranks_opt, hosts_opt] {
+    // As a rank of a launcher's job: every experiment on the job's ranks and hosts (experiment 3 is then
+    // experiment 1: the hosts are real, not emulated); rank 0 prints and writes.
+    const bool as_rank = run_as_rank("mpcomm compare", o->launcher,
+                                     {{"--ranks", ranks_opt->count() > 0}, {"--hosts", hosts_opt->count() > 0},
+                                      {"--torch", o->torch}});
+    int job_hosts = 1;
+    if (as_rank) {
+      auto probe = rank_communicator("native", "cpu");
+      o->ranks = probe->size();
+      o->hosts = job_hosts = probe->topology().num_hosts();
+    }
+    const bool lead = prints_results();
     bool known = false;
     for (const auto& p : kPresets)
       if (o->preset == p.key) {
@@ -244,6 +258,7 @@ Runner add_compare(CLI::App& app) {
     const size_t max_latency_bytes = bench::parse_bytes(o->max_latency), max_bcast_bytes = bench::parse_bytes(o->max_bcast);
     bench::Config base;
     base.ranks = o->ranks;
+    base.as_rank = as_rank;
     base.iters = o->iters;
     base.warmup = o->warmup;
     base.check = 1;
@@ -255,7 +270,8 @@ Runner add_compare(CLI::App& app) {
     if (o->model_sizes) model_sizes = {act};
 
     std::vector<Experiment> ex(3);
-    ex[0].title = "1. all-reduce latency, " + std::to_string(o->ranks) + " ranks on one host";
+    const std::string where = as_rank ? " ranks of this job on " + std::to_string(job_hosts) + " host(s)" : " ranks on one host";
+    ex[0].title = "1. all-reduce latency, " + std::to_string(o->ranks) + where;
     ex[0].article = "article: 8 A100 GPUs in one node, NCCL 1.2 ms vs Gloo 3.5 ms";
     ex[0].config = base;
     ex[0].config.ops = {"allreduce"};
@@ -264,7 +280,7 @@ Runner add_compare(CLI::App& app) {
     ex[0].config.max_bytes = max_latency_bytes;
     ex[0].config.factor = 8;
     ex[0].config.extra_sizes = model_sizes;
-    ex[1].title = "2. broadcast bandwidth, " + std::to_string(o->ranks) + " ranks on one host";
+    ex[1].title = "2. broadcast bandwidth, " + std::to_string(o->ranks) + where;
     ex[1].article = "article: 8 GPUs, NCCL 80 GB/s vs Gloo 50 GB/s";
     ex[1].config = base;
     ex[1].config.ops = {"broadcast"};
@@ -275,6 +291,7 @@ Runner add_compare(CLI::App& app) {
     ex[2].title = "3. all-reduce across " + std::to_string(o->hosts) + " emulated hosts × " +
                   std::to_string(o->ranks / std::max(1, o->hosts)) + " ranks";
     ex[2].article = "article: 4 nodes × 8 GPUs over 100 Gb/s InfiniBand, NCCL 5.8 ms / 60 GB/s vs Gloo 15.2 ms / 30 GB/s";
+    if (as_rank) ex[2].title = "3. all-reduce across this job's " + std::to_string(job_hosts) + " host(s) (experiment 1's rows)";
     ex[2].config = ex[0].config;
     ex[2].config.hosts = o->hosts;
 
@@ -291,13 +308,17 @@ Runner add_compare(CLI::App& app) {
 
     int status = 0;
     for (auto& e : ex) {
-      std::printf("\n######## %s (%s)\n", e.title.c_str(), e.article.c_str());
+      if (lead) std::printf("\n######## %s (%s)\n", e.title.c_str(), e.article.c_str());
       std::fflush(stdout);
       int st = 0;
-      e.rows = bench::run_bench(e.config, bench::self_exe_path(), /*keep_going=*/true, &st);
+      if (as_rank && &e == &ex[2])
+        e.rows = ex[0].rows;
+      else
+        e.rows = bench::run_bench(e.config, bench::self_exe_path(), /*keep_going=*/true, &st);
       if (st != 0 && status == 0) status = st;
       bench::print_side_by_side(e.rows, stdout);
     }
+    if (!lead) return status;
 
     // ---- the article's tables, from our numbers
     std::ostringstream md;

@@ -1,12 +1,22 @@
 #include "backends/registry.h"
 #include "bootstrap/launcher.h"
 #include "commands.h"
+#include "mpcomm/error.h"
 
 namespace mpcomm::cli {
 
 Runner add_launch(CLI::App& app) {
   auto opts = std::make_shared<LaunchOptions>();
-  app.add_option("-n,--nranks", opts->nranks, "number of ranks")->required()->check(CLI::PositiveNumber);
+  auto* nranks = app.add_option("-n,--nranks", opts->nranks, "number of ranks (with --nnodes: on this node)")
+                     ->check(CLI::PositiveNumber);
+  auto* per_node = app.add_option("--nproc-per-node", opts->nranks, "ranks on this node (torchrun's name for -n)")
+                       ->check(CLI::PositiveNumber);
+  nranks->excludes(per_node);
+  app.add_option("--nnodes", opts->nnodes, "nodes of the job, each running one mpcomm launch (default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--node-rank", opts->node_rank, "this node's index, 0 to --nnodes - 1 (node 0 serves the store)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--master", opts->master, "with --nnodes: HOST:PORT of node 0, where the job's store listens");
   app.add_option("--hosts", opts->hosts, "emulated hosts; ranks are placed on them in blocks")->check(CLI::PositiveNumber);
   app.add_option("--timeout", opts->timeout_s, "MPCOMM_TIMEOUT for the ranks, seconds")->check(CLI::PositiveNumber);
   app.add_option("--backend", opts->backend, "MPCOMM_BACKEND for the ranks");
@@ -15,7 +25,9 @@ Runner add_launch(CLI::App& app) {
   app.add_flag("!--no-prefix", opts->prefix_output, "do not prefix output lines with the rank");
   app.add_flag("!--no-bind", opts->bind, "do not pin rank r to CPU r mod (number of CPUs)");
   app.add_option("command", opts->argv, "PROGRAM ARGS... (after --)")->required();
-  return [opts] {
+  return [opts, nranks, per_node] {
+    if (nranks->count() + per_node->count() == 0)
+      throw InvalidArgument("mpcomm launch: give the number of ranks, -n N (or --nproc-per-node N)");
     opts->needs = launch_needs(opts->backend);
     return launch(*opts);
   };

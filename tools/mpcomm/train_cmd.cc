@@ -16,6 +16,7 @@
 #include "parallel/trainer.h"
 #include "bench.h"
 #include "progress.h"
+#include "as_rank.h"
 #include "backends/registry.h"
 #include "bootstrap/launcher.h"
 
@@ -119,23 +120,39 @@ std::string per_backend_path(const std::string& path, const std::string& backend
   return path.substr(0, dot) + "." + backend + path.substr(dot);
 }
 
+// One rank's training; rank 0 appends the per-step rows and the summary to `out`.
+int train_rank(Communicator& world, const TrainConfig& c, const std::string& out) {
+  std::ofstream rows;
+  if (world.rank() == 0) rows.open(out, std::ios::app);
+  auto result = parallel::train(c, world, [&](int k, double loss, double seconds) {
+    if (world.rank() == 0) rows << json{{"step", k}, {"loss", loss}, {"seconds", seconds}}.dump() << std::endl;
+  });
+  if (world.rank() == 0) {
+    json ranks = json::array();
+    for (const auto& r : result.ranks) ranks.push_back(r.to_vector());
+    rows << json{{"ranks", ranks}, {"seconds", result.seconds}, {"bubble_theory", result.bubble_theory}}.dump()
+         << std::endl;
+  }
+  return 0;
+}
+
 }  // namespace
 
 Runner add_train(CLI::App& app) {
   struct Opts {
     TrainConfig c;
     int ranks = 0, hosts = 1;
-    std::string backends = "native", loss_log;
+    std::string backends = "native", loss_log, launcher = "auto";
     double timeout_s = 300;
   };
   auto o = std::make_shared<Opts>();
   auto& c = o->c;
-  app.add_option("--ranks,-n", o->ranks, "ranks to start (default tp*pp*dp)");
+  auto* ranks_opt = app.add_option("--ranks,-n", o->ranks, "ranks to start (default tp*pp*dp)");
   app.add_option("--tp", c.dims.tp, "tensor-parallel ranks per group")->capture_default_str();
   app.add_option("--pp", c.dims.pp, "pipeline stages")->capture_default_str();
   auto* dp_opt = app.add_option("--dp", c.dims.dp, "data-parallel replicas (default ranks/(tp*pp))");
   app.add_option("--backend", o->backends, "backend, a comma list to train once on each, or all")->capture_default_str();
-  app.add_option("--hosts", o->hosts, "emulated hosts the ranks are spread over")->capture_default_str();
+  auto* hosts_opt = app.add_option("--hosts", o->hosts, "emulated hosts the ranks are spread over")->capture_default_str();
   app.add_option("--micro-batches", c.micro_batches, "micro-batches per step on each data-parallel rank")->capture_default_str();
   app.add_option("--schedule", c.schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
   app.add_option("--layers", c.layers, "transformer blocks (default 4, or the checkpoint's)");
@@ -157,14 +174,26 @@ Runner add_train(CLI::App& app) {
   app.add_option("--save", c.save, "write the trained model to this safetensors file");
   app.add_option("--loss-log", o->loss_log, "JSON lines {\"step\": k, \"loss\": x} (with several backends: FILE.<backend>)");
   app.add_option("--bucket-mb", c.bucket_mb, "data-parallel all-reduce bucket size in MiB")->capture_default_str();
-  app.add_option("--timeout", o->timeout_s, "seconds any rank may wait for another")->capture_default_str();
-  return [o, dp_opt] {
+  auto* timeout_opt = app.add_option("--timeout", o->timeout_s, "seconds any rank may wait for another")->capture_default_str();
+  add_launcher_option(app, &o->launcher);
+  return [o, dp_opt, ranks_opt, hosts_opt, timeout_opt] {
     TrainConfig& c = o->c;
+    // As a rank of a launcher's job: the job's ranks and hosts; the timeout is the job's MPCOMM_TIMEOUT.
+    const bool as_rank = run_as_rank("mpcomm train", o->launcher,
+                                     {{"--ranks", ranks_opt->count() > 0}, {"--hosts", hosts_opt->count() > 0},
+                                      {"--timeout", timeout_opt->count() > 0}});
+    std::unique_ptr<Communicator> first;  // as a rank: the first backend's, made before anything prints
+    std::vector<std::string> backends = o->backends == "all" ? bench::all_backends_for("cpu") : bench::split_list(o->backends);
+    if (as_rank) {
+      first = rank_communicator(backends.at(0), "cpu");
+      o->ranks = first->size();
+      o->hosts = first->topology().num_hosts();
+    }
+    const bool lead = prints_results();
     if (o->ranks == 0) o->ranks = c.dims.world();
     if (o->ranks < 1) throw InvalidArgument("mpcomm train: --ranks must be at least 1");
     if (dp_opt->count() == 0 && c.dims.tp * c.dims.pp > 0 && o->ranks % (c.dims.tp * c.dims.pp) == 0)
       c.dims.dp = o->ranks / (c.dims.tp * c.dims.pp);
-    std::vector<std::string> backends = o->backends == "all" ? bench::all_backends_for("cpu") : bench::split_list(o->backends);
     auto have = bench::all_backends_for("cpu");
     for (const auto& b : backends) {
       if (b == "nccl")
@@ -177,7 +206,7 @@ Runner add_train(CLI::App& app) {
     parallel::ResolvedRun resolved = parallel::resolve(c, o->ranks);
     const auto& m = resolved.model;
     const double tokens_per_step = double(c.batch) * c.seq;
-    std::printf("# mpcomm train: GPT-2 %d layers, hidden %d, %d heads, vocab %d, %zu parameters\n", m.layers,
+    if (lead) std::printf("# mpcomm train: GPT-2 %d layers, hidden %d, %d heads, vocab %d, %zu parameters\n", m.layers,
                 m.hidden, m.heads, m.vocab, [&] {
                   size_t n = 0;
                   for (auto& [name, shape] : parallel::full_model_tensors(m)) {
@@ -187,7 +216,7 @@ Runner add_train(CLI::App& app) {
                   }
                   return n;
                 }());
-    std::printf("# %d ranks = tp %d × pp %d × dp %d on %d host(s), %s schedule, %d micro-batch(es); batch %d × seq "
+    if (lead) std::printf("# %d ranks = tp %d × pp %d × dp %d on %d host(s), %s schedule, %d micro-batch(es); batch %d × seq "
                 "%d = %.0f tokens/step; data %s; %s\n",
                 o->ranks, c.dims.tp, c.dims.pp, c.dims.dp, o->hosts, c.schedule.c_str(), c.micro_batches, c.batch,
                 c.seq, tokens_per_step, resolved.data->path().c_str(),
@@ -197,7 +226,7 @@ Runner add_train(CLI::App& app) {
     std::vector<BackendRun> runs;
     int status = 0;
     for (const auto& backend : backends) {
-      const std::string tmp = bench::make_temp_file("train");
+      const std::string tmp = lead ? bench::make_temp_file("train") : "";
       TrainConfig one = c;
       if (!c.save.empty()) one.save = per_backend_path(c.save, backend, backends.size());
       LaunchOptions lo;
@@ -210,10 +239,16 @@ Runner add_train(CLI::App& app) {
       lo.argv = {exe, "train-worker", "--config", to_json(one).dump(), "--out", tmp};
       BackendRun run;
       run.backend = backend;
-      {
+      if (as_rank) {
+        auto world = first ? std::move(first) : rank_communicator(backend, "cpu");
+        ProgressBar progress(lead ? backend : "", lead ? static_cast<size_t>(c.steps) : 0,
+                             [&] { return train_progress(tmp, tokens_per_step); });
+        run.status = train_rank(*world, one, tmp);
+      } else {
         ProgressBar progress(backend, static_cast<size_t>(c.steps), [&] { return train_progress(tmp, tokens_per_step); });
         run.status = launch(lo);
       }
+      if (!lead) continue;
       std::ifstream f(tmp);
       std::string line;
       while (std::getline(f, line)) {
@@ -246,6 +281,7 @@ Runner add_train(CLI::App& app) {
       }
       runs.push_back(std::move(run));
     }
+    if (!lead) return 0;
     print_summary(runs, c, tokens_per_step);
     // The backends must agree: the same model, data and order of operations on every one.
     for (size_t i = 1; i < runs.size(); ++i) {
@@ -269,18 +305,7 @@ Runner add_train_worker(CLI::App& app) {
   return [config, out] {
     TrainConfig c = from_json(json::parse(*config));
     auto world = init_from_env();
-    std::ofstream rows;
-    if (world->rank() == 0) rows.open(*out, std::ios::app);
-    auto result = parallel::train(c, *world, [&](int k, double loss, double seconds) {
-      if (world->rank() == 0) rows << json{{"step", k}, {"loss", loss}, {"seconds", seconds}}.dump() << std::endl;
-    });
-    if (world->rank() == 0) {
-      json ranks = json::array();
-      for (const auto& r : result.ranks) ranks.push_back(r.to_vector());
-      rows << json{{"ranks", ranks}, {"seconds", result.seconds}, {"bubble_theory", result.bubble_theory}}.dump()
-           << std::endl;
-    }
-    return 0;
+    return train_rank(*world, c, *out);
   };
 }
 
