@@ -56,8 +56,22 @@ struct LaunchOptions {
   bool bind = true;
   std::vector<std::string> argv;        // PROGRAM ARGS...; PROGRAM is looked up on PATH unless it has a '/'
   std::string bind_addr = "127.0.0.1";  // where the store listens (and MASTER_ADDR)
+  // Several nodes (torchrun's meaning): this launcher starts nranks = nproc_per_node ranks, global ranks
+  // [node_rank * nranks, (node_rank + 1) * nranks) of nnodes * nranks; node 0 serves the store at
+  // `master` (HOST:PORT, listening on every interface), the others reach it there. See launch() below.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master;
 };
 
+// With nnodes > 1, every node's launcher runs this node's ranks and also: exports the global RANK and
+// WORLD_SIZE, LOCAL_RANK / LOCAL_WORLD_SIZE within the node, MASTER_ADDR = the master's host and
+// MASTER_PORT = a port node 0 chose for PyTorch's store, MPCOMM_STORE = tcp://MASTER, and the token from
+// MPCOMM_TOKEN (the same on every node; without it one derived from --master); the job id is node 0's;
+// a failure on any node is announced in the store and ends the ranks of every node (the others'
+// launchers look every 200 ms); node 0 keeps the store until every node's ranks have ended (or its
+// timeout); a launcher that loses the store ends its ranks. Each node's host id is its hostname.
+//
 // Runs the job and returns the launcher's exit status: 0 when every rank exited 0, else the first
 // failing rank's status (its exit code, or 128 + signal), or 128 + signal when the launcher itself was
 // interrupted. Throws InvalidArgument for bad options before anything starts, Internal when the job

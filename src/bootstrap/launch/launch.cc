@@ -62,27 +62,58 @@ int launch(const LaunchOptions& o) {
     }
   }
 
+  const bool multi = o.nnodes > 1;
+  const int world = multi ? o.nnodes * n : n;  // ranks of the whole job
+  const int rank_base = multi ? o.node_rank * n : 0;
   const char* env_token = std::getenv("MPCOMM_TOKEN");
-  const std::string token = env_token != nullptr && *env_token != '\0' ? env_token : random_hex(16);
-  const std::string job_id = random_hex(6);
+  // Across nodes every launcher must present the same token without talking first: MPCOMM_TOKEN, else
+  // one derived from --master (no secret: set MPCOMM_TOKEN to keep others' processes out).
+  const std::string token = env_token != nullptr && *env_token != '\0' ? env_token
+                            : multi ? "master/" + o.master
+                                    : random_hex(16);
   sweep_dead_jobs();
-  JobLock lock(job_id);  // after the sweep, before anything of the job exists; destroyed last: cleans up
-
-  TcpStoreServer store(o.bind_addr, 0, token);
-  // Ranks connect to the address the store listens on; a wildcard listener is reached on loopback.
-  std::string addr = o.bind_addr == "0.0.0.0" ? "127.0.0.1" : o.bind_addr == "::" ? "::1" : o.bind_addr;
-  const std::string port = std::to_string(store.port());
-  const std::string store_url = "tcp://" + (addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + port;
-  // MASTER_PORT is another free port, not the store's: PyTorch's env:// rendezvous starts its own c10d
-  // store there on rank 0 (torchrun's convention), so that PyTorch programs run under mpcomm launch
-  // unchanged. mpcomm itself finds its store through MPCOMM_STORE.
-  const std::string torch_port = [&] {
+  std::optional<JobLock> lock;  // destroyed last: cleans up /dev/shm/mpcomm.<job id>*
+  std::optional<TcpStoreServer> server;
+  std::unique_ptr<TcpStore> client;  // across nodes: the job's store, for ids, aborts and the end
+  std::string job_id, addr, store_url, torch_port;
+  auto free_port = [](const std::string& host) {
     uint16_t p = 0;
-    (void)net::listen_tcp(addr, 0, &p);  // bound, read, closed: free unless someone takes it meanwhile
+    (void)net::listen_tcp(host, 0, &p);  // bound, read, closed: free unless someone takes it meanwhile
     return std::to_string(p);
-  }();
-  MPCOMM_LOG(info, "launch: job %s, %d ranks on %d host(s), store %s%s", job_id.c_str(), n, hosts, store_url.c_str(),
-             via_mpirun ? ", through mpirun" : "");
+  };
+  if (!multi) {
+    job_id = random_hex(6);
+    lock.emplace(job_id);  // after the sweep, before anything of the job exists
+    server.emplace(o.bind_addr, 0, token);
+    // Ranks connect to the address the store listens on; a wildcard listener is reached on loopback.
+    addr = o.bind_addr == "0.0.0.0" ? "127.0.0.1" : o.bind_addr == "::" ? "::1" : o.bind_addr;
+    store_url = "tcp://" + net::host_port(addr, server->port());
+    // MASTER_PORT is another free port, not the store's: PyTorch's env:// rendezvous starts its own c10d
+    // store there on rank 0 (torchrun's convention), so that PyTorch programs run under mpcomm launch
+    // unchanged. mpcomm itself finds its store through MPCOMM_STORE.
+    torch_port = free_port(addr);
+  } else {
+    auto [mhost, mport] = net::parse_host_port(o.master);
+    addr = mhost;
+    store_url = "tcp://" + net::host_port(mhost, mport);
+    const Millis timeout(static_cast<int64_t>(o.timeout_s * 1000));
+    if (o.node_rank == 0) {
+      server.emplace(mhost.find(':') != std::string::npos ? "::" : "0.0.0.0", mport, token);
+      client = std::make_unique<TcpStore>(net::is_loopback(mhost) ? mhost : "127.0.0.1", mport, token, timeout);
+      job_id = random_hex(6);
+      torch_port = free_port(mhost.find(':') != std::string::npos ? "::" : "0.0.0.0");
+      client->set_string("launch/job", job_id + " " + torch_port);
+    } else {
+      client = std::make_unique<TcpStore>(mhost, mport, token, timeout);
+      const std::string v = client->get_string("launch/job", timeout);
+      job_id = v.substr(0, v.find(' '));
+      torch_port = v.substr(v.find(' ') + 1);
+    }
+    job_id += "n" + std::to_string(o.node_rank);  // this node's segments: nodes may share a /dev/shm
+    lock.emplace(job_id);
+  }
+  MPCOMM_LOG(info, "launch: job %s, %d ranks on %d host(s), node %d of %d, store %s%s", job_id.c_str(), n, hosts,
+             o.node_rank, o.nnodes, store_url.c_str(), via_mpirun ? ", through mpirun" : "");
 
   // ---- every child's argv and environment, before any fork
   std::vector<ExecPlan> plans;
@@ -108,8 +139,8 @@ int launch(const LaunchOptions& o) {
       p.path = program;
       p.env = inherited;
       auto put = [&](const char* k, const std::string& v) { p.env.push_back(std::string(k) + "=" + v); };
-      put("RANK", std::to_string(r));
-      put("WORLD_SIZE", std::to_string(n));
+      put("RANK", std::to_string(rank_base + r));
+      put("WORLD_SIZE", std::to_string(world));
       put("LOCAL_RANK", std::to_string(r - first));
       put("LOCAL_WORLD_SIZE", std::to_string(end - first));
       put("MASTER_ADDR", addr);
@@ -138,7 +169,7 @@ int launch(const LaunchOptions& o) {
     r.rank = -1;
     r.name = "mpirun";
     start_rank(r, plans[0], /*stdin_fd=*/-1);  // mpirun forwards stdin to rank 0
-    lock.note_mpirun(r.pid);
+    lock->note_mpirun(r.pid);
     r.out.demux = &mpirun_out;
     r.err.demux = &mpirun_err;
   } else {
@@ -147,9 +178,9 @@ int launch(const LaunchOptions& o) {
     try {
       for (int r = 0; r < n; ++r) {
         Rank& rank = job.ranks[static_cast<size_t>(r)];
-        rank.rank = r;
-        rank.name = "rank " + std::to_string(r);
-        rank.prefix = o.prefix_output ? "[" + std::to_string(r) + "] " : "";
+        rank.rank = rank_base + r;
+        rank.name = "rank " + std::to_string(rank_base + r);
+        rank.prefix = o.prefix_output ? "[" + std::to_string(rank_base + r) + "] " : "";
         start_rank(rank, plans[static_cast<size_t>(r)], r == 0 ? -1 : devnull);
       }
     } catch (...) {
@@ -163,7 +194,10 @@ int launch(const LaunchOptions& o) {
   auto say = [&](const std::string& line) { output.write(STDERR_FILENO, "mpcomm launch: " + line + "\n"); };
   auto announce = [&](const std::string& text) {
     try {
-      store.set_local_if_absent(kAbortKey, Bytes(text.begin(), text.end()));  // a rank's own report is better
+      if (server)
+        server->set_local_if_absent(kAbortKey, Bytes(text.begin(), text.end()));  // a rank's own report is better
+      else if (!client->check({kAbortKey}))
+        client->set_string(kAbortKey, text);
     } catch (const std::exception& e) {
       MPCOMM_LOG(warn, "launch: could not set %s: %s", kAbortKey, e.what());
     }
@@ -176,6 +210,8 @@ int launch(const LaunchOptions& o) {
   bool termed = false, killed = false;
   int first_failure = 0;   // status of the first rank that failed
   int interrupted_by = 0;  // signal that interrupted the launcher
+  std::string elsewhere;   // across nodes: why the job ended on another node (or the store was lost)
+  Clock::time_point next_look = Clock::now();
   std::vector<pollfd> fds;
   std::vector<std::pair<Stream*, const std::string*>> polled;  // stream, its rank's prefix
   std::vector<char> buf(kReadChunk);
@@ -273,6 +309,21 @@ int launch(const LaunchOptions& o) {
         term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
     }
 
+    // Across nodes: a failure announced by another node (or by a rank), or the store gone, ends this
+    // node's ranks too.
+    if (client && elsewhere.empty() && first_failure == 0 && interrupted_by == 0 && Clock::now() >= next_look) {
+      next_look = Clock::now() + std::chrono::milliseconds(200);
+      try {
+        if (client->check({kAbortKey})) elsewhere = "the job failed: " + client->get_string(kAbortKey, Millis(1000));
+      } catch (const std::exception& e) {
+        elsewhere = std::string("lost the job's store at ") + store_url + ": " + e.what();
+      }
+      if (!elsewhere.empty() && job.running() > 0) {
+        say(elsewhere + "; waiting up to " + seconds_text(o.grace_s) + " s for this node's " + running());
+        term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
+      }
+    }
+
     // Escalation.
     now = Clock::now();
     if (term_at && !termed && now >= *term_at) {
@@ -302,7 +353,25 @@ int launch(const LaunchOptions& o) {
     }
     remove_mpirun_session_dir(m.pid);
   }
+  if (client) {
+    // Node 0 serves the store: it stays until every other node's ranks have ended (or its timeout).
+    try {
+      if (o.node_rank != 0) {
+        client->add("launch/done", 1);
+      } else {
+        const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(o.timeout_s + o.grace_s));
+        while (client->add("launch/done", 0) < o.nnodes - 1 && Clock::now() < until && signals.drain().empty())
+          ::usleep(100 * 1000);
+        if (client->add("launch/done", 0) < o.nnodes - 1)
+          say("not every node reported its ranks ended; closing the store");
+      }
+    } catch (const std::exception& e) {
+      MPCOMM_LOG(warn, "launch: the job's store at %s: %s", store_url.c_str(), e.what());
+    }
+  }
   if (interrupted_by != 0) return 128 + interrupted_by;
+  if (first_failure == 0 && !elsewhere.empty()) return 1;
   return first_failure;
 }
 

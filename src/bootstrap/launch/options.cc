@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bootstrap/launch/launch_internal.h"
+#include "core/net.h"
 #include "mpcomm/error.h"
 
 namespace mpcomm::launch_detail {
@@ -66,6 +67,23 @@ void validate(const LaunchOptions& o) {
   if (o.backend.empty()) bad("the backend name is empty");
   if (o.bind_addr.empty()) bad("the bind address is empty");
   if (o.argv.empty()) bad("no program given (mpcomm launch -n N -- PROGRAM ARGS...)");
+  if (o.nnodes < 1) bad("--nnodes must be at least 1 (got " + std::to_string(o.nnodes) + ")");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    bad("--node-rank must be between 0 and --nnodes - 1 = " + std::to_string(o.nnodes - 1) + " (got " +
+        std::to_string(o.node_rank) + ")");
+  if (o.nnodes > 1) {
+    if (o.master.empty()) bad("--nnodes " + std::to_string(o.nnodes) + " needs --master HOST:PORT (node 0's address)");
+    uint16_t port = 0;
+    try {
+      port = net::parse_host_port(o.master).second;
+    } catch (const InvalidArgument&) {
+      bad("--master '" + o.master + "' is not HOST:PORT");
+    }
+    if (port == 0) bad("--master '" + o.master + "' needs a port other than 0 (every node must know it)");
+    if (o.hosts > 1) bad("--hosts emulates hosts on one machine; with --nnodes each node is a host");
+    if (o.needs.via_mpirun)
+      bad("--backend " + o.backend + " starts its ranks with mpirun: across nodes run mpirun itself (see docs/cluster.md)");
+  }
 }
 
 std::string random_hex(size_t nbytes) {
