@@ -776,10 +776,14 @@ void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std
     } else if (has_tcp_) {
       std::vector<pollfd> fds;
       for (int r = 0; r < size_; ++r) {
-        if (!peers_[r].link || peers_[r].link->poll_fd() < 0) continue;
-        short ev = POLLIN;
-        if (!peers_[r].sendq.empty()) ev |= POLLOUT;
-        fds.push_back(pollfd{peers_[r].link->poll_fd(), ev, 0});
+        const Link* link = peers_[r].link.get();
+        if (link == nullptr || link->poll_fd() < 0) continue;
+        fds.push_back(pollfd{link->poll_fd(), POLLIN, 0});
+        if (peers_[r].sendq.empty()) continue;
+        if (link->poll_fd_out() == link->poll_fd())
+          fds.back().events |= POLLOUT;
+        else
+          fds.push_back(pollfd{link->poll_fd_out(), POLLOUT, 0});
       }
       ::poll(fds.data(), fds.size(), me != nullptr ? 1 : max_ms);
     } else if (me != nullptr) {
@@ -830,7 +834,8 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
       for (const auto& h : hs) {
         if (h->done) continue;
         if (!who.empty()) who += ", ";
-        who += "rank " + std::to_string(h->peer) + " (" + (h->is_send ? "send" : "recv") + " " +
+        who += "rank " + std::to_string(h->peer) + info_[static_cast<size_t>(h->peer)].where + " (" +
+               (h->is_send ? "send" : "recv") + " " +
                std::to_string(h->done_bytes) + "/" + std::to_string(h->bytes) + " bytes)";
       }
       if (shared != nullptr) who += (who.empty() ? "" : ", ") + shared->what();

@@ -108,6 +108,7 @@ struct PeerInfo {
   int pid = 0;           // process id, when on this host
   bool same_host = false;
   int local = -1;        // index in the shared-memory segment, when on this host
+  std::string where;     // for messages, on another host: " on <machine> at <address>"
 };
 
 class Engine {

@@ -106,7 +106,7 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
 
   // 1. Who is where: host id and pid of every rank.
   const std::string who = "native communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
-  PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, deadline, who);
+  PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, opts.bind_addr, deadline, who);
   Topology topo = dir.topology;
   const std::vector<int>& pid_of = dir.pids;
   std::vector<int> locals, remote;
@@ -144,19 +144,22 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
   }
 
   // 3. TCP to every rank of another host.
-  auto tcp = connect_tcp_mesh(*store, rank, remote, opts.bind_addr, opts.token, deadline);
+  auto tcp = connect_tcp_mesh(*store, rank, remote, opts.bind_addr, opts.token,
+                              static_cast<int>(param_int(opts, "MPCOMM_TCP_STREAMS")), deadline);
 
   std::vector<std::unique_ptr<Link>> links(size);
   std::vector<PeerInfo> peers(size);
   for (int r = 0; r < size; ++r) {
     peers[r].pid = pid_of[r];
     peers[r].same_host = topo.host_of_rank[r] == topo.host;
+    if (!peers[r].same_host) peers[r].where = " on " + dir.machines[r] + " at " + dir.addresses[r];
     if (r == rank) continue;
     if (peers[r].same_host) {
       int li = static_cast<int>(std::find(locals.begin(), locals.end(), r) - locals.begin());
       peers[r].local = li;
       links[r] = std::make_unique<ShmLink>(seg.get(), topo.local_rank, li);
     } else {
+      tcp.at(r)->set_name("rank " + std::to_string(r) + peers[r].where);
       links[r] = std::move(tcp.at(r));
     }
   }

@@ -31,8 +31,10 @@ class Link {
   virtual int write_offset() const { return -1; }
   // Called after a progress pass moved bytes on this link, so a sleeping peer wakes up.
   virtual void notify() {}
-  // A file descriptor to poll() for readiness, or -1 (shared memory uses a futex doorbell instead).
+  // A file descriptor to poll() for bytes to read, or -1 (shared memory uses a futex doorbell instead).
   virtual int poll_fd() const { return -1; }
+  // The descriptor to poll() for room to write (a link of several connections waits on one of them).
+  virtual int poll_fd_out() const { return poll_fd(); }
 };
 
 }  // namespace mpcomm::native
