@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# Tests on a mini-cluster (scripts/minicluster): mpcomm's tools and programs as ranks of real jobs —
+# Slurm's srun and sbatch, Open MPI's mpirun, torchrun, mpcomm launch --nnodes — on network hosts of
+# their own (network namespaces on a bridge, each with its hostname), never over loopback between hosts.
+#
+#   tests/cluster/run.sh STEP      STEP: selftest | bench | train | faults | torch | launch
+#
+# Environment: MPCOMM_CLI (the mpcomm executable), MPCOMM_PYTHONPATH (the built python package, for
+# `torch`), MINICLUSTER (scripts/minicluster). Exit 0 on success, 77 when the machine cannot host the
+# cluster (not root, no network namespaces, no Slurm), 1 with the reason on stderr otherwise.
+# The cluster is torn down on every way out, and each step checks that no rank process is left on any
+# host and no shared-memory segment of its jobs in /dev/shm.
+set -euo pipefail
+
+STEP=${1:?usage: run.sh selftest|bench|train|faults|torch|launch}
+HERE=$(cd "$(dirname "$0")" && pwd)
+CLI=${MPCOMM_CLI:?set MPCOMM_CLI to the mpcomm executable}
+MC=${MINICLUSTER:-$HERE/../../scripts/minicluster}
+NAME=mc$(printf '%04x' $((RANDOM % 65536)))
+JOB=cl$$                                  # MPCOMM_JOB_ID of every rank: names their shared memory
+WORK=$(mktemp -d /tmp/mpcomm-cluster-XXXXXX)
+T0=$SECONDS
+
+say() { echo "cluster/$STEP: $*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+cleanup() {
+  local rc=$?
+  [[ -n ${NAME:-} ]] && "$MC" down --name "$NAME" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+  rm -f /dev/shm/mpcomm."$JOB"* 2>/dev/null || true
+  exit $rc
+}
+trap cleanup EXIT
+
+set +e
+"$MC" up 2 --name "$NAME" >"$WORK/env" 2>"$WORK/up.log"
+rc=$?
+set -e
+if [[ $rc -eq 77 || $rc -eq 2 ]]; then
+  echo "SKIP: the mini-cluster cannot run here: $(tail -1 "$WORK/up.log")"
+  exit 77
+fi
+[[ $rc -eq 0 ]] || { cat "$WORK/up.log" >&2; fail "scripts/minicluster up 2 failed"; }
+eval "$(cat "$WORK/env")"
+read -r H0 H1 <<<"$MINICLUSTER_HOSTS"
+read -r A0 A1 <<<"$MINICLUSTER_ADDRS"
+# Every client runs inside a host: the mpcomm processes and Slurm's clients alike.
+on() { local h=$1; shift; "$MC" exec "$h" -- env MPCOMM_JOB_ID=$JOB MPCOMM_TIMEOUT=${TMO:-60} "$@"; }
+# Runs COMMAND inside host 0 with a deadline; its output to $WORK/out, echoed on failure.
+run() {
+  local what=$1; shift
+  "$@" >"$WORK/out" 2>&1 &
+  local pid=$! end=$((SECONDS + ${DEADLINE:-240}))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= end)); then
+      pkill -TERM -P "$pid" 2>/dev/null || true
+      tail -n 40 "$WORK/out" >&2
+      fail "$what: not done after ${DEADLINE:-240} s"
+    fi
+    sleep 0.2
+  done
+  wait "$pid" || { tail -n 40 "$WORK/out" >&2; fail "$what"; }
+}
+expect() {  # expect PATTERN WHAT: $WORK/out must contain PATTERN
+  grep -q -- "$1" "$WORK/out" || { tail -n 40 "$WORK/out" >&2; fail "$2 (no '$1' in the output)"; }
+}
+srun2() { on "$H0" srun -N 2 "$@"; }  # srun on the two hosts
+
+# No rank process on any host, no shared memory of this run's jobs.
+nothing_left() {
+  local deadline=$((SECONDS + 15)) left
+  while :; do
+    left=""
+    for h in $MINICLUSTER_HOSTS; do
+      for pid in $(ip netns pids "$h" 2>/dev/null); do
+        grep -qaE "$CLI|torch_ddp" "/proc/$pid/cmdline" 2>/dev/null && left+=" $h:$pid($(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-60))"
+      done
+    done
+    shm=$(ls /dev/shm 2>/dev/null | grep -F "mpcomm.$JOB" || true)
+    [[ -z $left && -z $shm ]] && return 0
+    ((SECONDS < deadline)) || fail "left behind after $1:${left:+ processes$left}${shm:+ shared memory: $shm}"
+    sleep 0.5
+  done
+}
+
+# Bytes host $1 sent on its interface (/proc/net/dev is the reading process's namespace's; /sys is not).
+tx_bytes() { "$MC" exec "$1" -- cat /proc/net/dev | awk '$1 == "eth0:" { print $10 }'; }
+
+case $STEP in
+selftest)
+  # The conformance matrix with 2 ranks on each of 2 hosts: shared memory within, TCP between.
+  for backend in native gloo; do
+    run "srun selftest --conformance on $backend" srun2 --ntasks-per-node 2 env MPCOMM_BACKEND=$backend "$CLI" selftest --conformance
+    expect "backend $backend, 4 ranks" "$backend conformance header"
+    expect " 0 failed" "$backend conformance"
+    say "srun -N 2 --ntasks-per-node 2 mpcomm selftest --conformance ($backend): ok"
+  done
+  # The mpi backend across the hosts through mpirun (Open MPI's own daemons, started through the
+  # cluster's rsh agent); rank 0 serves mpcomm's store at MASTER_ADDR:MASTER_PORT.
+  # shellcheck disable=SC2086
+  run "mpirun selftest --conformance on mpi" on "$H0" mpirun $MINICLUSTER_MPIRUN_ARGS -H "$H0:2,$H1:2" -n 4 \
+    -x MPCOMM_BACKEND=mpi -x MPCOMM_JOB_ID=$JOB -x MASTER_ADDR="$A0" -x MASTER_PORT=29533 "$CLI" selftest --conformance
+  expect "backend mpi, 4 ranks" "mpi conformance header"
+  expect " 0 failed" "mpi conformance"
+  say "mpirun -H $H0:2,$H1:2 mpcomm selftest --conformance (mpi): ok"
+  # A rank that offers a loopback address to another machine: every rank fails at once, naming it.
+  DEADLINE=30
+  if on "$H0" srun -N 2 --ntasks-per-node 1 env MPCOMM_ADDR=127.0.0.1 "$CLI" selftest -c 8 >"$WORK/out" 2>&1; then
+    fail "ranks advertising 127.0.0.1 across machines did not fail"
+  fi
+  expect "advertises 127.0.0.1" "the loopback refusal"
+  expect "MPCOMM_IFNAME" "the loopback refusal names the variable"
+  say "a loopback address offered to another machine: refused at once"
+  nothing_left selftest
+  ;;
+
+bench)
+  run "srun mpcomm bench" srun2 --ntasks-per-node 2 "$CLI" bench --backends native,gloo -b 1K -e 4M -f 64 -n 5 -w 1
+  expect "side by side: allreduce, float32 sum, 4 ranks on 2 host(s)" "the side-by-side table of 4 ranks on 2 hosts"
+  [[ $(grep -c "side by side" "$WORK/out") -eq 1 ]] || fail "more than rank 0 printed the tables"
+  ! grep -q " [1-9][0-9]* wrong" "$WORK/out" || fail "wrong elements"
+  say "srun -N 2 --ntasks-per-node 2 mpcomm bench: ok"
+  # Flags that only make sense on one machine are refused under a launcher.
+  if srun2 --ntasks-per-node 1 "$CLI" bench --ranks 8 >"$WORK/out" 2>&1; then fail "--ranks under srun was accepted"; fi
+  expect "--ranks is for runs that start their ranks on this machine" "the refusal of --ranks"
+  # The bytes go over the hosts' interfaces: 1 rank per host, 16 MiB allreduce, 1 + 5 + 1 calls, each
+  # sending at least 16 MiB per rank (a ring of 2: half out in the reduce-scatter, half in the allgather).
+  b0=$(tx_bytes "$H0"); b1=$(tx_bytes "$H1")
+  run "srun bench 16 MiB" srun2 --ntasks-per-node 1 "$CLI" bench -b 16M -e 16M -n 5 -w 1 -c 1
+  d0=$(($(tx_bytes "$H0") - b0)); d1=$(($(tx_bytes "$H1") - b1))
+  need=$((7 * 16 * 1024 * 1024))
+  ((d0 >= need && d1 >= need)) || fail "interface counters grew by $d0 and $d1 bytes, less than $need"
+  say "eth0 of each host sent $((d0 >> 20)) and $((d1 >> 20)) MiB for 7 allreduces of 16 MiB: ok"
+  nothing_left bench
+  ;;
+
+train)
+  # Tensor parallel within a node, pipeline across: the losses equal the run on one machine.
+  DEADLINE=400
+  run "the local run" "$CLI" train --launcher local --tp 2 --pp 2 --steps 4 --loss-log "$WORK/local.jsonl"
+  run "sbatch train" on "$H0" sbatch --wait -N 2 --ntasks-per-node 2 -o "$WORK/job.out" \
+    --wrap "srun $CLI train --tp 2 --pp 2 --steps 4 --loss-log $WORK/cluster.jsonl"
+  cat "$WORK/job.out" >"$WORK/out"
+  expect "4 ranks = tp 2 × pp 2 × dp 1 on 2 host(s)" "the job's header"
+  /usr/bin/python3 - "$WORK/local.jsonl" "$WORK/cluster.jsonl" <<'EOF' || fail "losses differ"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 4, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"losses {a} vs {b}: max relative difference {worst:.2e}")
+assert worst <= 1e-6, worst
+EOF
+  say "sbatch -N 2: mpcomm train tp 2 × pp 2 losses equal the local run's: ok"
+  nothing_left train
+  ;;
+
+faults)
+  TMO=6
+  # 1. A host's link cut mid-all-reduce: every survivor fails within the timeout + 10 s, naming the
+  #    rank and the host it waited for.
+  on "$H0" srun -N 2 --ntasks-per-node 1 "$CLI" bench -b 64M -e 64M -n 100000 -w 0 -c 0 >"$WORK/out" 2>&1 &
+  job=$!
+  sleep 3
+  ip link set "${NAME}v1" down
+  cut=$SECONDS
+  # Slurm's own messages cross the same link: it comes back once the ranks must have given up, so that
+  # srun hears how its tasks ended.
+  sleep $((TMO + 3))
+  ip link set "${NAME}v1" up
+  wait $job && fail "the job survived its link being cut"
+  took=$((SECONDS - cut))
+  ((took <= TMO + 10)) || fail "the job took $took s to end after the cut (timeout $TMO s)"
+  grep -qE "rank [01] on ${NAME}-h[01]" "$WORK/out" || { tail -20 "$WORK/out" >&2; fail "no error names the rank and its host"; }
+  grep -E "rank [01] on ${NAME}-h[01]" "$WORK/out" | head -2 >&2
+  say "link of $H1 cut mid-allreduce: failed in $took s, naming the rank and host: ok"
+  nothing_left "the cut link"
+  # 2. A rank SIGKILLed on one host: the survivors fail (peer failure), nothing left.
+  on "$H0" srun -N 2 --ntasks-per-node 2 "$CLI" bench -b 1M -e 1M -n 1000000 -w 0 -c 0 >"$WORK/out" 2>&1 &
+  job=$!
+  victim=""
+  for _ in $(seq 100); do
+    for pid in $(ip netns pids "$H1"); do
+      grep -qa "bench" "/proc/$pid/cmdline" 2>/dev/null && grep -qa "$CLI" "/proc/$pid/cmdline" && victim=$pid && break
+    done
+    [[ -n $victim ]] && break
+    sleep 0.1
+  done
+  [[ -n $victim ]] || fail "no rank of the job found on $H1"
+  sleep 2
+  kill -9 "$victim"
+  killed=$SECONDS
+  wait $job && fail "the job survived a SIGKILLed rank"
+  ((SECONDS - killed <= TMO + 10)) || fail "the job took $((SECONDS - killed)) s to end after the kill"
+  say "a rank SIGKILLed on $H1: the job ended in $((SECONDS - killed)) s: ok"
+  nothing_left "the killed rank"
+  # 3. scancel mid-job: nothing left on any host.
+  on "$H0" sbatch -N 2 --ntasks-per-node 2 -o "$WORK/job.out" \
+    --wrap "srun $CLI bench -b 1M -e 1M -n 1000000 -w 0 -c 0" >"$WORK/out" 2>&1 || fail "sbatch"
+  id=$(grep -oE '[0-9]+$' "$WORK/out")
+  for _ in $(seq 100); do
+    [[ $(on "$H0" squeue -h -j "$id" -o %T 2>/dev/null) == RUNNING ]] && break
+    sleep 0.1
+  done
+  sleep 2
+  on "$H0" scancel "$id"
+  nothing_left "scancel"
+  say "scancel mid-job: nothing left on any host: ok"
+  ;;
+
+torch)
+  [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "SKIP: no PyTorch"; exit 77; }
+  PY=${MPCOMM_PYTHONPATH:?set MPCOMM_PYTHONPATH to the built python package}
+  # torchrun on each host, one rank each, init_process_group("mpcomm") and DDP across the hosts.
+  for k in 0 1; do
+    h=$H0; [[ $k -eq 1 ]] && h=$H1
+    on "$h" env PYTHONPATH="$PY" torchrun --nnodes 2 --node_rank $k --nproc_per_node 2 --master_addr "$A0" \
+      --master_port 29544 --redirects 1 --tee 1 "$HERE/../../examples/torch_ddp.py" >"$WORK/torch$k.out" 2>&1 &
+    pids[k]=$!
+  done
+  for k in 0 1; do
+    timeout 200 tail --pid="${pids[k]}" -f /dev/null || fail "torchrun on host $k did not end"
+    wait "${pids[k]}" || { tail -20 "$WORK/torch$k.out" >&2; fail "torchrun on host $k failed"; }
+  done
+  cat "$WORK/torch0.out" "$WORK/torch1.out" >"$WORK/out"
+  [[ $(grep -c "parameters equal to rank 0's: ok" "$WORK/out") -eq 4 ]] || { tail -20 "$WORK/out" >&2; fail "not every rank said ok"; }
+  say "torchrun on 2 hosts × 2 ranks, DDP over mpcomm: ok"
+  nothing_left torch
+  ;;
+
+launch)
+  # mpcomm launch on each host: node 0 serves the store at --master.
+  for k in 0 1; do
+    h=$H0; [[ $k -eq 1 ]] && h=$H1
+    on "$h" "$CLI" launch --nnodes 2 --node-rank $k --master "$A0:29555" --nproc-per-node 2 -- \
+      "$CLI" selftest --conformance >"$WORK/launch$k.out" 2>&1 &
+    pids[k]=$!
+  done
+  for k in 0 1; do
+    wait "${pids[k]}" || { tail -20 "$WORK/launch$k.out" >&2; fail "mpcomm launch on host $k failed"; }
+  done
+  cat "$WORK/launch0.out" >"$WORK/out"
+  expect "backend native, 4 ranks" "the job of 2 nodes × 2 ranks"
+  expect " 0 failed" "conformance through mpcomm launch --nnodes"
+  say "mpcomm launch --nnodes 2 --nproc-per-node 2: conformance ok"
+  # A failure on node 1 ends node 0's ranks (which would run for 100 s) within the grace period.
+  on "$H0" "$CLI" launch --nnodes 2 --node-rank 0 --master "$A0:29556" -n 1 --grace 2 -- sleep 100 >"$WORK/out" 2>&1 &
+  n0=$!
+  sleep 1
+  on "$H1" "$CLI" launch --nnodes 2 --node-rank 1 --master "$A0:29556" -n 1 -- bash -c 'exit 3' >/dev/null 2>&1 && fail "node 1 succeeded"
+  failed=$SECONDS
+  wait $n0 && fail "node 0 succeeded after node 1 failed"
+  ((SECONDS - failed <= 10)) || fail "node 0 took $((SECONDS - failed)) s to end after node 1 failed"
+  expect "rank 1 exited with status 3" "node 0 names the rank that failed on node 1"
+  say "a failure on node 1 ended node 0's ranks in $((SECONDS - failed)) s: ok"
+  nothing_left launch
+  ;;
+
+*)
+  fail "unknown step '$STEP'"
+  ;;
+esac
+say "passed in $((SECONDS - T0)) s"
