@@ -21,7 +21,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_DEVICE", "cpu", "where the caller's buffers live: cpu, cuda (the rank's local GPU) or cuda:N"},
       {"MPCOMM_STAGING", "0", "1: the CPU backends copy host buffers through their staging buffer as they do device buffers (tests that path without a GPU)"},
       {"MPCOMM_ADDR", "", "address that TCP listeners bind to and advertise (empty: chosen, see MPCOMM_IFNAME)"},
-      {"MPCOMM_TCP_STREAMS", "4", "TCP connections per pair of ranks on different hosts; a link's bytes are striped over them in 256 KiB pieces (the connecting rank's value holds for the pair)"},
+      {"MPCOMM_TCP_STREAMS", "1", "TCP connections per pair of ranks on different hosts; a link's bytes are striped over them in 256 KiB pieces (the connecting rank's value holds for the pair; docs/performance.md has the measurement behind the default)"},
       {"MPCOMM_IFNAME", "", "interfaces to take the address from: eth0 (prefix), =eth0 (exact), ^lo,docker (all but); empty: the one that routes to the store"},
       {"MPCOMM_JOB_ID", "", "job id used to name shared-memory segments (set by mpcomm launch)"},
       {"MPCOMM_SHM_RING_BYTES", "0", "bytes per shared-memory channel (0: sized from the number of local ranks)"},

@@ -1,0 +1,87 @@
+// Native TCP links of several connections (MPCOMM_TCP_STREAMS): a link's bytes striped over them in
+// 256 KiB pieces arrive whole and in order — messages that straddle stripes, small ones after large
+// ones, both directions at once — between ranks of two emulated hosts (threads of this process).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness/thread_world.h"
+#include "mpcomm/mpcomm.h"
+
+namespace mpcomm {
+namespace {
+
+std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 g(seed);
+  for (auto& x : v) x = static_cast<uint8_t>(g());
+  return v;
+}
+
+class TcpStreams : public ::testing::TestWithParam<int> {};
+
+TEST_P(TcpStreams, RingOfMessagesAcrossStripesArrivesInOrder) {
+  Options o;
+  o.params["MPCOMM_TCP_STREAMS"] = std::to_string(GetParam());
+  o.timeout = Millis(60000);
+  // Ranks 0,1 on host a and 2,3 on host b: 1 -> 2 and 3 -> 0 cross hosts (TCP), the others shared memory.
+  testing::ThreadWorld w("native", 4, o, {"a", "a", "b", "b"});
+  // Sizes around the stripe (256 KiB), several stripes, odd ones, and small ones after large ones.
+  const std::vector<size_t> sizes = {1, 1000, (256 << 10) - 1, 256 << 10, (256 << 10) + 1, (3 << 20) + 17, 5, 64,
+                                     (1 << 20) * 2 + 333, 7};
+  w.run([&](int r, Communicator& c) {
+    const int next = (r + 1) % 4, prev = (r + 3) % 4;
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::vector<uint8_t>> out, in;
+      std::vector<Request> reqs;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        out.push_back(pattern(sizes[i], static_cast<uint32_t>(r * 1000 + i + round * 7)));
+        in.emplace_back(sizes[i]);
+      }
+      // Every message posted at once, both ways: the link carries them back to back.
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        reqs.push_back(c.irecv(in[i].data(), sizes[i], DataType::uint8, prev, static_cast<int>(i)));
+        reqs.push_back(c.isend(out[i].data(), sizes[i], DataType::uint8, next, static_cast<int>(i)));
+      }
+      for (auto& q : reqs) q.wait();
+      for (size_t i = 0; i < sizes.size(); ++i)
+        ASSERT_EQ(in[i], pattern(sizes[i], static_cast<uint32_t>(prev * 1000 + i + round * 7)))
+            << "message " << i << " of " << sizes[i] << " bytes from rank " << prev;
+    }
+  });
+}
+
+TEST_P(TcpStreams, LargeAllreduceAcrossHostsIsExact) {
+  Options o;
+  o.params["MPCOMM_TCP_STREAMS"] = std::to_string(GetParam());
+  o.timeout = Millis(60000);
+  testing::ThreadWorld w("native", 2, o, {"a", "b"});
+  const size_t n = (5 << 20) / 4 + 3;  // 5 MiB of int32 and a bit: 21 stripes, the last one short
+  w.run([&](int r, Communicator& c) {
+    std::vector<int32_t> x(n), y(n);
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<int32_t>(i * (r + 1) % 1000003);
+    c.allreduce(x.data(), y.data(), n, DataType::int32, ReduceOp::sum);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(y[i], static_cast<int32_t>(i % 1000003 + (i * 2) % 1000003)) << i;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Streams, TcpStreams, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "s" + std::to_string(info.param); });
+
+TEST(TcpStreamsKnob, OutOfRangeIsRefusedNamingIt) {
+  Options o;
+  o.params["MPCOMM_TCP_STREAMS"] = "0";
+  o.timeout = Millis(10000);
+  try {
+    testing::ThreadWorld w("native", 2, o, {"a", "b"});
+    FAIL() << "MPCOMM_TCP_STREAMS=0 was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("MPCOMM_TCP_STREAMS=0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mpcomm
