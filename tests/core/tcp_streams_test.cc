@@ -10,6 +10,7 @@
 
 #include "harness/thread_world.h"
 #include "mpcomm/mpcomm.h"
+#include "mpcomm/store.h"
 
 namespace mpcomm {
 namespace {
@@ -70,6 +71,26 @@ TEST_P(TcpStreams, LargeAllreduceAcrossHostsIsExact) {
 
 INSTANTIATE_TEST_SUITE_P(Streams, TcpStreams, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "s" + std::to_string(info.param); });
+
+// IPv6: the store and the transports of native and gloo between two emulated hosts over ::1.
+TEST(Ipv6, StoreAndTransportsOverIpv6) {
+  auto store = std::make_shared<TcpStore>("::1", 0, "tok", Millis(10000), /*start_server=*/true);
+  store->set_string("k", "v");
+  EXPECT_EQ(store->get_string("k", Millis(1000)), "v");
+  for (const std::string& backend : testing::thread_backends()) {
+    if (backend != "native" && backend != "gloo") continue;
+    Options o;
+    o.params["MPCOMM_ADDR"] = "::1";
+    o.params["MPCOMM_TCP_STREAMS"] = "2";
+    o.timeout = Millis(30000);
+    testing::ThreadWorld w(backend, 2, o, {"a", "b"});
+    w.run([&](int r, Communicator& c) {
+      std::vector<float> x(300000, static_cast<float>(r + 1)), y(x.size());
+      c.allreduce(x.data(), y.data(), x.size(), DataType::float32, ReduceOp::sum);
+      for (float v : y) ASSERT_EQ(v, 3.0f) << backend;
+    });
+  }
+}
 
 TEST(TcpStreamsKnob, OutOfRangeIsRefusedNamingIt) {
   Options o;
