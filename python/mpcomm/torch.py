@@ -53,6 +53,10 @@ def _fill_torchrun_env(env=_os.environ) -> None:
                  "LOCAL_RANK": "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_WORLD_SIZE": "OMPI_COMM_WORLD_LOCAL_SIZE"}
         job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_orte_hnp_uri", "")
         master = "127.0.0.1"
+        if "MASTER_ADDR" not in env and env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1") != env.get("OMPI_COMM_WORLD_SIZE", "1"):
+            # Ranks on several hosts: 127.0.0.1 would be a different store on each.
+            raise RuntimeError("mpcomm: mpirun started this job on several hosts, and nothing says where rank 0's "
+                               "store is: pass mpirun -x MASTER_ADDR=<the first host's address> (and -x MASTER_PORT)")
     elif "SLURM_PROCID" in env:
         pairs = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SLURM_LOCALID"}
         job = env.get("SLURM_JOB_ID", "") + "." + env.get("SLURM_STEP_ID", "")

@@ -135,7 +135,15 @@ EnvWorld env_world(const Options& in) {
   w.opts = with_host.resolved();
   if (env.store_url.rfind("tcp://", 0) == 0) {
     auto [host, port] = net::parse_host_port(env.store_url.substr(6));
-    w.store = std::make_shared<TcpStore>(host, port, w.opts.token, w.opts.timeout, env.serve_store);
+    try {
+      w.store = std::make_shared<TcpStore>(host, port, w.opts.token, w.opts.timeout, env.serve_store);
+    } catch (const Internal& e) {
+      if (!env.serve_store) throw;
+      // Rank 0 could not listen where every rank was told the store is (a port derived from the job id
+      // under Slurm, or MASTER_PORT): another process has it.
+      throw Internal(std::string(e.what()) + " (rank 0 serves the job's store at " + env.store_url + " [" +
+                     env.source + "]; set MASTER_PORT, or MPCOMM_STORE, to a free port on every rank)");
+    }
   } else {
     w.store = open_store(env.store_url, w.opts.token, w.opts.timeout);
   }

@@ -225,6 +225,13 @@ torch)
   cat "$WORK/torch0.out" "$WORK/torch1.out" >"$WORK/out"
   [[ $(grep -c "parameters equal to rank 0's: ok" "$WORK/out") -eq 4 ]] || { tail -20 "$WORK/out" >&2; fail "not every rank said ok"; }
   say "torchrun on 2 hosts × 2 ranks, DDP over mpcomm: ok"
+  # srun starts the Python ranks itself: mpcomm.torch reads Slurm's variables (MASTER_ADDR = the step's
+  # first node, MASTER_PORT from the job id).
+  DEADLINE=200
+  run "srun python3 torch_ddp.py" srun2 --ntasks-per-node 2 env PYTHONPATH="$PY" /usr/bin/python3 \
+    "$HERE/../../examples/torch_ddp.py"
+  [[ $(grep -c "parameters equal to rank 0's: ok" "$WORK/out") -eq 4 ]] || { tail -20 "$WORK/out" >&2; fail "srun: not every rank said ok"; }
+  say "srun -N 2 --ntasks-per-node 2 python3 torch_ddp.py: ok"
   nothing_left torch
   ;;
 

@@ -19,11 +19,19 @@ def expect(name, env, want):
 # torchrun's own variables are left alone
 expect("torchrun", {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1234"},
        {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1234"})
-# Open MPI: rank, size, local rank/size; loopback and a port from the job id, the same on every rank
-ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-        "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "12345"}
-expect("openmpi", ompi, {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+# Open MPI on one host: rank, size, local rank/size; loopback and a port from the job id, alike on every rank
+ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_MCA_ess_base_jobid": "12345"}
+expect("openmpi", ompi, {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4",
                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": _job_port("12345")})
+# Open MPI on several hosts: loopback would be another store on each host; without MASTER_ADDR it is refused
+ompi = dict(ompi, OMPI_COMM_WORLD_LOCAL_RANK="1", OMPI_COMM_WORLD_LOCAL_SIZE="2")
+try:
+    _fill_torchrun_env(dict(ompi))
+    fails.append("openmpi on 2 hosts without MASTER_ADDR: no error")
+except RuntimeError as e:
+    if "MASTER_ADDR" not in str(e):
+        fails.append(f"openmpi on 2 hosts: the error does not name MASTER_ADDR: {e}")
 expect("openmpi, MASTER_* given", dict(ompi, MASTER_ADDR="10.0.0.1", MASTER_PORT="999"),
        {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "999"})
 # Slurm: the first node of the step's node list

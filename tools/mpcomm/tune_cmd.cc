@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "native/algorithms/algorithms.h"
 #include "tune.h"
+#include "bootstrap/env.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm::tune {
@@ -112,6 +113,10 @@ Runner add_tune(CLI::App& app) {
   app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds");
   app.add_option("-o,--out", o->out, "the table to write (for MPCOMM_TUNING)")->required();
   return [o] {
+    if (launched_as_rank())
+      throw InvalidArgument("mpcomm tune: started as a rank of a launcher's job (srun, mpirun, torchrun, mpcomm "
+                            "launch); tune measures one machine and starts its own ranks there: run it once, "
+                            "without a launcher, on a node of the kind the table is for");
     bench::Config& c = o->c;
     c.backends = {"native"};
     c.ops = bench::split_list(o->ops);
