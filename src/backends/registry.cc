@@ -137,12 +137,15 @@ EnvWorld env_world(const Options& in) {
     auto [host, port] = net::parse_host_port(env.store_url.substr(6));
     try {
       w.store = std::make_shared<TcpStore>(host, port, w.opts.token, w.opts.timeout, env.serve_store);
-    } catch (const Internal& e) {
-      if (!env.serve_store) throw;
-      // Rank 0 could not listen where every rank was told the store is (a port derived from the job id
-      // under Slurm, or MASTER_PORT): another process has it.
-      throw Internal(std::string(e.what()) + " (rank 0 serves the job's store at " + env.store_url + " [" +
-                     env.source + "]; set MASTER_PORT, or MPCOMM_STORE, to a free port on every rank)");
+    } catch (const Error& e) {
+      // Say where the address came from and what to set: a port another process holds (derived from
+      // the job id under Slurm, or MASTER_PORT), or a node name that does not resolve here.
+      std::string hint = env.serve_store
+                             ? "rank 0 serves the job's store at " + env.store_url + "; set MASTER_PORT, or "
+                               "MPCOMM_STORE, to a free port on every rank"
+                             : "the job's store is at " + env.store_url + "; set MASTER_ADDR (and MASTER_PORT), or "
+                               "MPCOMM_STORE, to an address every rank reaches";
+      throw_error(e.code(), std::string(e.what()) + " (" + env.source + ": " + hint + ")");
     }
   } else {
     w.store = open_store(env.store_url, w.opts.token, w.opts.timeout);
