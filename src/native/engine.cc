@@ -56,7 +56,12 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
   }
   const long cpus = settings_.cpus > 0 ? settings_.cpus : ::sysconf(_SC_NPROCESSORS_ONLN);
   crowded_ = seg_ != nullptr && seg_->nlocal() > cpus;
-  if (has_tcp_ || crowded_) spin_passes_ = 2;
+  // Waiting on sockets, a rank polls briefly before it yields only when this machine has more ranks
+  // than CPUs (emulated hosts, whose ranks all share it): else it spins as on shared memory, as MPI's
+  // TCP transport does (2 hosts x 1 rank, 8 B allreduce over a veth, unpinned: 50-65 us yielding early,
+  // about 20 us spinning; docs/performance.md, "Across hosts").
+  const int machine_ranks = settings_.machine_ranks > 0 ? settings_.machine_ranks : (seg_ != nullptr ? seg_->nlocal() : 1);
+  if ((has_tcp_ && machine_ranks > cpus) || crowded_) spin_passes_ = 2;
   if (seg_ != nullptr && my_local_ >= 0 && seg_->nlocal() == size_ && seg_->board_ctl() != nullptr) {
     std::vector<int> local_of(static_cast<size_t>(size_));
     for (int r = 0; r < size_; ++r) local_of[static_cast<size_t>(r)] = r == rank_ ? my_local_ : info_[static_cast<size_t>(r)].local;

@@ -70,6 +70,9 @@ struct EngineSettings {
   uint64_t max_unexpected = uint64_t{1} << 30;
   // This machine's online CPUs (0: ask the system).
   long cpus = 0;
+  // Ranks of the whole communicator on this machine (its hostname), emulated hosts included (0: this
+  // host's ranks only).
+  int machine_ranks = 0;
 };
 EngineSettings engine_settings(const Options& opts);
 

@@ -164,7 +164,8 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
     }
   }
   const int my_local = seg ? topo.local_rank : -1;
-  const EngineSettings settings = engine_settings(opts);
+  EngineSettings settings = engine_settings(opts);
+  settings.machine_ranks = static_cast<int>(std::count(dir.machines.begin(), dir.machines.end(), dir.machines[rank]));
   auto engine = std::make_shared<Engine>(rank, size, std::move(links), std::move(peers), std::move(seg), my_local,
                                          root_store(store), opts.timeout, settings);
 
