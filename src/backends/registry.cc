@@ -133,6 +133,13 @@ EnvWorld env_world(const Options& in) {
   // Under mpirun the emulated host (mpcomm launch --hosts) follows from the world rank: env.cc knows how.
   if (with_host.host_id.empty()) with_host.host_id = host_id_from_env();
   w.opts = with_host.resolved();
+  // Under srun nobody hands out a job token: one from the job and step ids keeps other jobs' ranks out
+  // of this job's store (derived ports of two jobs on one node may meet).
+  if (w.opts.token.empty() && env.source == "slurm") {
+    const char* job = std::getenv("SLURM_JOB_ID");
+    const char* step = std::getenv("SLURM_STEP_ID");
+    w.opts.token = std::string("slurm/") + (job ? job : "") + "." + (step ? step : "");
+  }
   if (env.store_url.rfind("tcp://", 0) == 0) {
     auto [host, port] = net::parse_host_port(env.store_url.substr(6));
     try {

@@ -280,8 +280,14 @@ std::string first_slurm_host(const std::string& list) {
 }
 
 bool launched_as_rank() {
-  return (is_set("RANK") && is_set("WORLD_SIZE")) || is_set("OMPI_COMM_WORLD_RANK") ||
-         (is_set("SLURM_PROCID") && (is_set("SLURM_STEP_ID") || is_set("SLURM_STEPID")));
+  // A job of one rank (an `srun --pty bash` shell, a lone torchrun worker) is not: there the tools start
+  // their own ranks.
+  auto more_than_one = [](const char* var) {
+    auto v = get(var);
+    return v && std::atoll(v->c_str()) > 1;
+  };
+  return (is_set("RANK") && more_than_one("WORLD_SIZE")) || (is_set("OMPI_COMM_WORLD_RANK") && more_than_one("OMPI_COMM_WORLD_SIZE")) ||
+         (is_set("SLURM_PROCID") && (is_set("SLURM_STEP_ID") || is_set("SLURM_STEPID")) && more_than_one("SLURM_NTASKS"));
 }
 
 EnvInfo discover_env() {

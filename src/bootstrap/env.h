@@ -39,9 +39,10 @@ EnvInfo discover_env();
 // Throws InvalidArgument for an MPCOMM_HOSTS that is not a number between 1 and the world size.
 std::string host_id_from_env();
 
-// Whether this process is one rank of a job some launcher started, as the tools decide whether to run
-// as a rank (`--launcher auto`): RANK and WORLD_SIZE (torchrun, mpcomm launch), OMPI_COMM_WORLD_RANK
-// (mpirun), or SLURM_PROCID with SLURM_STEP_ID (a task of an srun step; a batch script has no step id).
+// Whether this process is one rank of a job of several that some launcher started, as the tools decide
+// whether to run as a rank (`--launcher auto`): RANK with WORLD_SIZE > 1 (torchrun, mpcomm launch),
+// OMPI_COMM_WORLD_RANK with OMPI_COMM_WORLD_SIZE > 1 (mpirun), or SLURM_PROCID with SLURM_STEP_ID and
+// SLURM_NTASKS > 1 (a task of an srun step; a batch script has no step id, `srun --pty bash` one task).
 bool launched_as_rank();
 
 // The first host of a Slurm host list: "node[01-04,07],gpu3" -> "node01"; "" when malformed.

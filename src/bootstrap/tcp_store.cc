@@ -714,7 +714,9 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, std::string token, Mi
   if (start_server) {
     // A store the other hosts reach by a name or a network address listens on every interface: the
     // name may resolve to another of this host's addresses here than it does there.
-    const std::string listen = net::is_loopback(host) ? host : host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+    // (Only a loopback literal stays on loopback: a name may resolve to 127.0.1.1 here, Debian's entry
+    // for the machine's own name, and to its network address everywhere else.)
+    const std::string listen = net::is_loopback_literal(host) ? host : net::wildcard_for(host);
     c.server = std::make_unique<TcpStoreServer>(listen, port, token);
     c.port = c.server->port();
     c.where = url(host, c.port);

@@ -134,6 +134,19 @@ std::string detail::choose_bind_address(const Options& opts, const Store* store)
     toward = m;
     why = "MASTER_ADDR";
   }
+  if (!toward.empty() && !net::is_loopback_literal(toward) && net::is_loopback(toward)) {
+    // A name for this machine that resolves to loopback here only (Debian's "127.0.1.1 <hostname>"):
+    // the other machines reach this one on its network interface.
+    try {
+      addr = net::interface_address("^lo");
+      MPCOMM_LOG(warn, "%s %s resolves to a loopback address on this machine; advertising %s, the first address of "
+                 "an interface other than lo (set MPCOMM_IFNAME or MPCOMM_ADDR to choose)", why.c_str(), toward.c_str(),
+                 addr.c_str());
+      return addr;
+    } catch (const Error&) {
+      return "127.0.0.1";  // no other interface: a job of this machine only
+    }
+  }
   if (!toward.empty() && !net::is_loopback(toward)) {
     try {
       addr = net::address_toward(toward);

@@ -205,6 +205,25 @@ bool is_loopback(const std::string& host) {
   return lo;
 }
 
+bool is_loopback_literal(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr a4{};
+  in6_addr a6{};
+  if (inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET6, host.c_str(), &a6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+  return false;
+}
+
+std::string wildcard_for(const std::string& host) {
+  socklen_t len = 0;
+  try {
+    return resolve(host, 0, &len).ss_family == AF_INET6 ? "::" : "0.0.0.0";
+  } catch (const InvalidArgument&) {
+    return host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+  }
+}
+
 std::string address_toward(const std::string& host) {
   socklen_t len = 0;
   sockaddr_storage ss = resolve(host, 9, &len);  // any port: nothing is sent

@@ -56,6 +56,14 @@ void read_all(int fd, void* buf, size_t n, Deadline deadline, const std::string&
 // A name that does not resolve is not loopback.
 bool is_loopback(const std::string& host);
 
+// Whether `host` is "localhost" or a loopback address literal. A name that resolves to loopback only
+// here (Debian's "127.0.1.1 <hostname>") is not: other machines reach that name elsewhere.
+bool is_loopback_literal(const std::string& host);
+
+// The wildcard address of the family `host` resolves to first ("::" or "0.0.0.0"): where a server
+// listens that others reach by that name (clients resolve it alike).
+std::string wildcard_for(const std::string& host);
+
 // The local address this machine's routing table would send from to reach `host` (a UDP socket
 // connected there, no packet sent). Throws InvalidArgument when `host` does not resolve, PeerFailure
 // when no route leads there.

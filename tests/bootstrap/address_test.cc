@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
@@ -98,6 +99,37 @@ TEST_F(AddressTest, RouteTowardAHost) {
   if (other.empty()) GTEST_SKIP() << "this machine has no IPv4 interface besides lo";
   EXPECT_EQ(net::address_toward(other), other);  // one of our own addresses: sent from itself
   EXPECT_THROW(net::address_toward("no-such-host.invalid"), InvalidArgument);
+}
+
+TEST_F(AddressTest, LoopbackLiterals) {
+  EXPECT_TRUE(net::is_loopback_literal("127.0.0.1"));
+  EXPECT_TRUE(net::is_loopback_literal("127.0.1.1"));
+  EXPECT_TRUE(net::is_loopback_literal("::1"));
+  EXPECT_TRUE(net::is_loopback_literal("localhost"));
+  EXPECT_FALSE(net::is_loopback_literal("10.0.0.1"));
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  EXPECT_FALSE(net::is_loopback_literal(name));  // a name, whatever it resolves to here
+  EXPECT_EQ(net::wildcard_for("127.0.0.1"), "0.0.0.0");
+  EXPECT_EQ(net::wildcard_for("::1"), "::");
+}
+
+// The machine's own name resolving to loopback here (Debian's "127.0.1.1 <hostname>"): the store is on
+// this machine for this rank, but the others reach it on its network address, so that is advertised.
+TEST_F(AddressTest, OwnNameOnLoopbackAdvertisesANetworkAddress) {
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  if (!net::is_loopback(name)) GTEST_SKIP() << name << " does not resolve to loopback here";
+  std::string ifname;
+  const std::string other = first_non_loopback_ipv4(&ifname);
+  if (other.empty()) GTEST_SKIP() << "this machine has no IPv4 interface besides lo";
+  ::setenv("MASTER_ADDR", name, 1);
+  EXPECT_EQ(detail::choose_bind_address(Options{}, nullptr), other);
+  // A store served by that name listens on every interface, so the others reach it.
+  TcpStore served(name, 0, "t", Millis(5000), /*start_server=*/true);
+  TcpStore by_address(other, served.port(), "t", Millis(5000));
+  by_address.set_string("k", "v");
+  EXPECT_EQ(served.get_string("k", Millis(1000)), "v");
 }
 
 TEST_F(AddressTest, ChosenAddress) {

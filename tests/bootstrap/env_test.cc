@@ -450,15 +450,21 @@ TEST_F(EnvTest, LaunchedAsRank) {
   EXPECT_FALSE(launched_as_rank());
   set("SLURM_STEP_ID", "0");  // a task of an srun step
   EXPECT_TRUE(launched_as_rank());
+  set("SLURM_NTASKS", "1");  // srun --pty bash: a step of one task
+  EXPECT_FALSE(launched_as_rank());
   ::unsetenv("SLURM_STEP_ID");
   ::unsetenv("SLURM_PROCID");
   set_openmpi();
   EXPECT_TRUE(launched_as_rank());
+  set("OMPI_COMM_WORLD_SIZE", "1");
+  EXPECT_FALSE(launched_as_rank());
   ::unsetenv("OMPI_COMM_WORLD_RANK");
   set("RANK", "0");
   EXPECT_FALSE(launched_as_rank());  // half of torchrun's pair
   set("WORLD_SIZE", "2");
   EXPECT_TRUE(launched_as_rank());
+  set("WORLD_SIZE", "1");
+  EXPECT_FALSE(launched_as_rank());
 }
 
 TEST_F(EnvTest, HostIdOverride) {

@@ -104,10 +104,11 @@ selftest)
   expect " 0 failed" "mpi conformance"
   say "mpirun -H $H0:2,$H1:2 mpcomm selftest --conformance (mpi): ok"
   # A rank that offers a loopback address to another machine: every rank fails at once, naming it.
-  DEADLINE=30
-  if on "$H0" srun -N 2 --ntasks-per-node 1 env MPCOMM_ADDR=127.0.0.1 "$CLI" selftest -c 8 >"$WORK/out" 2>&1; then
+  started=$SECONDS
+  if TMO=120 on "$H0" srun -N 2 --ntasks-per-node 1 env MPCOMM_ADDR=127.0.0.1 "$CLI" selftest -c 8 >"$WORK/out" 2>&1; then
     fail "ranks advertising 127.0.0.1 across machines did not fail"
   fi
+  ((SECONDS - started <= 20)) || fail "the loopback refusal took $((SECONDS - started)) s (the timeout is 120 s)"
   expect "advertises 127.0.0.1" "the loopback refusal"
   expect "MPCOMM_IFNAME" "the loopback refusal names the variable"
   say "a loopback address offered to another machine: refused at once"
@@ -161,13 +162,21 @@ faults)
   #    rank and the host it waited for.
   on "$H0" srun -N 2 --ntasks-per-node 1 "$CLI" bench -b 64M -e 64M -n 100000 -w 0 -c 0 >"$WORK/out" 2>&1 &
   job=$!
-  sleep 3
+  # Cut only once the allreduces run: the link carries 64 MiB more than when setup started.
+  b1=$(tx_bytes "$H1")
+  for _ in $(seq 300); do
+    (($(tx_bytes "$H1") - b1 > 64 << 20)) && break
+    kill -0 $job 2>/dev/null || { cat "$WORK/out" >&2; fail "the job ended before the cut"; }
+    sleep 0.1
+  done
+  (($(tx_bytes "$H1") - b1 > 64 << 20)) || fail "no allreduce traffic on $H1 after 30 s"
   ip link set "${NAME}v1" down
   cut=$SECONDS
   # Slurm's own messages cross the same link: it comes back once the ranks must have given up, so that
   # srun hears how its tasks ended.
   sleep $((TMO + 3))
   ip link set "${NAME}v1" up
+  timeout 60 tail --pid=$job -f /dev/null || fail "the job did not end 60 s after its link came back"
   wait $job && fail "the job survived its link being cut"
   took=$((SECONDS - cut))
   ((took <= TMO + 10)) || fail "the job took $took s to end after the cut (timeout $TMO s)"
@@ -190,6 +199,7 @@ faults)
   sleep 2
   kill -9 "$victim"
   killed=$SECONDS
+  timeout 60 tail --pid=$job -f /dev/null || fail "the job did not end 60 s after a rank was killed"
   wait $job && fail "the job survived a SIGKILLed rank"
   ((SECONDS - killed <= TMO + 10)) || fail "the job took $((SECONDS - killed)) s to end after the kill"
   say "a rank SIGKILLed on $H1: the job ended in $((SECONDS - killed)) s: ok"
@@ -198,11 +208,13 @@ faults)
   on "$H0" sbatch -N 2 --ntasks-per-node 2 -o "$WORK/job.out" \
     --wrap "srun $CLI bench -b 1M -e 1M -n 1000000 -w 0 -c 0" >"$WORK/out" 2>&1 || fail "sbatch"
   id=$(grep -oE '[0-9]+$' "$WORK/out")
-  for _ in $(seq 100); do
-    [[ $(on "$H0" squeue -h -j "$id" -o %T 2>/dev/null) == RUNNING ]] && break
+  ranks_on() { local n=0; for pid in $(ip netns pids "$1"); do grep -qaF "$CLI" "/proc/$pid/cmdline" 2>/dev/null && n=$((n + 1)); done; echo $n; }
+  for _ in $(seq 300); do
+    [[ $(ranks_on "$H0") -ge 2 && $(ranks_on "$H1") -ge 2 ]] && break
     sleep 0.1
   done
-  sleep 2
+  [[ $(ranks_on "$H0") -ge 2 && $(ranks_on "$H1") -ge 2 ]] || fail "the job's ranks did not start on both hosts in 30 s"
+  sleep 1
   on "$H0" scancel "$id"
   nothing_left "scancel"
   say "scancel mid-job: nothing left on any host: ok"
@@ -239,11 +251,12 @@ launch)
   # mpcomm launch on each host: node 0 serves the store at --master.
   for k in 0 1; do
     h=$H0; [[ $k -eq 1 ]] && h=$H1
-    on "$h" "$CLI" launch --nnodes 2 --node-rank $k --master "$A0:29555" --nproc-per-node 2 -- \
+    on "$h" "$CLI" launch --nnodes 2 --node-rank $k --master "$A0:29555" --nproc-per-node 2 --timeout 60 -- \
       "$CLI" selftest --conformance >"$WORK/launch$k.out" 2>&1 &
     pids[k]=$!
   done
   for k in 0 1; do
+    timeout 200 tail --pid="${pids[k]}" -f /dev/null || fail "mpcomm launch on host $k did not end in 200 s"
     wait "${pids[k]}" || { tail -20 "$WORK/launch$k.out" >&2; fail "mpcomm launch on host $k failed"; }
   done
   cat "$WORK/launch0.out" >"$WORK/out"
@@ -251,11 +264,13 @@ launch)
   expect " 0 failed" "conformance through mpcomm launch --nnodes"
   say "mpcomm launch --nnodes 2 --nproc-per-node 2: conformance ok"
   # A failure on node 1 ends node 0's ranks (which would run for 100 s) within the grace period.
-  on "$H0" "$CLI" launch --nnodes 2 --node-rank 0 --master "$A0:29556" -n 1 --grace 2 -- sleep 100 >"$WORK/out" 2>&1 &
+  on "$H0" "$CLI" launch --nnodes 2 --node-rank 0 --master "$A0:29556" -n 1 --grace 2 --timeout 60 -- sleep 100 >"$WORK/out" 2>&1 &
   n0=$!
   sleep 1
-  on "$H1" "$CLI" launch --nnodes 2 --node-rank 1 --master "$A0:29556" -n 1 -- bash -c 'exit 3' >/dev/null 2>&1 && fail "node 1 succeeded"
+  timeout 60 "$MC" exec "$H1" -- "$CLI" launch --nnodes 2 --node-rank 1 --master "$A0:29556" -n 1 --timeout 60 -- \
+    bash -c 'exit 3' >/dev/null 2>&1 && fail "node 1 succeeded"
   failed=$SECONDS
+  timeout 30 tail --pid=$n0 -f /dev/null || fail "node 0 did not end 30 s after node 1 failed"
   wait $n0 && fail "node 0 succeeded after node 1 failed"
   ((SECONDS - failed <= 10)) || fail "node 0 took $((SECONDS - failed)) s to end after node 1 failed"
   expect "rank 1 exited with status 3" "node 0 names the rank that failed on node 1"

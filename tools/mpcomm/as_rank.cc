@@ -1,5 +1,8 @@
 #include "as_rank.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "backends/registry.h"
@@ -43,6 +46,17 @@ std::unique_ptr<Communicator> rank_communicator(const std::string& backend, cons
   if (!device.empty()) opts.device = parse_device(device);
   auto store = std::make_shared<PrefixStore>("tool/" + std::to_string(g_created++) + "/" + backend, g_world->store);
   return create(backend, std::move(store), g_world->rank, g_world->size, opts);
+}
+
+std::vector<std::string> startable_backends(std::vector<std::string> backends) {
+  if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr || std::getenv("PMIX_RANK") != nullptr) return backends;
+  auto mpi = std::find(backends.begin(), backends.end(), "mpi");
+  if (mpi == backends.end()) return backends;
+  backends.erase(mpi);
+  if (prints_results())
+    std::fprintf(stderr, "mpcomm: backend mpi left out: this job was not started by mpirun or with PMIx (srun "
+                         "--mpi=pmix), so MPI could not make its world\n");
+  return backends;
 }
 
 bool prints_results() { return !g_world || g_world->rank == 0; }

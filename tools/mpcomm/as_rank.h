@@ -27,6 +27,10 @@ bool run_as_rank(const std::string& tool, const std::string& mode,
 // the k-th communicator of the process meets the other ranks' k-th.
 std::unique_ptr<Communicator> rank_communicator(const std::string& backend, const std::string& device);
 
+// `backends` as a rank of a launcher's job, from "all": without mpi unless mpirun or PMIx started the job
+// (under srun without --mpi=pmix, MPI_Init would make a world of one, or abort the process).
+std::vector<std::string> startable_backends(std::vector<std::string> backends);
+
 // False on a rank other than 0 of a job the tool runs as a rank of: that rank prints and writes nothing.
 bool prints_results();
 

@@ -381,7 +381,14 @@ std::vector<Row> run_in_this_job(const Config& in, bool keep_going, int* status)
     }
     if (!json_tmp.empty()) collect(j, &rows, status);
     else if (j.status != 0 && *status == 0) *status = j.status;
-    if (j.status != 0 && !keep_going) break;
+    // A failed backend has announced the job's abort in its store, which every later communicator of
+    // the job (and, under mpcomm launch --nnodes, every node's launcher) reads: no going on.
+    if (j.status != 0) {
+      if (keep_going && cli::prints_results())
+        std::fprintf(stderr, "mpcomm bench: as a rank of a launcher's job, the first failed backend ends the run "
+                             "(--keep-going applies on one machine)\n");
+      break;
+    }
   }
   return rows;
 }
@@ -498,6 +505,7 @@ Runner add_bench(CLI::App& app) {
     auto& c = o->c;
     c.as_rank = run_as_rank("mpcomm bench", o->launcher, {{"--ranks", ranks_opt->count() > 0}, {"--hosts", hosts_opt->count() > 0}});
     c.backends = o->backends == "all" ? bench::all_backends_for(o->c.device) : bench::split_list(o->backends);
+    if (c.as_rank && o->backends == "all") c.backends = startable_backends(c.backends);
     c.ops = o->ops == "all" ? bench::all_ops() : bench::split_list(o->ops);
     c.min_bytes = bench::parse_bytes(o->b);
     c.max_bytes = bench::parse_bytes(o->e);

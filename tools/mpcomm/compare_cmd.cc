@@ -265,6 +265,7 @@ Runner add_compare(CLI::App& app) {
     base.timeout_s = 300;
     base.device = o->device != "auto" ? o->device : (device::cuda_devices() > 0 ? "cuda" : "cpu");
     base.backends = o->backends == "all" ? bench::all_backends_for(base.device) : bench::split_list(o->backends);
+    if (as_rank && o->backends == "all") base.backends = startable_backends(base.backends);
     const size_t act = o->model.activation_bytes();
     std::vector<size_t> model_sizes;
     if (o->model_sizes) model_sizes = {act};

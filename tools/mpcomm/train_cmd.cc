@@ -184,6 +184,7 @@ Runner add_train(CLI::App& app) {
                                       {"--timeout", timeout_opt->count() > 0}});
     std::unique_ptr<Communicator> first;  // as a rank: the first backend's, made before anything prints
     std::vector<std::string> backends = o->backends == "all" ? bench::all_backends_for("cpu") : bench::split_list(o->backends);
+    if (as_rank && o->backends == "all") backends = startable_backends(backends);
     if (as_rank) {
       first = rank_communicator(backends.at(0), "cpu");
       o->ranks = first->size();

@@ -75,6 +75,7 @@ int launch(const LaunchOptions& o) {
   std::optional<JobLock> lock;  // destroyed last: cleans up /dev/shm/mpcomm.<job id>*
   std::optional<TcpStoreServer> server;
   std::unique_ptr<TcpStore> client;  // across nodes: the job's store, for ids, aborts and the end
+  std::unique_ptr<TcpStore> watch;   // across nodes: the same store, for the abort watch (short replies)
   std::string job_id, addr, store_url, torch_port;
   auto free_port = [](const std::string& host) {
     uint16_t p = 0;
@@ -98,10 +99,11 @@ int launch(const LaunchOptions& o) {
     store_url = "tcp://" + net::host_port(mhost, mport);
     const Millis timeout(static_cast<int64_t>(o.timeout_s * 1000));
     if (o.node_rank == 0) {
-      server.emplace(mhost.find(':') != std::string::npos ? "::" : "0.0.0.0", mport, token);
-      client = std::make_unique<TcpStore>(net::is_loopback(mhost) ? mhost : "127.0.0.1", mport, token, timeout);
+      const std::string any = net::wildcard_for(mhost);
+      server.emplace(any, mport, token);
+      client = std::make_unique<TcpStore>(any == "::" ? "::1" : "127.0.0.1", mport, token, timeout);
       job_id = random_hex(6);
-      torch_port = free_port(mhost.find(':') != std::string::npos ? "::" : "0.0.0.0");
+      torch_port = free_port(any);
       client->set_string("launch/job", job_id + " " + torch_port);
     } else {
       client = std::make_unique<TcpStore>(mhost, mport, token, timeout);
@@ -111,6 +113,10 @@ int launch(const LaunchOptions& o) {
     }
     job_id += "n" + std::to_string(o.node_rank);  // this node's segments: nodes may share a /dev/shm
     lock.emplace(job_id);
+    // The supervisor's own look at the store every 200 ms: a short reply deadline, so that a node 0
+    // gone silent (power, a cut link: no reset) is noticed in seconds, not after the job's timeout.
+    watch = std::make_unique<TcpStore>(o.node_rank == 0 ? (net::wildcard_for(mhost) == "::" ? "::1" : "127.0.0.1") : mhost,
+                                       mport, token, std::min(timeout, Millis(5000)));
   }
   MPCOMM_LOG(info, "launch: job %s, %d ranks on %d host(s), node %d of %d, store %s%s", job_id.c_str(), n, hosts,
              o.node_rank, o.nnodes, store_url.c_str(), via_mpirun ? ", through mpirun" : "");
@@ -196,8 +202,8 @@ int launch(const LaunchOptions& o) {
     try {
       if (server)
         server->set_local_if_absent(kAbortKey, Bytes(text.begin(), text.end()));  // a rank's own report is better
-      else if (!client->check({kAbortKey}))
-        client->set_string(kAbortKey, text);
+      else if (!watch->check({kAbortKey}))
+        watch->set_string(kAbortKey, text);
     } catch (const std::exception& e) {
       MPCOMM_LOG(warn, "launch: could not set %s: %s", kAbortKey, e.what());
     }
@@ -314,7 +320,7 @@ int launch(const LaunchOptions& o) {
     if (client && elsewhere.empty() && first_failure == 0 && interrupted_by == 0 && Clock::now() >= next_look) {
       next_look = Clock::now() + std::chrono::milliseconds(200);
       try {
-        if (client->check({kAbortKey})) elsewhere = "the job failed: " + client->get_string(kAbortKey, Millis(1000));
+        if (watch->check({kAbortKey})) elsewhere = "the job failed: " + watch->get_string(kAbortKey, Millis(1000));
       } catch (const std::exception& e) {
         elsewhere = std::string("lost the job's store at ") + store_url + ": " + e.what();
       }
@@ -359,13 +365,25 @@ int launch(const LaunchOptions& o) {
       if (o.node_rank != 0) {
         client->add("launch/done", 1);
       } else {
-        const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(o.timeout_s + o.grace_s));
-        while (client->add("launch/done", 0) < o.nnodes - 1 && Clock::now() < until && signals.drain().empty())
+        // The others' ranks may run longer than ours, up to the job's timeout; once the job has failed
+        // they get the grace period and the kill.
+        const bool failed = first_failure != 0 || !elsewhere.empty() || interrupted_by != 0;
+        const double wait_s = failed ? o.grace_s + 5 : o.timeout_s + o.grace_s;
+        const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_s));
+        while (client->add("launch/done", 0) < o.nnodes - 1 && Clock::now() < until) {
+          const std::vector<int> sigs = signals.drain();
+          if (!sigs.empty()) {
+            if (interrupted_by == 0) interrupted_by = sigs.front();
+            break;
+          }
           ::usleep(100 * 1000);
+        }
         if (client->add("launch/done", 0) < o.nnodes - 1)
           say("not every node reported its ranks ended; closing the store");
       }
+      // A rank of another node that failed after this node's ranks had ended fails the job here too.
+      if (elsewhere.empty() && first_failure == 0 && client->check({kAbortKey}))
+        elsewhere = "the job failed: " + client->get_string(kAbortKey, Millis(1000));
     } catch (const std::exception& e) {
       MPCOMM_LOG(warn, "launch: the job's store at %s: %s", store_url.c_str(), e.what());
     }
