@@ -38,7 +38,7 @@ constexpr Source kSlurm = {"slurm", "Slurm",
                            "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE, "
                            "SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE, SLURM_NODEID, MPCOMM_STORE, "
                            "MASTER_ADDR, MASTER_PORT, SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_JOB_ID, "
-                           "SLURM_STEP_ID"};
+                           "SLURM_STEP_ID, SLURMD_NODENAME"};
 
 constexpr Source kEmulatedHosts = {"openmpi", "emulated hosts under mpirun",
                                    "MPCOMM_HOST_ID, MPCOMM_HOSTS, OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE"};
@@ -251,11 +251,23 @@ EnvInfo from_slurm() {
   set_ranks(info, s, "SLURM_PROCID", require_int(s, "SLURM_PROCID"), "SLURM_NTASKS", require_int(s, "SLURM_NTASKS"),
             "SLURM_LOCALID", read_int(s, "SLURM_LOCALID"), local_size_var, local_size);
   auto url = store_from_env(s);
-  if (!url) url = slurm_store(s);
+  bool derived = false;
+  if (!url) {
+    url = slurm_store(s);
+    derived = url.has_value();
+  }
   if (!url) fail(s, "no store address: set MPCOMM_STORE, or MASTER_ADDR and MASTER_PORT (or run under srun, which "
                     "sets SLURM_STEP_NODELIST and SLURM_JOB_ID)");
   info.store_url = *url;
   info.serve_store = info.rank == 0 && is_tcp(info.store_url) && !store_served_elsewhere();
+  // The derived store is on the step's first node: its first task serves it, which is rank 0 unless the
+  // tasks were placed otherwise (--distribution=arbitrary, a host file). slurmd names each task's node.
+  auto node = get("SLURMD_NODENAME");
+  if (derived && node) {
+    const std::string first = first_slurm_host(get("SLURM_STEP_NODELIST").value_or(get("SLURM_JOB_NODELIST").value_or(
+        get("SLURM_NODELIST").value_or(""))));
+    info.serve_store = *node == first && info.local_rank == 0;
+  }
   return info;
 }
 

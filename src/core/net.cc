@@ -101,7 +101,9 @@ Fd connect_tcp(const std::string& host, uint16_t port, Deadline deadline, const 
       return fd;
     }
     last = errno;
-    if (last != ECONNREFUSED && last != EAGAIN && last != ETIMEDOUT && last != ENOENT && last != EINTR)
+    // Refused (not listening yet), or no route yet (a node whose network comes up later): retried.
+    if (last != ECONNREFUSED && last != EAGAIN && last != ETIMEDOUT && last != ENOENT && last != EINTR &&
+        last != EHOSTUNREACH && last != ENETUNREACH)
       throw PeerFailure("mpcomm: cannot connect to " + what + " at " + host + ":" + std::to_string(port) + ": " +
                         errno_text(last));
     if (Clock::now() + backoff > deadline)

@@ -45,6 +45,7 @@ class EnvTest : public ::testing::Test {
                                           "SLURM_JOBID",
                                           "SLURM_STEP_ID",
                                           "SLURM_STEPID",
+                                          "SLURMD_NODENAME",
                                           "MPCOMM_HOST_ID"};
 
   void SetUp() override {
@@ -409,6 +410,21 @@ TEST_F(EnvTest, SlurmStoreOnTheStepsFirstNodeAtAPortFromTheJob) {
   set("SLURM_STEP_ID", "0");
   set("SLURM_JOB_ID", "42");
   EXPECT_NE(discover_env().store_url, e.store_url);  // another job
+}
+
+TEST_F(EnvTest, SlurmDerivedStoreIsServedByTheFirstTaskOfTheFirstNode) {
+  set_slurm_step();
+  set("SLURM_STEP_NODELIST", "mc-h[0-1]");
+  set("SLURM_JOB_ID", "41");
+  set("SLURM_STEP_ID", "0");
+  set("SLURMD_NODENAME", "mc-h1");  // rank 3 placed on the second node
+  EXPECT_FALSE(discover_env().serve_store);
+  set("SLURMD_NODENAME", "mc-h0");  // rank 3 as the first task (local 0) of the first node
+  set("SLURM_LOCALID", "0");
+  EXPECT_TRUE(discover_env().serve_store);
+  set("SLURM_PROCID", "0");  // rank 0 not on the first node (--distribution=arbitrary): not its store
+  set("SLURMD_NODENAME", "mc-h1");
+  EXPECT_FALSE(discover_env().serve_store);
 }
 
 TEST_F(EnvTest, SlurmMasterAddrWinsOverTheDerivedStore) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "bootstrap/env.h"
+#include "core/net.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 
@@ -632,6 +633,73 @@ TEST_F(LauncherTest, MissingProgramIsNamed) {
   o.argv = {"/tmp"};
   msg = launch_error(o);
   EXPECT_NE(msg.find("not an executable file"), std::string::npos) << msg;
+}
+
+// ---- several nodes: mpcomm launch --nnodes, two launchers of this machine on loopback ------------------
+
+namespace nodes {
+
+std::string free_port() {
+  uint16_t p = 0;
+  (void)net::listen_tcp("127.0.0.1", 0, &p);
+  return std::to_string(p);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Runs `script` in a shell; returns its exit status.
+int shell(const std::string& script) {
+  int st = std::system(("bash -c '" + script + "'").c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+}  // namespace nodes
+
+TEST(LaunchNodes, TwoNodesGiveGlobalRanksAndOneStore) {
+  const std::string port = nodes::free_port(), dir = "/tmp/mpcomm_nodes_" + std::to_string(::getpid());
+  const std::string cli = MPCOMM_CLI, prog = "echo R=\\$RANK W=\\$WORLD_SIZE L=\\$LOCAL_RANK LW=\\$LOCAL_WORLD_SIZE S=\\$MPCOMM_STORE "
+                                                "M=\\$MASTER_ADDR:\\$MASTER_PORT";  // expanded by each rank's sh
+  const std::string node = cli + " launch --nnodes 2 --master 127.0.0.1:" + port + " --nproc-per-node 2 --timeout 30 ";
+  ASSERT_EQ(nodes::shell("mkdir -p " + dir + "; " + node + "--node-rank 1 -- sh -c \"" + prog + "\" > " + dir +
+                         "/n1 2>&1 & " + node + "--node-rank 0 -- sh -c \"" + prog + "\" > " + dir +
+                         "/n0 2>&1; a=$?; wait $!; b=$?; exit $((a | b))"),
+            0)
+      << nodes::read_file(dir + "/n0") << nodes::read_file(dir + "/n1");
+  const std::string n0 = nodes::read_file(dir + "/n0"), n1 = nodes::read_file(dir + "/n1");
+  std::filesystem::remove_all(dir);
+  const std::string store = "S=tcp://127.0.0.1:" + port;
+  for (int r = 0; r < 4; ++r) {
+    const std::string& out = r < 2 ? n0 : n1;
+    EXPECT_NE(out.find("[" + std::to_string(r) + "] R=" + std::to_string(r) + " W=4 L=" + std::to_string(r % 2) +
+                       " LW=2 " + store),
+              std::string::npos)
+        << out;
+  }
+  // PyTorch's port: node 0's choice, the same on both nodes, not the store's.
+  const std::string m0 = field(n0, "[0]", "M"), m1 = field(n1, "[2]", "M");
+  EXPECT_EQ(m0, m1);
+  EXPECT_NE(m0, "127.0.0.1:" + port);
+}
+
+TEST(LaunchNodes, NodesGivenDifferentShapesAreRefusedAndBothEnd) {
+  const std::string port = nodes::free_port(), dir = "/tmp/mpcomm_nodes_" + std::to_string(::getpid());
+  const std::string cli = MPCOMM_CLI;
+  const std::string node = cli + " launch --nnodes 2 --master 127.0.0.1:" + port + " --grace 1 --timeout 30 ";
+  const auto t0 = Clock::now();
+  // Node 0 with 2 ranks that would sleep 60 s; node 1 with 1 rank: refused, and node 0's ranks end.
+  const int st = nodes::shell("mkdir -p " + dir + "; " + node + "--node-rank 0 -n 2 -- sleep 60 > " + dir +
+                              "/n0 2>&1 & sleep 0.5; " + node + "--node-rank 1 -n 1 -- true > " + dir +
+                              "/n1 2>&1; b=$?; wait $!; a=$?; [ $a -ne 0 ] && [ $b -ne 0 ]");
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string n0 = nodes::read_file(dir + "/n0"), n1 = nodes::read_file(dir + "/n1");
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(st, 0) << "both nodes must fail\nnode 0:\n" << n0 << "node 1:\n" << n1;
+  EXPECT_NE(n1.find("every node must be given the same"), std::string::npos) << n1;
+  EXPECT_NE(n0.find("every node must be given the same"), std::string::npos) << n0;
+  EXPECT_LT(s, 20) << "node 0's ranks were not ended";
 }
 
 }  // namespace

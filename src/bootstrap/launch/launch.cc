@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,12 +105,20 @@ int launch(const LaunchOptions& o) {
       client = std::make_unique<TcpStore>(any == "::" ? "::1" : "127.0.0.1", mport, token, timeout);
       job_id = random_hex(6);
       torch_port = free_port(any);
-      client->set_string("launch/job", job_id + " " + torch_port);
+      client->set_string("launch/job", job_id + " " + torch_port + " " + std::to_string(o.nnodes) + " " + std::to_string(n));
     } else {
       client = std::make_unique<TcpStore>(mhost, mport, token, timeout);
-      const std::string v = client->get_string("launch/job", timeout);
-      job_id = v.substr(0, v.find(' '));
-      torch_port = v.substr(v.find(' ') + 1);
+      // Node 0's job: its id, PyTorch's port, and the shape every node must agree on.
+      std::istringstream v(client->get_string("launch/job", timeout));
+      int nnodes0 = 0, n0 = 0;
+      v >> job_id >> torch_port >> nnodes0 >> n0;
+      if (nnodes0 != o.nnodes || n0 != n) {
+        const std::string why = "mpcomm: launch: node " + std::to_string(o.node_rank) + " was given --nnodes " +
+                                std::to_string(o.nnodes) + " and " + std::to_string(n) + " ranks per node, node 0 --nnodes " +
+                                std::to_string(nnodes0) + " and " + std::to_string(n0) + ": every node must be given the same";
+        client->set_string(kAbortKey, why);  // the other nodes end their ranks too
+        throw InvalidArgument(why);
+      }
     }
     job_id += "n" + std::to_string(o.node_rank);  // this node's segments: nodes may share a /dev/shm
     lock.emplace(job_id);
