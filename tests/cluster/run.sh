@@ -84,6 +84,23 @@ nothing_left() {
 }
 
 # Bytes host $1 sent on its interface (/proc/net/dev is the reading process's namespace's; /sys is not).
+# on_each_host NAME CMD...: CMD on both hosts at once, "{k}" in it replaced by the host's index; waits
+# (200 s at most) for both and fails naming the host whose CMD failed. Output in $WORK/NAME<k>.out.
+on_each_host() {
+  local name=$1 k; shift
+  local pids=()
+  for k in 0 1; do
+    local h=$H0 args=("${@//\{k\}/$k}")
+    [[ $k -eq 1 ]] && h=$H1
+    on "$h" "${args[@]}" >"$WORK/$name$k.out" 2>&1 &
+    pids[k]=$!
+  done
+  for k in 0 1; do
+    timeout 200 tail --pid="${pids[k]}" -f /dev/null || fail "$name on host $k did not end in 200 s"
+    wait "${pids[k]}" || { tail -20 "$WORK/$name$k.out" >&2; fail "$name on host $k failed"; }
+  done
+}
+
 tx_bytes() { "$MC" exec "$1" -- cat /proc/net/dev | awk '$1 == "eth0:" { print $10 }'; }
 
 case $STEP in
@@ -223,17 +240,9 @@ faults)
 torch)
   [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "SKIP: no PyTorch"; exit 77; }
   PY=${MPCOMM_PYTHONPATH:?set MPCOMM_PYTHONPATH to the built python package}
-  # torchrun on each host, one rank each, init_process_group("mpcomm") and DDP across the hosts.
-  for k in 0 1; do
-    h=$H0; [[ $k -eq 1 ]] && h=$H1
-    on "$h" env PYTHONPATH="$PY" torchrun --nnodes 2 --node_rank $k --nproc_per_node 2 --master_addr "$A0" \
-      --master_port 29544 --redirects 1 --tee 1 "$HERE/../../examples/torch_ddp.py" >"$WORK/torch$k.out" 2>&1 &
-    pids[k]=$!
-  done
-  for k in 0 1; do
-    timeout 200 tail --pid="${pids[k]}" -f /dev/null || fail "torchrun on host $k did not end"
-    wait "${pids[k]}" || { tail -20 "$WORK/torch$k.out" >&2; fail "torchrun on host $k failed"; }
-  done
+  # torchrun on each host, two ranks each, init_process_group("mpcomm") and DDP across the hosts.
+  on_each_host torch env PYTHONPATH="$PY" torchrun --nnodes 2 --node_rank "{k}" --nproc_per_node 2 --master_addr "$A0" \
+    --master_port 29544 --redirects 1 --tee 1 "$HERE/../../examples/torch_ddp.py"
   cat "$WORK/torch0.out" "$WORK/torch1.out" >"$WORK/out"
   [[ $(grep -c "parameters equal to rank 0's: ok" "$WORK/out") -eq 4 ]] || { tail -20 "$WORK/out" >&2; fail "not every rank said ok"; }
   say "torchrun on 2 hosts × 2 ranks, DDP over mpcomm: ok"
@@ -249,16 +258,8 @@ torch)
 
 launch)
   # mpcomm launch on each host: node 0 serves the store at --master.
-  for k in 0 1; do
-    h=$H0; [[ $k -eq 1 ]] && h=$H1
-    on "$h" "$CLI" launch --nnodes 2 --node-rank $k --master "$A0:29555" --nproc-per-node 2 --timeout 60 -- \
-      "$CLI" selftest --conformance >"$WORK/launch$k.out" 2>&1 &
-    pids[k]=$!
-  done
-  for k in 0 1; do
-    timeout 200 tail --pid="${pids[k]}" -f /dev/null || fail "mpcomm launch on host $k did not end in 200 s"
-    wait "${pids[k]}" || { tail -20 "$WORK/launch$k.out" >&2; fail "mpcomm launch on host $k failed"; }
-  done
+  on_each_host launch "$CLI" launch --nnodes 2 --node-rank "{k}" --master "$A0:29555" --nproc-per-node 2 --timeout 60 -- \
+    "$CLI" selftest --conformance
   cat "$WORK/launch0.out" >"$WORK/out"
   expect "backend native, 4 ranks" "the job of 2 nodes × 2 ranks"
   expect " 0 failed" "conformance through mpcomm launch --nnodes"
