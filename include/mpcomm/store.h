@@ -105,6 +105,8 @@ class MPCOMM_API TcpStoreServer {
   void set_local(const std::string& key, const Bytes& value);
   // Like set_local, but keeps an existing value; returns whether it set the key.
   bool set_local_if_absent(const std::string& key, const Bytes& value);
+  // The value of `key` in the served map, if it is set (never waits).
+  bool get_local(const std::string& key, Bytes* value) const;
   size_t refused_connections() const;
 
  private:

@@ -640,6 +640,14 @@ bool TcpStoreServer::set_local_if_absent(const std::string& key, const Bytes& va
   return true;
 }
 
+bool TcpStoreServer::get_local(const std::string& key, Bytes* value) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->map.find(key);
+  if (it == impl_->map.end()) return false;
+  if (value != nullptr) *value = it->second;
+  return true;
+}
+
 // ---- client ---------------------------------------------------------------------------------------------
 
 struct TcpStore::Impl {

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -364,7 +365,16 @@ int launch(const LaunchOptions& o) {
     const Rank& m = job.ranks[0];
     if (first_failure == 0 && interrupted_by == 0 && !m.running && m.status != 0) {
       first_failure = m.status;  // mpirun failed without naming a rank
-      say(m.name + " " + m.how);
+      // (It may not: when several ranks call MPI_Abort at once, Open MPI's report can fail itself,
+      // "ORTE_ERROR_LOG: ... show_help.c".) The ranks' own report in the store names the rank.
+      Bytes report;
+      std::smatch rank;
+      std::string text;
+      if (server && server->get_local(kAbortKey, &report)) text.assign(report.begin(), report.end());
+      if (std::regex_search(text, rank, std::regex("on rank (\\d+) of")))
+        say("rank " + rank[1].str() + " failed: " + text + " (" + m.name + " " + m.how + " without naming it)");
+      else
+        say(m.name + " " + m.how);
     }
     remove_mpirun_session_dir(m.pid);
   }
