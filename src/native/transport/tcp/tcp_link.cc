@@ -15,7 +15,7 @@ static constexpr uint32_t kTcpMagic = 0x4d50544d;  // "MPTM": multi-stream links
 static constexpr int kMaxStreams = 64;
 
 TcpLink::TcpLink(std::vector<net::Fd> fds, int peer)
-    : fds_(std::move(fds)), peer_(peer), name_("rank " + std::to_string(peer)), next_out_(fds_.size()) {
+    : fds_(std::move(fds)), name_("rank " + std::to_string(peer)), next_out_(fds_.size()) {
   for (size_t s = 0; s < fds_.size(); ++s) {
     net::set_nonblocking(fds_[s].get(), true);
     next_out_[s] = s * kStripe;

@@ -34,13 +34,11 @@ class TcpLink : public Link {
   int poll_fd_out() const override;
   // How errors name the peer: "rank 3" until told more ("rank 3 on host-b at 10.0.0.2").
   void set_name(std::string name) { name_ = std::move(name); }
-  size_t streams() const { return fds_.size(); }
 
  private:
   size_t send_on(size_t s, const char* p, size_t n);
 
   std::vector<net::Fd> fds_;
-  int peer_;
   std::string name_;
   std::vector<uint64_t> next_out_;  // per connection: stream position of its next unsent byte
   uint64_t written_ = 0;            // every byte before this is sent
