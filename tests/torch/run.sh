@@ -47,7 +47,8 @@ printf '%s\n' "$out"
 fail=0
 # A rank that passed says "rank R: OK ..." or "rank R of N: ... 0 failed"; every rank must (so a job that
 # ran nothing does not pass), or K of them with --expect-ok K, where the job's own status does not count.
-oks=$(grep -cE 'rank [0-9]+(: OK| of [0-9]+: .* 0 failed)' <<<"$out" || true)
+# Counted per report, not per line: under mpirun two ranks' reports can reach one line.
+oks=$(sed -E 's/rank [0-9]+(:| of)/\n&/g' <<<"$out" | grep -cE '^rank [0-9]+(: OK| of [0-9]+: .* 0 failed)' || true)
 if (( oks < ${expect_ok:-$n} )); then echo "run.sh: $oks ranks passed, expected ${expect_ok:-$n}" >&2; fail=1; fi
 if grep -qE 'rank [0-9]+: FAIL' <<<"$out"; then echo "run.sh: a rank failed" >&2; fail=1; fi
 if [[ -z "$expect_ok" ]] && (( status != 0 )); then echo "run.sh: the job exited with status $status" >&2; fail=1; fi
