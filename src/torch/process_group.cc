@@ -98,18 +98,23 @@ class MpcommWork final : public c10d::Work {
   }
 
   // Ends the work once: copies back on success, records the error otherwise, fulfils the future.
+  // (A mutex and a flag, not std::call_once: glibc's call_once makes a futex system call every time.)
   void conclude(std::exception_ptr error) {
-    std::call_once(concluded_, [&] {
-      if (!error) {
-        try {
-          for (auto& f : copy_out) f();
-        } catch (const std::exception& e) {
-          error = as_python_error(e);
+    {
+      std::lock_guard<std::mutex> once(conclude_mu_);
+      if (!concluded_) {
+        concluded_ = true;
+        if (!error) {
+          try {
+            for (auto& f : copy_out) f();
+          } catch (const std::exception& e) {
+            error = as_python_error(e);
+          }
         }
+        keep.clear();
+        finish(error);
       }
-      keep.clear();
-      finish(error);
-    });
+    }
     fulfil();
   }
 
@@ -157,7 +162,8 @@ class MpcommWork final : public c10d::Work {
 
   std::vector<at::Tensor> outputs_;
   ProcessGroupMpcomm* pg_;
-  std::once_flag concluded_;
+  std::mutex conclude_mu_;
+  bool concluded_ = false;  // under conclude_mu_
   std::mutex future_mu_, fulfil_mu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
