@@ -25,6 +25,7 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_IFNAME", "", "interfaces to take the address from: eth0 (prefix), =eth0 (exact), ^lo,docker (all but); empty: the one that routes to the store"},
       {"MPCOMM_JOB_ID", "", "job id used to name shared-memory segments (set by mpcomm launch)"},
       {"MPCOMM_SHM_RING_BYTES", "0", "bytes per shared-memory channel (0: sized from the number of local ranks)"},
+      {"MPCOMM_CPUS", "0", "CPUs of this machine as the native backend counts them when it judges whether its local ranks outnumber them (a crowded host: other algorithms, single copy for large sends); 0: the online CPUs"},
       {"MPCOMM_SPIN_US", "1000", "microseconds a waiting native rank keeps polling (yielding the CPU between passes) before it sleeps"},
       {"MPCOMM_MPI_SPIN_MS", "1000", "milliseconds a waiting mpi rank keeps calling MPI_Test back to back (yielding the CPU between bursts) before it sleeps between calls; Open MPI moves a non-blocking collective on only inside those calls"},
       {"MPCOMM_MPI_CALLS", "auto", "which MPI calls the mpi backend makes: blocking (Open MPI's tuned collectives on the calling thread; a watchdog ends the job when one outlasts the timeout), nonblocking (MPI_Iallreduce ... polled against the deadline), or auto (by op, size and whether ranks outnumber cores, as measured)"},

@@ -33,7 +33,8 @@ EngineSettings engine_settings(const Options& opts) {
   s.single_copy = param_int(opts, "MPCOMM_SINGLE_COPY") != 0 && kb > 0;
   s.single_copy_from = kb > 0 ? static_cast<size_t>(kb) << 10 : SIZE_MAX;
   s.max_unexpected = static_cast<uint64_t>(std::max<int64_t>(1, param_int(opts, "MPCOMM_MAX_UNEXPECTED_MB"))) << 20;
-  s.cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const int64_t cpus = param_int(opts, "MPCOMM_CPUS");
+  s.cpus = cpus > 0 ? static_cast<long>(cpus) : ::sysconf(_SC_NPROCESSORS_ONLN);
   return s;
 }
 
@@ -279,9 +280,23 @@ void Engine::post_recv(const Handle& x) {
     if (u.hdr.bytes != x->bytes)
       fail(ErrorCode::mismatch, "expected " + std::to_string(x->bytes) + " bytes from rank " +
                                     std::to_string(x->peer) + " but it sent " + frame_name(u.hdr));
-    if (u.complete) {
+    if (u.lazy) {
+      // The payload is still in the sender's buffer: progress() reads it straight into ours (not here:
+      // the caller's next sends go out first, and their receivers can start reading meanwhile).
+      u.claimant = x;
+    } else if (u.complete) {
       deliver(*x, u.data.get());
       x->done = true;
+      give_back_buffer(u);
+      p.unexpected.erase(it);
+    } else if (!x->reduce && p.rx_unexp.get() == &u) {
+      // Arriving now (only the frame at the link's head can be incomplete): what came so far moves
+      // over, the rest of the payload goes straight into the receive's buffer.
+      if (p.rx_got > 0) std::memcpy(x->rdata, u.data.get(), p.rx_got);
+      x->done_bytes = p.rx_got;
+      p.rx_target = x;
+      give_back_buffer(u);
+      p.rx_unexp.reset();
       p.unexpected.erase(it);
     } else {
       u.claimant = x;
@@ -295,6 +310,46 @@ void Engine::post_recv(const Handle& x) {
     p.p2p_recvs.push_back(x);
 }
 
+// Unexpected payloads from this size on get a buffer that is kept for reuse.
+static constexpr size_t kSpareFrom = size_t{64} << 10;
+static constexpr size_t kSpareBuffers = 2;
+static constexpr size_t kSpareMaxBytes = size_t{256} << 20;  // larger buffers are not kept
+
+void Engine::take_buffer(Unexpected& u, size_t bytes) {
+  if (bytes >= kSpareFrom) {
+    // The smallest spare that holds it.
+    auto best = spare_buffers_.end();
+    for (auto it = spare_buffers_.begin(); it != spare_buffers_.end(); ++it)
+      if (it->first >= bytes && (best == spare_buffers_.end() || it->first < best->first)) best = it;
+    if (best != spare_buffers_.end()) {
+      u.capacity = best->first;
+      u.data = std::move(best->second);
+      spare_buffers_.erase(best);
+      return;
+    }
+  }
+  u.data.reset(new char[bytes]);
+  u.capacity = bytes;
+}
+
+void Engine::give_back_buffer(Unexpected& u) {
+  if (!u.data || u.capacity < kSpareFrom || u.capacity > kSpareMaxBytes) {
+    u.data.reset();
+    return;
+  }
+  if (spare_buffers_.size() >= kSpareBuffers) {
+    // Keep the larger ones.
+    auto smallest = std::min_element(spare_buffers_.begin(), spare_buffers_.end(),
+                                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (smallest->first >= u.capacity) {
+      u.data.reset();
+      return;
+    }
+    spare_buffers_.erase(smallest);
+  }
+  spare_buffers_.emplace_back(u.capacity, std::move(u.data));
+}
+
 // ---- progress -------------------------------------------------------------------------------------
 
 bool Engine::progress_send(int peer, Peer& p) {
@@ -304,13 +359,23 @@ bool Engine::progress_send(int peer, Peer& p) {
     const size_t single_from = x.route == Route::direct ? std::min(kDirectFrom, settings_.single_copy_from)
                                : x.route == Route::ring   ? SIZE_MAX
                                                           : settings_.single_copy_from;
-    if (x.done_bytes == 0 && x.kind == kFrameCollective && x.bytes >= single_from && can_single_copy(peer, p)) {
+    // Large p2p sends on a crowded host go by single copy too (docs/native.md, "Point-to-point"): through
+    // the ring, sender and receiver would have to take turns on the CPUs for every ring's worth.
+    const bool p2p_single = x.kind == kFrameP2P && crowded_ && x.bytes >= settings_.single_copy_from;
+    if (x.done_bytes == 0 && ((x.kind == kFrameCollective && x.bytes >= single_from) || p2p_single) &&
+        can_single_copy(peer, p)) {
       x.single_copy = true;
       x.hdr.pad[0] = kFlagSingleCopy;
       x.hdr.skip = 0;
+      if (x.kind == kFrameP2P) {
+        p.next_token = p.next_token == INT32_MAX ? 1 : p.next_token + 1;
+        x.token = p.next_token;
+      }
     }
     if (x.single_copy) {
-      const uint64_t desc[2] = {reinterpret_cast<uint64_t>(x.sdata), static_cast<uint64_t>(::getpid())};
+      // The sender's buffer, and for p2p the token its ack will carry (collective acks come in order).
+      const uint64_t desc[2] = {reinterpret_cast<uint64_t>(x.sdata),
+                                x.kind == kFrameP2P ? static_cast<uint64_t>(x.token) : static_cast<uint64_t>(::getpid())};
       const size_t total = sizeof(FrameHeader) + sizeof desc;
       while (x.done_bytes < total) {
         size_t n = x.done_bytes < sizeof(FrameHeader)
@@ -321,7 +386,11 @@ bool Engine::progress_send(int peer, Peer& p) {
         moved = true;
         x.done_bytes += n;
       }
-      p.awaiting_ack.push_back(p.sendq.front());  // done when the receiver has read it
+      // Done when the receiver has read it.
+      if (x.kind == kFrameP2P)
+        p.p2p_awaiting.push_back(p.sendq.front());
+      else
+        p.awaiting_ack.push_back(p.sendq.front());
       p.sendq.pop_front();
       continue;
     }
@@ -354,12 +423,23 @@ bool Engine::progress_send(int peer, Peer& p) {
 void Engine::on_header(int peer, Peer& p) {
   const FrameHeader& h = p.rx_hdr;
   if (h.magic != kFrameMagic || (h.kind != kFrameCollective && h.kind != kFrameP2P && h.kind != kFrameAck) ||
-      h.bytes > kMaxFrameBytes || h.skip >= 64 || (h.pad[0] & kFlagSingleCopy && (h.kind != kFrameCollective || !same_host(peer))))
+      h.bytes > kMaxFrameBytes || h.skip >= 64 ||
+      (h.pad[0] & kFlagSingleCopy && ((h.kind != kFrameCollective && h.kind != kFrameP2P) || !same_host(peer))))
     fail(ErrorCode::internal, "corrupt frame from rank " + std::to_string(peer) + " (magic " +
                                   std::to_string(h.magic) + ", kind " + std::to_string(h.kind) + ", " +
                                   std::to_string(h.bytes) + " bytes)");
   p.rx_target.reset();
   p.rx_unexp.reset();
+  if (h.kind == kFrameAck && h.tag != 0) {  // a p2p read, named by its token
+    for (auto it = p.p2p_awaiting.begin(); it != p.p2p_awaiting.end(); ++it)
+      if ((*it)->token == h.tag) {
+        (*it)->done = true;
+        p.p2p_awaiting.erase(it);
+        return;
+      }
+    fail(ErrorCode::internal, "rank " + std::to_string(peer) + " acknowledged a read this rank never offered (token " +
+                                  std::to_string(h.tag) + ")");
+  }
   if (h.kind == kFrameAck) {
     if (p.awaiting_ack.empty()) fail(ErrorCode::internal, "rank " + std::to_string(peer) + " acknowledged a read this rank never offered");
     p.awaiting_ack.front()->done = true;
@@ -392,20 +472,21 @@ void Engine::on_header(int peer, Peer& p) {
     p.rx_stalled = true;
     return;
   }
-  if (!p.rx_target && h.bytes > settings_.max_unexpected)
+  const bool single = (h.pad[0] & kFlagSingleCopy) != 0;  // a descriptor: nothing to buffer
+  if (!p.rx_target && !single && h.bytes > settings_.max_unexpected)
     fail(ErrorCode::internal, "rank " + std::to_string(peer) + " sent " + frame_name(h) + " of " +
                                   std::to_string(h.bytes) + " bytes before this rank posted its receive: more than the " +
                                   std::to_string(settings_.max_unexpected >> 20) + " MiB a rank buffers (MPCOMM_MAX_UNEXPECTED_MB)");
-  if (!p.rx_target) {
+  if (!p.rx_target && !single) {
     p.rx_unexp = std::make_shared<Unexpected>();
     p.rx_unexp->hdr = h;
-    p.rx_unexp->data.reset(new char[h.bytes]);
+    take_buffer(*p.rx_unexp, h.bytes);
     p.unexpected.push_back(p.rx_unexp);
   }
   p.rx_in_payload = true;
   p.rx_got = 0;
   p.rx_skip = h.skip;
-  p.rx_single = (h.pad[0] & kFlagSingleCopy) != 0;
+  p.rx_single = single;
   p.rx_desc_got = 0;
 }
 
@@ -421,6 +502,7 @@ void Engine::finish_payload(Peer& p) {
   if (u.claimant) {
     deliver(*u.claimant, u.data.get());
     u.claimant->done = true;
+    give_back_buffer(u);
     p.unexpected.remove(p.rx_unexp);
   }
   p.rx_unexp.reset();
@@ -617,8 +699,44 @@ void Engine::copy_with_peer(int peer, char* local_buf, uint64_t remote, size_t n
 // Copies (or reduces) a single-copy frame's payload straight out of the sender's buffer, then
 // acknowledges it so that the sender's send completes.
 void Engine::receive_single_copy(int peer, Peer& p) {
-  Xfer& x = *p.rx_target;  // single-copy frames are large collective frames: never unexpected (they stall)
   const size_t total = p.rx_hdr.bytes;
+  if (p.rx_hdr.kind == kFrameP2P) {
+    const auto token = static_cast<int32_t>(p.rx_desc[1]);
+    p.rx_single = false;
+    p.rx_in_payload = false;
+    if (!p.rx_target) {
+      // A receive posted while the descriptor was arriving.
+      for (auto it = p.p2p_recvs.begin(); it != p.p2p_recvs.end(); ++it) {
+        if ((*it)->tag != p.rx_hdr.tag) continue;
+        if ((*it)->bytes != total)
+          fail(ErrorCode::mismatch, "rank " + std::to_string(peer) + " sent " + std::to_string(total) + " bytes with tag " +
+                                        std::to_string(p.rx_hdr.tag) + " but the receive expects " + std::to_string((*it)->bytes));
+        p.rx_target = *it;
+        p.p2p_recvs.erase(it);
+        break;
+      }
+    }
+    if (!p.rx_target) {
+      // Its receive is not posted yet: keep the descriptor (post_recv reads the payload).
+      auto u = std::make_shared<Unexpected>();
+      u->hdr = p.rx_hdr;
+      u->lazy = true;
+      u->remote = p.rx_desc[0];
+      u->token = token;
+      u->since = Clock::now();
+      p.unexpected.push_back(std::move(u));
+      ++lazy_frames_;
+      return;
+    }
+    // In one piece: no other reader shares the source.
+    Handle x = std::move(p.rx_target);
+    copy_with_peer(peer, x->rdata, p.rx_desc[0], total, false);
+    x->done_bytes = total;
+    x->done = true;
+    ack_p2p(peer, token);
+    return;
+  }
+  Xfer& x = *p.rx_target;  // collective single-copy frames are large: never unexpected (they stall)
   // (copy_with_peer uses info_[peer].pid, the pid can_single_copy() probed; the descriptor's own pid is not needed.)
   if (x.reduce) {
     // In pieces that stay in the cache between the copy and the reduction.
@@ -646,6 +764,54 @@ void Engine::receive_single_copy(int peer, Peer& p) {
   post_send(peer, kFrameAck, 0, detail::Fingerprint{}, nullptr, 0);
 }
 
+void Engine::ack_p2p(int peer, int32_t token) {
+  post_send(peer, kFrameAck, token, detail::Fingerprint{}, nullptr, 0);
+}
+
+// A lazy frame's receive not posted within this long: its payload is read into a buffer and the sender
+// released. Nothing waits that long in a program whose receives come (its ranks post them as soon as
+// they get to them); it ends the wait of one whose ranks all block in sends to each other first, which
+// would otherwise never end.
+static constexpr auto kLazyLimit = std::chrono::milliseconds(200);
+
+// Reads the payloads of lazy frames whose receive is posted, straight into the receive's buffer, and
+// those held kLazyLimit without one into a buffer; acknowledges each. Returns whether it read any.
+bool Engine::read_lazy_frames() {
+  bool any = false;
+  Clock::time_point now{};
+  for (int r = 0; r < size_; ++r) {
+    auto& list = peers_[static_cast<size_t>(r)].unexpected;
+    for (auto it = list.begin(); it != list.end();) {
+      Unexpected& u = **it;
+      if (!u.lazy) {
+        ++it;
+        continue;
+      }
+      if (u.claimant) {
+        Xfer& x = *u.claimant;
+        copy_with_peer(r, x.rdata, u.remote, x.bytes, false);
+        x.done_bytes = x.bytes;
+        x.done = true;
+      } else {
+        if (now == Clock::time_point{}) now = Clock::now();
+        if (now - u.since < kLazyLimit) {
+          ++it;
+          continue;
+        }
+        take_buffer(u, u.hdr.bytes);
+        copy_with_peer(r, u.data.get(), u.remote, u.hdr.bytes, false);
+        u.complete = true;
+      }
+      u.lazy = false;
+      --lazy_frames_;
+      any = true;
+      ack_p2p(r, u.token);
+      it = u.claimant ? list.erase(it) : std::next(it);
+    }
+  }
+  return any;
+}
+
 // A link threw: the peer is gone. Only an error if something still needed that peer.
 void Engine::link_failed(Peer& p, const PeerFailure& e) {
   p.closed = true;
@@ -671,6 +837,12 @@ bool Engine::progress() {
       p.link->notify();
       any = true;
     }
+  }
+  // After the sends above: a receiver of ours can start reading while we read.
+  if (lazy_frames_ > 0 && read_lazy_frames()) {
+    any = true;
+    for (auto& p : peers_)
+      if (p.link && !p.closed && !p.sendq.empty()) p.link->notify();
   }
   return any;
 }

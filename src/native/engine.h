@@ -68,7 +68,7 @@ struct EngineSettings {
   size_t single_copy_from = size_t{256} << 10;
   // Largest frame buffered before its receive is posted: MPCOMM_MAX_UNEXPECTED_MB.
   uint64_t max_unexpected = uint64_t{1} << 30;
-  // This machine's online CPUs (0: ask the system).
+  // This machine's CPUs: MPCOMM_CPUS, else the online ones (0: ask the system).
   long cpus = 0;
   // Ranks of the whole communicator on this machine (its hostname), emulated hosts included (0: this
   // host's ranks only).
@@ -91,6 +91,7 @@ struct Xfer {
   bool done = false;
   std::string what;       // p2p only: the op, for error messages
   bool single_copy = false;  // send: offered as a descriptor; done when the receiver's ack arrives
+  int32_t token = 0;         // single-copy p2p send: what the receiver's ack names it by (1 and up)
   Route route = Route::usual;  // send: when it goes by single copy (Engine::send)
   // A reducing receive (recv_reduce): rdata = own op payload, combined as the bytes arrive instead of
   // copied. `carry` holds the bytes of an element not yet complete (split by the ring's end, or by TCP).
@@ -168,12 +169,22 @@ class Engine {
 
  private:
   friend class HostLocal;  // its waits, single copies and probes are the engine's
+  // A frame that arrived before its receive was posted, buffered. A receive posted while its payload
+  // is still arriving takes what came so far and the rest straight from the link (reducing receives,
+  // which cannot, claim it and take it whole at the end).
   struct Unexpected {
     FrameHeader hdr{};
     std::unique_ptr<char[]> data;  // not value-initialized: the payload overwrites it
-    size_t got = 0;
+    size_t capacity = 0;           // of data (a reused buffer may be larger than the payload)
     bool complete = false;
-    Handle claimant;  // a receive posted while the payload was still arriving
+    Handle claimant;  // a reducing receive posted while the payload was still arriving
+    // A single-copy p2p frame (a crowded host's large sends): only its descriptor came; the payload
+    // stays in the sender's buffer until the receive is posted, or until kLazyLimit passed (then it is
+    // read into a buffer, so that a program whose ranks all block in sends still ends).
+    bool lazy = false;
+    uint64_t remote = 0;  // the sender's buffer
+    int32_t token = 0;    // the ack's
+    std::chrono::steady_clock::time_point since{};
   };
   struct Peer {
     std::unique_ptr<Link> link;
@@ -191,7 +202,9 @@ class Engine {
     bool rx_stalled = false;
     // Single copy (large collective frames between local processes): the receiver copies straight out
     // of the sender's buffer with process_vm_readv() and acknowledges; the sender's send completes then.
-    std::deque<Handle> awaiting_ack;  // our single-copy sends, in order
+    std::deque<Handle> awaiting_ack;  // our single-copy collective sends, in order
+    std::list<Handle> p2p_awaiting;   // our single-copy p2p sends, acknowledged by token in any order
+    int32_t next_token = 0;
     bool rx_single = false;           // the frame being received is a descriptor
     uint64_t rx_desc[2] = {0, 0};     // address in the sender, sender's pid
     size_t rx_desc_got = 0;
@@ -205,7 +218,7 @@ class Engine {
     std::string closed_why;
     bool busy() const {
       return !sendq.empty() || !coll_recvs.empty() || !p2p_recvs.empty() || rx_in_payload || rx_hdr_got > 0 ||
-             !awaiting_ack.empty();
+             !awaiting_ack.empty() || !p2p_awaiting.empty();
     }
   };
 
@@ -285,6 +298,16 @@ class Engine {
   std::atomic<bool> aborted_{false};
   std::chrono::steady_clock::time_point next_liveness_{}, next_store_check_{};
   std::vector<char> bounce_;  // reducing receives over links without peek()
+  // Buffers of large unexpected payloads, kept for the next (kSpareBuffers at most): a fresh one of
+  // many MiB costs a page fault and a cleared page for every 4 KiB it receives, every time.
+  void take_buffer(Unexpected& u, size_t bytes);
+  void give_back_buffer(Unexpected& u);
+  // Lazy single-copy p2p frames held (Unexpected::lazy), and reading one whose receive was not posted
+  // within kLazyLimit into a buffer.
+  int lazy_frames_ = 0;
+  bool read_lazy_frames();
+  void ack_p2p(int peer, int32_t token);
+  std::vector<std::pair<size_t, std::unique_ptr<char[]>>> spare_buffers_;
 };
 
 }  // namespace mpcomm::native

@@ -74,6 +74,91 @@ TEST(NativeSmallRing, EveryOpWrapsAroundTheRing) {
   expect_every_case_passes(world);
 }
 
+// Large sends that arrive before their receives, in both directions at once: the receiver drives
+// progress on the last tag's receive for a while, so that earlier frames have arrived whole before their
+// receive, or are arriving, or come after it; sizes go down and up (buffers kept for reuse are larger than
+// the payloads they take). Two ranks (a CPU each: through a 4 KiB ring, each payload in thousands of
+// passes, a receive posted mid-frame taking what came and the rest from the ring) and three on one
+// counted CPU (MPCOMM_CPUS=1, a crowded host: from 256 KiB by single copy, the payload left in the
+// sender's buffer until its receive is posted). Every byte at its place.
+class NativeUnexpected : public ::testing::TestWithParam<bool> {};
+
+TEST_P(NativeUnexpected, LargeSendsBeforeTheirReceivesArriveWhole) {
+  const bool crowded = GetParam();
+  Options o;
+  o.params = {{"MPCOMM_SHM_RING_BYTES", "4096"}, {"MPCOMM_SINGLE_COPY", "1"}};
+  if (crowded) o.params["MPCOMM_CPUS"] = "1";
+  const int n = crowded ? 3 : 2;
+  testing::ThreadWorld world("native", n, o);
+  const std::vector<size_t> sizes = {(size_t{3} << 20) + 7, size_t{1} << 20, (size_t{64} << 10) + 1, (size_t{2} << 20) + 3,
+                                     size_t{100}, (size_t{3} << 20) + 7, size_t{300} << 10};
+  auto value = [](int from, size_t tag, size_t i) { return static_cast<uint8_t>(from * 131 + tag * 31 + i * 7 + (i >> 12)); };
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    const size_t last = sizes.size();  // the marker's tag
+    std::vector<std::vector<uint8_t>> out(sizes.size()), in(sizes.size());
+    std::vector<Request> sends;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      out[t].resize(sizes[t]);
+      for (size_t i = 0; i < sizes[t]; ++i) out[t][i] = value(r, t, i);
+      sends.push_back(comm.isend(out[t].data(), sizes[t], DataType::uint8, right, static_cast<int>(t)));
+    }
+    uint8_t marker_out = 42, marker_in = 0;
+    sends.push_back(comm.isend(&marker_out, 1, DataType::uint8, right, static_cast<int>(last)));
+    Request marker = comm.irecv(&marker_in, 1, DataType::uint8, left, static_cast<int>(last));
+    std::vector<Request> recvs;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      for (int pass = 0; pass < (t % 2 == 0 ? 200 : 0); ++pass) marker.test();
+      in[t].assign(sizes[t], 0);
+      recvs.push_back(comm.irecv(in[t].data(), sizes[t], DataType::uint8, left, static_cast<int>(t)));
+    }
+    marker.wait();
+    for (auto& q : recvs) q.wait();
+    for (auto& q : sends) q.wait();
+    std::string& e = errors[static_cast<size_t>(r)];
+    if (marker_in != 42) e += "marker wrong; ";
+    for (size_t t = 0; t < sizes.size(); ++t)
+      for (size_t i = 0; i < sizes[t]; ++i)
+        if (in[t][i] != value(left, t, i)) {
+          e += "tag " + std::to_string(t) + " byte " + std::to_string(i) + " wrong; ";
+          break;
+        }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, NativeUnexpected, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "Crowded" : "CpuPerRank"); });
+
+// A crowded host's large sends wait in the sender's buffer for their receive; a program whose ranks all
+// block in such a send before they receive (unsafe under MPI, where it may hang) still ends: a payload
+// whose receive has not come within the engine's limit (200 ms) is read into a buffer and its sender
+// released. Three rounds, so that the buffers of one are reused by the next.
+TEST(NativeUnexpected, RanksThatAllSendBeforeTheyReceiveStillFinish) {
+  Options o;
+  o.params = {{"MPCOMM_CPUS", "1"}, {"MPCOMM_SINGLE_COPY", "1"}};
+  const int n = 3;
+  testing::ThreadWorld world("native", n, o);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    const size_t count = (size_t{1} << 18) + 5;  // a little over 1 MiB of floats
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> out(count), in(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(r * 1000 + round * 10) + static_cast<float>(i % 7);
+      comm.send(out.data(), count, DataType::float32, (r + 1) % n, round);
+      comm.recv(in.data(), count, DataType::float32, (r + n - 1) % n, round);
+      const int from = (r + n - 1) % n;
+      for (size_t i = 0; i < count; ++i)
+        if (in[i] != static_cast<float>(from * 1000 + round * 10) + static_cast<float>(i % 7)) {
+          errors[static_cast<size_t>(r)] += "round " + std::to_string(round) + " element " + std::to_string(i) + " wrong; ";
+          break;
+        }
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+}
+
 // MPCOMM_SINGLE_COPY=1 (the default, set for this communicator in case the environment turned it off): large collective frames are read straight from the sender's buffer
 // (process_vm_readv; ranks as threads read their own process) and acknowledged; reducing receives go
 // through the bounce buffer in pieces.
