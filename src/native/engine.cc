@@ -1012,8 +1012,10 @@ void Engine::wait_until(const std::function<bool()>& done, const std::vector<Han
         if (h->done) continue;
         if (!who.empty()) who += ", ";
         who += "rank " + std::to_string(h->peer) + info_[static_cast<size_t>(h->peer)].where + " (" +
-               (h->is_send ? "send" : "recv") + " " +
-               std::to_string(h->done_bytes) + "/" + std::to_string(h->bytes) + " bytes)";
+               (h->is_send && h->single_copy ? "send of " + std::to_string(h->bytes) + " bytes by single copy, not read yet"
+                                             : std::string(h->is_send ? "send" : "recv") + " " + std::to_string(h->done_bytes) +
+                                                   "/" + std::to_string(h->bytes) + " bytes") +
+               ")";
       }
       if (shared != nullptr) who += (who.empty() ? "" : ", ") + shared->what();
       fail(ErrorCode::timeout, "timed out after " + seconds_text(timeout_) + " s waiting for " + who + who_is_behind());

@@ -6,6 +6,11 @@
 //              (so before, during or after that collective's traffic);
 //        stop: the same with SIGSTOP: the victim hangs, alive, past every timeout;
 //        exit: the victim returns from main before op `at`, closing its communicator normally.
+//   MODE sender_dies / receiver_dies (SEED unused): rank 0 isends 1 MiB to rank 1, which posts its
+//        receive 300 ms later; the victim SIGKILLs itself, rank 0 right after its isend (the receiver then
+//        reads from a process that is gone), or rank 1 before it receives (the send is never read). On a
+//        crowded host (MPCOMM_CPUS=1) the native backend leaves the payload in the sender's buffer for the
+//        receiver to read. Then every rank meets in a barrier.
 // TAG only marks the processes, so the test can look for orphans.
 //
 // Output: rank 0 prints "fault: victim V at op A (KIND), seed S"; each survivor that fails prints
@@ -58,6 +63,33 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   auto comm = mpcomm::init_from_env();
   const int n = comm->size(), rank = comm->rank();
+  if (mode == "sender_dies" || mode == "receiver_dies") {
+    const int victim = mode == "sender_dies" ? 0 : 1;
+    if (rank == 0 && std::getenv("MPCOMM_JOB_ID") != nullptr) std::printf("job %s\n", std::getenv("MPCOMM_JOB_ID"));
+    if (rank == 0) std::printf("fault: victim %d at op 0 (sendrecv), seed 0\n", victim);
+    std::vector<float> a(size_t{1} << 18, 1.0f), b(a.size(), 0.0f);
+    auto last = std::chrono::steady_clock::now();
+    try {
+      if (rank == 0) {
+        auto sq = comm->isend(a.data(), a.size(), mpcomm::DataType::float32, 1, 5);
+        if (rank == victim) ::raise(SIGKILL);
+        sq.wait();
+      } else if (rank == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        if (rank == victim) ::raise(SIGKILL);
+        comm->recv(b.data(), b.size(), mpcomm::DataType::float32, 0, 5);
+      }
+      last = std::chrono::steady_clock::now();
+      comm->barrier();
+    } catch (const mpcomm::Error& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
+      std::printf("rank %d fault after %.1f s: %s: %s\n", rank, s, std::string(mpcomm::to_string(e.code())).c_str(), e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return 3;
+    }
+    std::printf("rank %d done\n", rank);
+    return 0;
+  }
   std::mt19937_64 rng(seed);
   const int victim = static_cast<int>(rng() % static_cast<uint64_t>(n));
   const int at = static_cast<int>(rng() % kOps);

@@ -78,6 +78,31 @@ void inject(const Fault& f) {
   for (const auto& e : testing::mpcomm_shm_entries()) EXPECT_FALSE(contains(e, job[1].str())) << "left behind: " << e;
 }
 
+// A large send on a crowded host (MPCOMM_CPUS=1: native leaves the payload in the sender's buffer until
+// the receive is posted) whose sender dies before the read, or whose receiver dies before it: the
+// survivors fail with a peer failure naming the dead rank (the receiver: its read; the sender: its send),
+// and nothing is left.
+TEST(FaultsPointToPoint, ALargeSendWhoseSenderOrReceiverDies) {
+  for (const std::string mode : {"sender_dies", "receiver_dies"}) {
+    SCOPED_TRACE(mode);
+    const int victim = mode == "sender_dies" ? 0 : 1, survivor = 1 - victim;
+    const std::string tag = testing::unique_tag();
+    RunResult r = testing::run_command("MPCOMM_CPUS=1 " + std::string(MPCOMM_CLI) + " launch -n 3 --backend native --timeout " +
+                                       std::to_string(static_cast<int>(kTimeout)) + " --grace " + std::to_string(kGrace) +
+                                       " -- " + MPCOMM_FAULT_PROG + " " + mode + " 0 " + tag);
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_LT(r.seconds, kTimeout + 10 + kGrace + 3) << r.output;
+    const std::string line = testing::line_with(r.output, "[" + std::to_string(survivor) + "] rank " + std::to_string(survivor) + " fault after ");
+    ASSERT_FALSE(line.empty()) << "rank " << survivor << " did not report the fault:\n" << r.output;
+    EXPECT_TRUE(contains(line, ": peer failure: ")) << line;
+    EXPECT_TRUE(contains(line, "rank " + std::to_string(victim))) << line;
+    EXPECT_EQ(testing::count_processes_running(MPCOMM_FAULT_PROG, tag), 0) << "orphaned ranks\n" << r.output;
+    std::smatch job;
+    ASSERT_TRUE(std::regex_search(r.output, job, std::regex("\\] job ([0-9a-f]+)"))) << r.output;
+    for (const auto& e : testing::mpcomm_shm_entries()) EXPECT_FALSE(contains(e, job[1].str())) << "left behind: " << e;
+  }
+}
+
 class Faults : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 // Three seeds per backend and fault by default; MPCOMM_FAULT_SEEDS=N and MPCOMM_FAULT_SEED_BASE=B run
