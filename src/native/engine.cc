@@ -57,6 +57,12 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
   }
   const long cpus = settings_.cpus > 0 ? settings_.cpus : ::sysconf(_SC_NPROCESSORS_ONLN);
   crowded_ = seg_ != nullptr && seg_->nlocal() > cpus;
+  // Sends by single copy on a crowded host: from MPCOMM_SINGLE_COPY_KB, or from 64 KiB with four ranks
+  // or more per CPU, where the ring's turns cost most (docs/performance.md, "Point-to-point on a crowded
+  // host": 8 ranks on 2 CPUs, 64 KiB, ring 256-345 us, single copy 207-249, mpi 206-252; 4 ranks, the ring
+  // ahead up to 128 KiB).
+  if (crowded_)
+    p2p_single_from_ = seg_->nlocal() >= 4 * cpus ? std::min(settings_.single_copy_from, kP2PSingleFrom) : settings_.single_copy_from;
   // Waiting on sockets, a rank polls briefly before it yields only when this machine has more ranks
   // than CPUs (emulated hosts, whose ranks all share it): else it spins as on shared memory, as MPI's
   // TCP transport does (2 hosts x 1 rank, 8 B allreduce over a veth, unpinned: 50-65 us yielding early,
@@ -361,7 +367,7 @@ bool Engine::progress_send(int peer, Peer& p) {
                                                           : settings_.single_copy_from;
     // Large p2p sends on a crowded host go by single copy too (docs/native.md, "Point-to-point"): through
     // the ring, sender and receiver would have to take turns on the CPUs for every ring's worth.
-    const bool p2p_single = x.kind == kFrameP2P && crowded_ && x.bytes >= settings_.single_copy_from;
+    const bool p2p_single = x.kind == kFrameP2P && x.bytes >= p2p_single_from_;
     if (x.done_bytes == 0 && ((x.kind == kFrameCollective && x.bytes >= single_from) || p2p_single) &&
         can_single_copy(peer, p)) {
       x.single_copy = true;

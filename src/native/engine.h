@@ -53,6 +53,8 @@ inline constexpr uint8_t kFlagSingleCopy = 1;  // FrameHeader::pad[0]: the paylo
 inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
 // Sends marked Route::direct go by single copy from this size on (unless MPCOMM_SINGLE_COPY_KB is lower).
 inline constexpr size_t kDirectFrom = size_t{128} << 10;
+// Sends from this size go by single copy on a host with four ranks or more per CPU (Engine's constructor).
+inline constexpr size_t kP2PSingleFrom = size_t{64} << 10;
 // How a collective frame to a local rank travels: usual (single copy from Engine::single_copy_from()),
 // direct (single copy from kDirectFrom on), ring (always through the shared-memory ring).
 enum class Route : uint8_t { usual, direct, ring };
@@ -287,6 +289,7 @@ class Engine {
   // 2 CPUs, 8 B allreduce 140 -> 25 us).
   int spin_passes_ = 200;
   bool crowded_ = false;  // this host's ranks outnumber its CPUs
+  size_t p2p_single_from_ = SIZE_MAX;  // sends from this size to local ranks go by single copy (crowded hosts)
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;
   detail::Fingerprint fp_{};

@@ -78,8 +78,8 @@ TEST(NativeSmallRing, EveryOpWrapsAroundTheRing) {
 // progress on the last tag's receive for a while, so that earlier frames have arrived whole before their
 // receive, or are arriving, or come after it; sizes go down and up (buffers kept for reuse are larger than
 // the payloads they take). Two ranks (a CPU each: through a 4 KiB ring, each payload in thousands of
-// passes, a receive posted mid-frame taking what came and the rest from the ring) and three on one
-// counted CPU (MPCOMM_CPUS=1, a crowded host: from 256 KiB by single copy, the payload left in the
+// passes, a receive posted mid-frame taking what came and the rest from the ring) and four on one
+// counted CPU (MPCOMM_CPUS=1, a crowded host: from 64 KiB by single copy, the payload left in the
 // sender's buffer until its receive is posted). Every byte at its place.
 class NativeUnexpected : public ::testing::TestWithParam<bool> {};
 
@@ -88,7 +88,7 @@ TEST_P(NativeUnexpected, LargeSendsBeforeTheirReceivesArriveWhole) {
   Options o;
   o.params = {{"MPCOMM_SHM_RING_BYTES", "4096"}, {"MPCOMM_SINGLE_COPY", "1"}};
   if (crowded) o.params["MPCOMM_CPUS"] = "1";
-  const int n = crowded ? 3 : 2;
+  const int n = crowded ? 4 : 2;
   testing::ThreadWorld world("native", n, o);
   const std::vector<size_t> sizes = {(size_t{3} << 20) + 7, size_t{1} << 20, (size_t{64} << 10) + 1, (size_t{2} << 20) + 3,
                                      size_t{100}, (size_t{3} << 20) + 7, size_t{300} << 10};
