@@ -40,11 +40,12 @@ allreduce flat_bytes=[0,256K] -> flat
 allreduce -> ring
 
 # ---- broadcast
-# A CPU per rank, up to 2 KiB: every receiver reads the root's input off the board; a crowded host
-# from 32 KiB: through the root's stage in shared memory; a CPU per rank from 64 KiB: receivers read the
-# head of the root's buffer while it writes their tails; several hosts: among host leaders, then within
-# each host.
+# A CPU per rank, up to 2 KiB: every receiver reads the root's input off the board; a crowded host up to
+# 2 KiB: the root writes a frame to every receiver and leaves (flat); from 32 KiB: through the root's
+# stage in shared memory; a CPU per rank from 64 KiB: receivers read the head of the root's buffer while
+# it writes their tails; several hosts: among host leaders, then within each host.
 broadcast hosts=1 ranks=[2,inf) cpus_per_rank=[1,inf) bytes=[0,2K] -> board
+broadcast hosts=1 ranks=[2,inf) cpus_per_rank=(0,1) bytes=[0,2K] -> flat
 broadcast hosts=1 ranks=[2,inf) cpus_per_rank=(0,1) bytes=[32K,inf) -> staged
 broadcast single_copy=yes cpus_per_rank=[1,inf) bytes=[64K,inf) -> direct
 broadcast hosts=[2,inf) per_host=[2,inf) -> hierarchical
@@ -75,8 +76,10 @@ alltoall -> pairwise
 # total, which `total` is and `bytes` is a rank's share of. No measurements yet: the ring.
 alltoallv -> pairwise
 allgatherv -> ring
-# ---- barrier: one host, a CPU per rank: every rank's tag on the board
+# ---- barrier: one host, a CPU per rank: every rank's tag on the board; a crowded host: everyone to rank
+# 0 and back (linear), so that rank 0 leaves first
 barrier hosts=1 ranks=[2,inf) cpus_per_rank=[1,inf) -> board
+barrier hosts=1 ranks=[3,inf) cpus_per_rank=(0,1) -> linear
 barrier -> dissemination
 )";
 

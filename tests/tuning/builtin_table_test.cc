@@ -136,7 +136,9 @@ TEST(BuiltinTable, Broadcast) {
   EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 8), "board");
   EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 2 * K), "board");
   EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 2 * K + 1), "binomial");
-  EXPECT_EQ(chosen(shape(4, 2), OpKind::broadcast, 8), "binomial") << "crowded";
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::broadcast, 8), "flat") << "crowded";
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::broadcast, 2 * K), "flat") << "crowded";
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::broadcast, 2 * K + 1), "binomial") << "crowded";
   EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 64 * K), "direct");
   EXPECT_EQ(chosen(shape(2, 2), OpKind::broadcast, 64 * K - 1), "binomial");
   EXPECT_EQ(chosen(shape(4, 4), OpKind::broadcast, 64 * M), "direct");
@@ -155,7 +157,8 @@ TEST(BuiltinTable, ReduceGatherScatterAlltoallBarrier) {
   EXPECT_EQ(chosen(shape(4, 4), OpKind::scatter, 1 * M), "flat");
   EXPECT_EQ(chosen(shape(4, 4), OpKind::alltoall, 1 * M), "pairwise");
   EXPECT_EQ(chosen(shape(4, 4), OpKind::barrier, 0), "board");
-  EXPECT_EQ(chosen(shape(4, 2), OpKind::barrier, 0), "dissemination");
+  EXPECT_EQ(chosen(shape(4, 2), OpKind::barrier, 0), "linear") << "crowded";
+  EXPECT_EQ(chosen(shape(2, 1), OpKind::barrier, 0), "dissemination") << "crowded, two ranks";
   EXPECT_EQ(chosen(shape(4, 2, {0, 0, 1, 1}), OpKind::barrier, 0), "dissemination");
 }
 

@@ -42,6 +42,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allgatherv, "ring", allgatherv_ring},
       {OpKind::allgatherv, "flat", allgatherv_flat},
       {OpKind::barrier, "dissemination", barrier_dissemination},
+      {OpKind::barrier, "linear", barrier_linear},
       {OpKind::barrier, "board", barrier_board, kNeedsSharedMemory},
   };
   return algos;

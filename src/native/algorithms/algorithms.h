@@ -164,6 +164,7 @@ char* allgatherv_block(const AlgoCtx& c, int q);
 // allgatherv's first step: this rank's block copied into its place (unless in place).
 void allgatherv_place_own_block(const AlgoCtx& c);
 void barrier_dissemination(AlgoCtx& c);
+void barrier_linear(AlgoCtx& c);
 // One host, every rank with a CPU: every rank leaves its tag on the board and waits for every other's.
 void barrier_board(AlgoCtx& c);
 
