@@ -365,8 +365,9 @@ bool Engine::progress_send(int peer, Peer& p) {
     const size_t single_from = x.route == Route::direct ? std::min(kDirectFrom, settings_.single_copy_from)
                                : x.route == Route::ring   ? SIZE_MAX
                                                           : settings_.single_copy_from;
-    // Large p2p sends on a crowded host go by single copy too (docs/native.md, "Point-to-point"): through
-    // the ring, sender and receiver would have to take turns on the CPUs for every ring's worth.
+    // Large p2p sends on a crowded host go by single copy too (docs/native.md, "Point-to-point on a
+    // crowded host"): through the ring, sender and receiver would take turns on the CPUs for every ring's
+    // worth.
     const bool p2p_single = x.kind == kFrameP2P && x.bytes >= p2p_single_from_;
     if (x.done_bytes == 0 && ((x.kind == kFrameCollective && x.bytes >= single_from) || p2p_single) &&
         can_single_copy(peer, p)) {
@@ -426,6 +427,21 @@ bool Engine::progress_send(int peer, Peer& p) {
   return moved;
 }
 
+// The first posted receive from `peer` with the frame's tag, taken off the list; null when none is. A
+// receive of another size is a Mismatch.
+Handle Engine::take_p2p_recv(int peer, Peer& p, const FrameHeader& h) {
+  for (auto it = p.p2p_recvs.begin(); it != p.p2p_recvs.end(); ++it) {
+    if ((*it)->tag != h.tag) continue;
+    if ((*it)->bytes != h.bytes)
+      fail(ErrorCode::mismatch, "rank " + std::to_string(peer) + " sent " + std::to_string(h.bytes) + " bytes with tag " +
+                                    std::to_string(h.tag) + " but the receive expects " + std::to_string((*it)->bytes));
+    Handle x = *it;
+    p.p2p_recvs.erase(it);
+    return x;
+  }
+  return nullptr;
+}
+
 void Engine::on_header(int peer, Peer& p) {
   const FrameHeader& h = p.rx_hdr;
   if (h.magic != kFrameMagic || (h.kind != kFrameCollective && h.kind != kFrameP2P && h.kind != kFrameAck) ||
@@ -463,16 +479,7 @@ void Engine::on_header(int peer, Peer& p) {
     p.coll_recvs.pop_front();
     p.rx_target = x;
   } else if (h.kind == kFrameP2P) {
-    for (auto it = p.p2p_recvs.begin(); it != p.p2p_recvs.end(); ++it) {
-      if ((*it)->tag != h.tag) continue;
-      if ((*it)->bytes != h.bytes)
-        fail(ErrorCode::mismatch, "rank " + std::to_string(peer) + " sent " + std::to_string(h.bytes) +
-                                      " bytes with tag " + std::to_string(h.tag) + " but the receive expects " +
-                                      std::to_string((*it)->bytes));
-      p.rx_target = *it;
-      p.p2p_recvs.erase(it);
-      break;
-    }
+    p.rx_target = take_p2p_recv(peer, p, h);
   }
   if (!p.rx_target && h.kind == kFrameCollective && h.bytes > kEagerBytes) {
     p.rx_stalled = true;
@@ -710,18 +717,7 @@ void Engine::receive_single_copy(int peer, Peer& p) {
     const auto token = static_cast<int32_t>(p.rx_desc[1]);
     p.rx_single = false;
     p.rx_in_payload = false;
-    if (!p.rx_target) {
-      // A receive posted while the descriptor was arriving.
-      for (auto it = p.p2p_recvs.begin(); it != p.p2p_recvs.end(); ++it) {
-        if ((*it)->tag != p.rx_hdr.tag) continue;
-        if ((*it)->bytes != total)
-          fail(ErrorCode::mismatch, "rank " + std::to_string(peer) + " sent " + std::to_string(total) + " bytes with tag " +
-                                        std::to_string(p.rx_hdr.tag) + " but the receive expects " + std::to_string((*it)->bytes));
-        p.rx_target = *it;
-        p.p2p_recvs.erase(it);
-        break;
-      }
-    }
+    if (!p.rx_target) p.rx_target = take_p2p_recv(peer, p, p.rx_hdr);  // posted while the descriptor arrived
     if (!p.rx_target) {
       // Its receive is not posted yet: keep the descriptor (post_recv reads the payload).
       auto u = std::make_shared<Unexpected>();
@@ -774,10 +770,9 @@ void Engine::ack_p2p(int peer, int32_t token) {
   post_send(peer, kFrameAck, token, detail::Fingerprint{}, nullptr, 0);
 }
 
-// A lazy frame's receive not posted within this long: its payload is read into a buffer and the sender
-// released. Nothing waits that long in a program whose receives come (its ranks post them as soon as
-// they get to them); it ends the wait of one whose ranks all block in sends to each other first, which
-// would otherwise never end.
+// A lazy frame whose receive is not posted within this long is read into a buffer and its sender
+// released: that ends the wait of a program whose ranks all block in sends to each other before they
+// receive, which would otherwise never end. A receive that comes later than this costs one more copy.
 static constexpr auto kLazyLimit = std::chrono::milliseconds(200);
 
 // Reads the payloads of lazy frames whose receive is posted, straight into the receive's buffer, and

@@ -239,6 +239,7 @@ class Engine {
   bool progress_send(int peer, Peer& p);
   bool progress_recv(int peer, Peer& p);
   void on_header(int peer, Peer& p);
+  Handle take_p2p_recv(int peer, Peer& p, const FrameHeader& h);
   void finish_payload(Peer& p);
   bool progress_reduce_payload(Peer& p);
   bool can_single_copy(int peer, Peer& p);
