@@ -710,7 +710,8 @@ void Engine::copy_with_peer(int peer, char* local_buf, uint64_t remote, size_t n
 }
 
 // Copies (or reduces) a single-copy frame's payload straight out of the sender's buffer, then
-// acknowledges it so that the sender's send completes.
+// acknowledges it so that the sender's send completes; a p2p descriptor whose receive is not posted yet
+// is kept as a lazy frame instead (read_lazy_frames reads it).
 void Engine::receive_single_copy(int peer, Peer& p) {
   const size_t total = p.rx_hdr.bytes;
   if (p.rx_hdr.kind == kFrameP2P) {

@@ -179,7 +179,7 @@ class Engine {
     std::unique_ptr<char[]> data;  // not value-initialized: the payload overwrites it
     size_t capacity = 0;           // of data (a reused buffer may be larger than the payload)
     bool complete = false;
-    Handle claimant;  // a reducing receive posted while the payload was still arriving
+    Handle claimant;  // a reducing receive posted while the payload was still arriving, or a lazy frame's
     // A single-copy p2p frame (a crowded host's large sends): only its descriptor came; the payload
     // stays in the sender's buffer until the receive is posted, or until kLazyLimit passed (then it is
     // read into a buffer, so that a program whose ranks all block in sends still ends).
@@ -208,7 +208,7 @@ class Engine {
     std::list<Handle> p2p_awaiting;   // our single-copy p2p sends, acknowledged by token in any order
     int32_t next_token = 0;
     bool rx_single = false;           // the frame being received is a descriptor
-    uint64_t rx_desc[2] = {0, 0};     // address in the sender, sender's pid
+    uint64_t rx_desc[2] = {0, 0};     // address in the sender; for p2p its ack's token (else unused)
     size_t rx_desc_got = 0;
     int single_copy_ok = 0;           // 0 not probed yet, 1 yes, -1 no
     Handle rx_target;
@@ -306,12 +306,12 @@ class Engine {
   // many MiB costs a page fault and a cleared page for every 4 KiB it receives, every time.
   void take_buffer(Unexpected& u, size_t bytes);
   void give_back_buffer(Unexpected& u);
-  // Lazy single-copy p2p frames held (Unexpected::lazy), and reading one whose receive was not posted
-  // within kLazyLimit into a buffer.
-  int lazy_frames_ = 0;
+  std::vector<std::pair<size_t, std::unique_ptr<char[]>>> spare_buffers_;
+  // Lazy single-copy p2p frames held (Unexpected::lazy): read those whose receive is posted, and into a
+  // buffer those held kLazyLimit without one.
   bool read_lazy_frames();
   void ack_p2p(int peer, int32_t token);
-  std::vector<std::pair<size_t, std::unique_ptr<char[]>>> spare_buffers_;
+  int lazy_frames_ = 0;
 };
 
 }  // namespace mpcomm::native
