@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -65,35 +66,71 @@ void HostLocal::wake() const { e_.wake_local_peers(); }
 double HostLocal::round_trip_ns(int peer, int trips, uint64_t stamp, std::chrono::steady_clock::time_point meet_until) {
   using Clock = std::chrono::steady_clock;
   constexpr int kMaxTrips = 64;
+  // The lead's word that ends the measure for both (it gave up): the peer stops waiting at once.
+  constexpr uint64_t kGiveUp = 0xffff;
   const double unknown = std::numeric_limits<double>::quiet_NaN();
   if (peer == e_.rank() || trips < 1 || trips > kMaxTrips) return unknown;
-  std::atomic<uint64_t>& mine = seg_.doorbell(local(e_.rank()))->echo;
-  const std::atomic<uint64_t>& theirs = seg_.doorbell(local(peer))->echo;
+  Doorbell& my_bell = *seg_.doorbell(local(e_.rank()));
+  const Doorbell& their_bell = *seg_.doorbell(local(peer));
+  std::atomic<uint64_t>& mine = my_bell.echo;
+  const std::atomic<uint64_t>& theirs = their_bell.echo;
   const bool lead = e_.rank() < peer;
   // Words of this measurement only (`stamp`): a word left from an earlier one never matches. Trip 0
   // meets the peer (when it arrives is not timed); trips 1..n are timed one by one and their median
   // counts, so that one preemption does not.
-  auto word = [&](int i) { return stamp << 16 | static_cast<uint64_t>(i); };
+  auto word = [&](uint64_t i) { return stamp << 16 | i; };
   double ns[kMaxTrips];
   auto give_up = meet_until;
+  // With the ranks outnumbering the CPUs, once a measure has succeeded, the timed trips get this long
+  // in all, and a measure cut short counts as the last one that succeeded: a peer that lost its CPU to
+  // another rank comes back only after the scheduler's slice, and waiting for it cost every such call
+  // that much (4 ranks on 2 CPUs: 5 ms per allreduce from 256 KiB).
+  const bool short_budget = crowded_ && !std::isnan(last_round_trip_ns_);
+  const auto timed_budget = short_budget ? std::chrono::microseconds(200) : std::chrono::microseconds(5000);
+  const double gave_up = short_budget ? last_round_trip_ns_ : unknown;
   for (int i = 0; i <= trips; ++i) {
     const auto t0 = Clock::now();
-    if (i == 1) give_up = std::min(meet_until, t0 + std::chrono::milliseconds(5));
-    if (lead) mine.store(word(i), std::memory_order_release);
-    for (uint32_t spins = 0; theirs.load(std::memory_order_acquire) != word(i); ++spins) {
+    if (i == 1) give_up = std::min(meet_until, t0 + timed_budget);
+    if (lead) {
+      if (i == 0) my_bell.echo_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+      mine.store(word(static_cast<uint64_t>(i)), std::memory_order_release);
+    }
+    for (uint32_t spins = 0;; ++spins) {
+      const uint64_t w = theirs.load(std::memory_order_acquire);
+      if (w == word(static_cast<uint64_t>(i))) break;
+      if (!lead && w == word(kGiveUp)) return 0;
       if ((spins & 63) != 63) continue;
-      if (Clock::now() > give_up) return lead ? unknown : 0;
+      if (Clock::now() > give_up) {
+        if (!lead) return 0;
+        mine.store(word(kGiveUp), std::memory_order_release);
+        return i > 0 ? gave_up : unknown;
+      }
       if (i > 0) continue;
       if (crowded_) ::sched_yield();  // the peer may need this CPU to get here at all
       // Meeting may take long (at creation): a peer that is gone never comes.
-      if ((spins & 0xffff) == 0xffff && !e_.peer_alive(peer)) return lead ? unknown : 0;
+      if ((spins & 0xffff) == 0xffff && !e_.peer_alive(peer)) {
+        if (!lead) return 0;
+        mine.store(word(kGiveUp), std::memory_order_release);
+        return unknown;
+      }
     }
-    if (!lead) mine.store(word(i), std::memory_order_release);
+    if (!lead) {
+      if (i == 0) my_bell.echo_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+      mine.store(word(static_cast<uint64_t>(i)), std::memory_order_release);
+    }
+    if (i == 0) {
+      // Met: both see both CPUs (each stored its own before its word of trip 0). Two ranks on one CPU
+      // share its caches (near), and their round trip would only time the scheduler: both stop here.
+      const int32_t a = my_bell.echo_cpu.load(std::memory_order_relaxed);
+      const int32_t b = their_bell.echo_cpu.load(std::memory_order_relaxed);
+      if (a >= 0 && a == b) return 0;
+    }
     if (lead && i > 0) ns[i - 1] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
   }
   if (!lead) return 0;
   std::nth_element(ns, ns + trips / 2, ns + trips);
-  return ns[trips / 2];
+  last_round_trip_ns_ = ns[trips / 2];
+  return last_round_trip_ns_;
 }
 
 bool HostLocal::probe_single_copy(std::chrono::steady_clock::time_point deadline) {

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -87,7 +88,9 @@ class HostLocal {
   // earlier call used); the lower rank writes its echo word trips + 1 times, each time waiting for the
   // peer to write the same value back, and returns the median nanoseconds of the last `trips` round
   // trips (the higher rank answers and returns 0). The first trip only meets the peer (until
-  // `meet_until`, yielding the CPU on a crowded host); the timed ones give up after 5 ms. NaN: not known.
+  // `meet_until`, yielding the CPU on a crowded host); the two ranks on one CPU when they meet: 0 at
+  // once. The timed trips give up after 5 ms in all, and the peer with them; on a crowded host, once a
+  // measure succeeded, after 200 us, returning the last measure that succeeded. NaN: not known.
   // On a virtual machine it changes within minutes: about 50 ns between hyperthreads of one core,
   // 110 ns within a shared cache, 270 or 520 ns farther apart (docs/performance.md, "Why runs differ").
   double round_trip_ns(int peer, int trips, uint64_t stamp, std::chrono::steady_clock::time_point meet_until);
@@ -107,6 +110,7 @@ class HostLocal {
   bool crowded_;               // the host's ranks outnumber its CPUs: meeting yields the CPU
   bool single_copy_ = false;
   int e_rank_;
+  double last_round_trip_ns_ = std::numeric_limits<double>::quiet_NaN();  // the lead's last full measure
   uint64_t written_[2] = {0, 0};  // the stamp this rank last wrote into its slots of each parity
   std::vector<uint64_t> seen_;    // per rank, the highest stamp seen in its slots
 };

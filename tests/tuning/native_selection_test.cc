@@ -4,6 +4,7 @@
 // tuning files are refused at creation; a tuning file's rows for the communicator's shape come before
 // the built-in table; MPCOMM_FAR_NS and the other knobs are the communicator's own.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -271,6 +272,28 @@ TEST(NativeSelection, PlacementAndInPlaceAreAgreedAtTheCallWhereTheTableAsks) {
   EXPECT_EQ(ran[0], "direct");
   EXPECT_EQ(ran[1], "direct");
   EXPECT_EQ(wrong[0] + wrong[1], 0u);
+}
+
+// Ranks 0 and 1 on one CPU (pinned there): the placement measure says near at once, 0 ns (each of its
+// timed trips would wait for the other rank's turn on the CPU: it used to give up after 5 ms, on every
+// call whose table row asks); on two CPUs it times the trips. MPCOMM_FAR_NS=1 makes any timed trip far.
+// A process-wide log, so in processes; 4 ranks counted on one CPU (MPCOMM_CPUS=1), so the 1 MiB
+// allreduce's row asks where the CPUs are.
+TEST(NativeSelection, RanksZeroAndOneOnOneCpuAreNearWithoutTimingTheScheduler) {
+  const std::string run = "MPCOMM_DEBUG=TRACE MPCOMM_CPUS=1 MPCOMM_FAR_NS=1 " + std::string(MPCOMM_CLI) +
+                          " launch -n 4 --no-bind -- sh -c 'exec taskset -c ";
+  const std::string prog = " " + std::string(MPCOMM_CLI) + " selftest -n 3 -c 262144 -d int32'";
+  auto one = testing::run_command(run + "0" + prog);
+  ASSERT_EQ(one.status, 0) << one.output;
+  EXPECT_TRUE(contains(one.output, "CPUs of ranks 0 and 1 near (round trip 0 ns)")) << one.output;
+  EXPECT_TRUE(contains(one.output, "placement: a cache line's round trip between ranks 0 and 1 took 0 ns")) << one.output;
+  EXPECT_TRUE(contains(one.output, "allreduce, 1048576-2097151 bytes per rank, 4 ranks: ring_shm")) << one.output;
+  EXPECT_FALSE(contains(one.output, "took nan ns")) << one.output;
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "one CPU: no two CPUs to put ranks 0 and 1 on";
+  auto two = testing::run_command(run + "$((LOCAL_RANK % 2))" + prog);
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_FALSE(contains(two.output, "took 0 ns")) << two.output;
+  EXPECT_FALSE(contains(two.output, "round trip 0 ns")) << two.output;
 }
 
 // MPCOMM_DEBUG=INFO (a process-wide knob, so in processes): each choice once per op, size bucket and

@@ -32,8 +32,9 @@ struct alignas(64) Doorbell {
   // docs/performance.md).
   alignas(64) std::atomic<uint64_t> entered{0};
   // Written only by its rank, read by one peer: a cache line's round trip between the two
-  // (HostLocal::round_trip_ns), on a line of its own.
+  // (HostLocal::round_trip_ns), on a line of its own, with the CPU the rank ran on when it met the peer.
   alignas(64) std::atomic<uint64_t> echo{0};
+  std::atomic<int32_t> echo_cpu{-1};
 };
 
 struct alignas(64) RingCtl {
