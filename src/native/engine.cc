@@ -63,6 +63,8 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
   // ahead up to 128 KiB).
   if (crowded_)
     p2p_single_from_ = seg_->nlocal() >= 4 * cpus ? std::min(settings_.single_copy_from, kP2PSingleFrom) : settings_.single_copy_from;
+  else if (settings_.single_copy)
+    p2p_choice_from_ = settings_.single_copy_from;
   // Waiting on sockets, a rank polls briefly before it yields only when this machine has more ranks
   // than CPUs (emulated hosts, whose ranks all share it): else it spins as on shared memory, as MPI's
   // TCP transport does (2 hosts x 1 rank, 8 B allreduce over a veth, unpinned: 50-65 us yielding early,
@@ -368,7 +370,9 @@ bool Engine::progress_send(int peer, Peer& p) {
     // Large p2p sends on a crowded host go by single copy too (docs/native.md, "Point-to-point on a
     // crowded host"): through the ring, sender and receiver would take turns on the CPUs for every ring's
     // worth.
-    const bool p2p_single = x.kind == kFrameP2P && x.bytes >= p2p_single_from_;
+    if (x.kind == kFrameP2P && x.done_bytes == 0 && x.p2p_path < 0 && x.bytes >= p2p_choice_from_)
+      x.p2p_path = static_cast<int8_t>(choose_p2p_single(p) ? Link::kSingleCopy : Link::kThroughLink);
+    const bool p2p_single = x.kind == kFrameP2P && (x.bytes >= p2p_single_from_ || x.p2p_path == Link::kSingleCopy);
     if (x.done_bytes == 0 && ((x.kind == kFrameCollective && x.bytes >= single_from) || p2p_single) &&
         can_single_copy(peer, p)) {
       x.single_copy = true;
@@ -568,12 +572,23 @@ bool Engine::progress_recv(int peer, Peer& p) {
     }
     const size_t total = p.rx_hdr.bytes;
     char* dst = p.rx_target ? p.rx_target->rdata : p.rx_unexp->data.get();
+    const bool timed = p.rx_hdr.kind == kFrameP2P && total >= p2p_choice_from_;
     while (p.rx_got < total) {
+      const auto t0 = timed ? Clock::now() : Clock::time_point{};
       size_t n = p.link->read_some(dst + p.rx_got, total - p.rx_got);
       if (n == 0) return moved;
+      if (timed) {
+        p.rx_copy_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+        p.rx_copy_bytes += n;
+      }
       moved = true;
       p.rx_got += n;
       if (p.rx_target) p.rx_target->done_bytes = p.rx_got;
+    }
+    if (timed) {
+      publish_rate(p, Link::kThroughLink, p.rx_copy_bytes, p.rx_copy_ns);
+      p.rx_copy_ns = 0;
+      p.rx_copy_bytes = 0;
     }
     finish_payload(p);
   }
@@ -733,7 +748,10 @@ void Engine::receive_single_copy(int peer, Peer& p) {
     }
     // In one piece: no other reader shares the source.
     Handle x = std::move(p.rx_target);
+    const auto t0 = Clock::now();
     copy_with_peer(peer, x->rdata, p.rx_desc[0], total, false);
+    publish_rate(p, Link::kSingleCopy, total,
+                 static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
     x->done_bytes = total;
     x->done = true;
     ack_p2p(peer, token);
@@ -767,6 +785,41 @@ void Engine::receive_single_copy(int peer, Peer& p) {
   post_send(peer, kFrameAck, 0, detail::Fingerprint{}, nullptr, 0);
 }
 
+// Large p2p sends to a local rank while every rank has a CPU: through the ring the receiver copies the
+// payload out of the sender's cache, which is fast while the two CPUs share a cache and slow when the
+// hypervisor has put them far apart (2 ranks, 1 MiB: 105 us near, 580 us far); by single copy it reads
+// the sender's buffer through memory at about the same speed either way (160-180 us). Which holds now
+// changes within minutes, so the receiver times each large copy by either path and publishes its rate
+// (MB/s) in the ring; the sender takes the faster, an unmeasured path first, and every kRefreshEvery-th
+// large send the path not taken for that long, so that its rate stays current (publish_rate()).
+bool Engine::choose_p2p_single(Peer& p) {
+  constexpr uint32_t kRefreshEvery = 32;
+  if (!p.link || p.single_copy_ok < 0) return false;
+  const uint32_t n = ++p.large_sends;
+  const uint32_t ring = p.link->peer_rx_rate(Link::kThroughLink), single = p.link->peer_rx_rate(Link::kSingleCopy);
+  int path;
+  if (ring == 0)
+    path = Link::kThroughLink;
+  else if (single == 0)
+    path = Link::kSingleCopy;
+  else {
+    path = single > ring ? Link::kSingleCopy : Link::kThroughLink;
+    if (n - p.last_use[1 - path] >= kRefreshEvery) path = 1 - path;
+  }
+  p.last_use[path] = n;
+  return path == Link::kSingleCopy;
+}
+
+void Engine::publish_rate(Peer& p, int path, size_t bytes, uint64_t ns) {
+  if (!p.link || bytes < p2p_choice_from_ || p2p_choice_from_ == SIZE_MAX) return;
+  // Half the new copy's rate and half the last published: one copy slowed by a preemption does not
+  // switch the sender's path by itself, and a change of placement shows within a few sends.
+  const uint64_t sample = std::clamp<uint64_t>(bytes * 1000 / std::max<uint64_t>(ns, 1), 1, UINT32_MAX);
+  uint64_t& rate = p.rx_rate[path & 1];
+  rate = rate == 0 ? sample : (rate + sample) / 2;
+  p.link->publish_rx_rate(path, static_cast<uint32_t>(rate));
+}
+
 void Engine::ack_p2p(int peer, int32_t token) {
   post_send(peer, kFrameAck, token, detail::Fingerprint{}, nullptr, 0);
 }
@@ -791,7 +844,10 @@ bool Engine::read_lazy_frames() {
       }
       if (u.claimant) {
         Xfer& x = *u.claimant;
+        const auto t0 = Clock::now();
         copy_with_peer(r, x.rdata, u.remote, x.bytes, false);
+        publish_rate(peers_[static_cast<size_t>(r)], Link::kSingleCopy, x.bytes,
+                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
         x.done_bytes = x.bytes;
         x.done = true;
       } else {

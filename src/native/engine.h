@@ -94,6 +94,7 @@ struct Xfer {
   std::string what;       // p2p only: the op, for error messages
   bool single_copy = false;  // send: offered as a descriptor; done when the receiver's ack arrives
   int32_t token = 0;         // single-copy p2p send: what the receiver's ack names it by (1 and up)
+  int8_t p2p_path = -1;      // large p2p send with a CPU per rank: the path chosen (Link::kThroughLink ...)
   Route route = Route::usual;  // send: when it goes by single copy (Engine::send)
   // A reducing receive (recv_reduce): rdata = own op payload, combined as the bytes arrive instead of
   // copied. `carry` holds the bytes of an element not yet complete (split by the ring's end, or by TCP).
@@ -211,6 +212,15 @@ class Engine {
     uint64_t rx_desc[2] = {0, 0};     // address in the sender; for p2p its ack's token (else unused)
     size_t rx_desc_got = 0;
     int single_copy_ok = 0;           // 0 not probed yet, 1 yes, -1 no
+    // Large p2p payloads from this peer through the link: nanoseconds and bytes of their copies so far
+    // (rates published to the sender, choose_p2p_path()).
+    uint64_t rx_copy_ns = 0;
+    size_t rx_copy_bytes = 0;
+    uint64_t rx_rate[2] = {0, 0};  // what we published, by path (MB/s)
+    // Our large p2p sends to this peer on a host with a CPU per rank, and the last path each went
+    // (choose_p2p_path()).
+    uint32_t large_sends = 0;
+    uint32_t last_use[2] = {0, 0};
     Handle rx_target;
     std::shared_ptr<Unexpected> rx_unexp;
     size_t rx_got = 0;
@@ -291,6 +301,11 @@ class Engine {
   int spin_passes_ = 200;
   bool crowded_ = false;  // this host's ranks outnumber its CPUs
   size_t p2p_single_from_ = SIZE_MAX;  // sends from this size to local ranks go by single copy (crowded hosts)
+  // With a CPU per rank, sends to local ranks from this size go through the ring or by single copy,
+  // whichever the receiver last copied faster (choose_p2p_path()).
+  size_t p2p_choice_from_ = SIZE_MAX;
+  bool choose_p2p_single(Peer& p);
+  void publish_rate(Peer& p, int path, size_t bytes, uint64_t ns);
   const detail::Op* op_ = nullptr;
   std::function<std::string()> describe_;
   detail::Fingerprint fp_{};

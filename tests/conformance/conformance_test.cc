@@ -131,6 +131,42 @@ TEST_P(NativeUnexpected, LargeSendsBeforeTheirReceivesArriveWhole) {
 INSTANTIATE_TEST_SUITE_P(Hosts, NativeUnexpected, ::testing::Values(false, true),
                          [](const auto& info) { return std::string(info.param ? "Crowded" : "CpuPerRank"); });
 
+// With a CPU per rank, a large send to a local rank goes through the ring or by single copy, whichever
+// the receiver last copied faster (Engine::choose_p2p_single). Ping-pong makes both certain: the first
+// large send goes through the ring, and the second, sent after the reply that follows the receiver's
+// measure, by single copy; then the faster, and every 32nd the other. 40 round trips, each way, of sizes
+// around the threshold (256 KiB) and above it, fresh data each time: every byte at its place.
+TEST(NativeP2PPaths, LargeSendsByEitherPathArriveWhole) {
+  Options o;
+  o.params = {{"MPCOMM_SINGLE_COPY", "1"}, {"MPCOMM_SINGLE_COPY_KB", "256"}};
+  testing::ThreadWorld world("native", 2, o);
+  const std::vector<size_t> sizes = {size_t{256} << 10, (size_t{1} << 20) + 3, (size_t{256} << 10) + 1, size_t{300} << 10};
+  auto value = [](int from, int round, size_t i) { return static_cast<uint8_t>(from * 101 + round * 13 + i * 7 + (i >> 11)); };
+  std::vector<std::string> errors(2);
+  world.run([&](int r, Communicator& comm) {
+    std::string& e = errors[static_cast<size_t>(r)];
+    for (int round = 0; round < 40 && e.empty(); ++round) {
+      const size_t bytes = sizes[static_cast<size_t>(round) % sizes.size()];
+      std::vector<uint8_t> out(bytes), in(bytes, 0);
+      for (size_t i = 0; i < bytes; ++i) out[i] = value(r, round, i);
+      if (r == 0) {
+        comm.send(out.data(), bytes, DataType::uint8, 1, round);
+        comm.recv(in.data(), bytes, DataType::uint8, 1, round);
+      } else {
+        comm.recv(in.data(), bytes, DataType::uint8, 0, round);
+        comm.send(out.data(), bytes, DataType::uint8, 0, round);
+      }
+      for (size_t i = 0; i < bytes; ++i)
+        if (in[i] != value(1 - r, round, i)) {
+          e = "round " + std::to_string(round) + " (" + std::to_string(bytes) + " bytes): byte " + std::to_string(i) + " wrong";
+          break;
+        }
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
 // A crowded host's large sends wait in the sender's buffer for their receive; a program whose ranks all
 // block in such a send before they receive (unsafe under MPI, where it may hang) still ends: a payload
 // whose receive has not come within the engine's limit (200 ms) is read into a buffer and its sender

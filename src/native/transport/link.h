@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace mpcomm::native {
 
@@ -35,6 +36,13 @@ class Link {
   virtual int poll_fd() const { return -1; }
   // The descriptor to poll() for room to write (a link of several connections waits on one of them).
   virtual int poll_fd_out() const { return poll_fd(); }
+  // Copy rates of large point-to-point payloads from this peer, as the receiver measured them (MB/s; 0:
+  // none yet), by path: through the link (kThroughLink) or read by single copy from the sender's
+  // buffer (kSingleCopy). The receiver publishes its own for the peer; the sender reads the peer's for
+  // itself. Only transports through shared memory keep them.
+  static constexpr int kThroughLink = 0, kSingleCopy = 1;
+  virtual void publish_rx_rate(int path, uint32_t mb_per_s) {}
+  virtual uint32_t peer_rx_rate(int path) const { return 0; }
 };
 
 }  // namespace mpcomm::native
