@@ -61,10 +61,12 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
   // or more per CPU, where the ring's turns cost most (docs/performance.md, "Point-to-point on a crowded
   // host": 8 ranks on 2 CPUs, 64 KiB, ring 256-345 us, single copy 207-249, mpi 206-252; 4 ranks, the ring
   // ahead up to 128 KiB).
+  // Below that, from 64 KiB on a crowded host and from MPCOMM_SINGLE_COPY_KB with a CPU per rank, the
+  // faster path now (choose_p2p_single()).
   if (crowded_)
     p2p_single_from_ = seg_->nlocal() >= 4 * cpus ? std::min(settings_.single_copy_from, kP2PSingleFrom) : settings_.single_copy_from;
-  else if (settings_.single_copy)
-    p2p_choice_from_ = settings_.single_copy_from;
+  if (settings_.single_copy)
+    p2p_choice_from_ = crowded_ ? std::min(settings_.single_copy_from, kP2PSingleFrom) : settings_.single_copy_from;
   // Waiting on sockets, a rank polls briefly before it yields only when this machine has more ranks
   // than CPUs (emulated hosts, whose ranks all share it): else it spins as on shared memory, as MPI's
   // TCP transport does (2 hosts x 1 rank, 8 B allreduce over a veth, unpinned: 50-65 us yielding early,

@@ -131,16 +131,24 @@ TEST_P(NativeUnexpected, LargeSendsBeforeTheirReceivesArriveWhole) {
 INSTANTIATE_TEST_SUITE_P(Hosts, NativeUnexpected, ::testing::Values(false, true),
                          [](const auto& info) { return std::string(info.param ? "Crowded" : "CpuPerRank"); });
 
-// With a CPU per rank, a large send to a local rank goes through the ring or by single copy, whichever
-// the receiver last copied faster (Engine::choose_p2p_single). Ping-pong makes both certain: the first
-// large send goes through the ring, and the second, sent after the reply that follows the receiver's
-// measure, by single copy; then the faster, and every 32nd the other. 40 round trips, each way, of sizes
-// around the threshold (256 KiB) and above it, fresh data each time: every byte at its place.
-TEST(NativeP2PPaths, LargeSendsByEitherPathArriveWhole) {
+// A large send to a local rank goes through the ring or by single copy, whichever the receiver last
+// copied faster (Engine::choose_p2p_single): with a CPU per rank from MPCOMM_SINGLE_COPY_KB, on a crowded
+// host (here 2 ranks on one counted CPU) from 64 KiB up to where single copy always holds. Ping-pong makes
+// both paths certain: the first such send goes through the ring, and the second, sent after the reply
+// that follows the receiver's measure, by single copy; then the faster, and every 32nd the other. 40 round
+// trips, each way, of sizes around the thresholds, fresh data each time: every byte at its place.
+class NativeP2PPaths : public ::testing::TestWithParam<bool> {};
+
+TEST_P(NativeP2PPaths, LargeSendsByEitherPathArriveWhole) {
+  const bool crowded = GetParam();
   Options o;
   o.params = {{"MPCOMM_SINGLE_COPY", "1"}, {"MPCOMM_SINGLE_COPY_KB", "256"}};
+  if (crowded) o.params["MPCOMM_CPUS"] = "1";
   testing::ThreadWorld world("native", 2, o);
-  const std::vector<size_t> sizes = {size_t{256} << 10, (size_t{1} << 20) + 3, (size_t{256} << 10) + 1, size_t{300} << 10};
+  const std::vector<size_t> sizes = crowded ? std::vector<size_t>{size_t{64} << 10, (size_t{100} << 10) + 3,
+                                                                  (size_t{256} << 10) - 1, (size_t{64} << 10) + 1}
+                                            : std::vector<size_t>{size_t{256} << 10, (size_t{1} << 20) + 3,
+                                                                  (size_t{256} << 10) + 1, size_t{300} << 10};
   auto value = [](int from, int round, size_t i) { return static_cast<uint8_t>(from * 101 + round * 13 + i * 7 + (i >> 11)); };
   std::vector<std::string> errors(2);
   world.run([&](int r, Communicator& comm) {
@@ -166,6 +174,9 @@ TEST(NativeP2PPaths, LargeSendsByEitherPathArriveWhole) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Hosts, NativeP2PPaths, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "Crowded" : "CpuPerRank"); });
 
 // A crowded host's large sends wait in the sender's buffer for their receive; a program whose ranks all
 // block in such a send before they receive (unsafe under MPI, where it may hang) still ends: a payload
