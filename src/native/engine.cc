@@ -415,17 +415,27 @@ bool Engine::progress_send(int peer, Peer& p) {
       }
     }
     const size_t hsz = sizeof(FrameHeader) + x.hdr.skip, total = hsz + x.bytes;
+    const bool timed = x.p2p_path == Link::kThroughLink;  // our copies into the ring (choose_p2p_single())
     while (x.done_bytes < total) {
       size_t n;
       if (x.done_bytes < sizeof(FrameHeader))
         n = p.link->write_some(reinterpret_cast<const char*>(&x.hdr) + x.done_bytes, sizeof(FrameHeader) - x.done_bytes);
       else if (x.done_bytes < hsz)
         n = p.link->write_some(kZeros, hsz - x.done_bytes);
-      else
+      else if (timed) {
+        const auto t0 = Clock::now();
+        n = p.link->write_some(x.sdata + (x.done_bytes - hsz), total - x.done_bytes);
+        p.tx_copy_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+      } else
         n = p.link->write_some(x.sdata + (x.done_bytes - hsz), total - x.done_bytes);
       if (n == 0) return moved;
       moved = true;
       x.done_bytes += n;
+    }
+    if (timed) {
+      const uint64_t sample = std::clamp<uint64_t>(x.bytes * 1000 / std::max<uint64_t>(p.tx_copy_ns, 1), 1, UINT32_MAX);
+      p.tx_ring_rate = p.tx_ring_rate == 0 ? sample : (p.tx_ring_rate + sample) / 2;
+      p.tx_copy_ns = 0;
     }
     x.done = true;
     p.sendq.pop_front();
@@ -574,7 +584,9 @@ bool Engine::progress_recv(int peer, Peer& p) {
     }
     const size_t total = p.rx_hdr.bytes;
     char* dst = p.rx_target ? p.rx_target->rdata : p.rx_unexp->data.get();
-    const bool timed = p.rx_hdr.kind == kFrameP2P && total >= p2p_choice_from_;
+    // A large p2p payload into its posted receive: the time of our copies out of the ring (not of the
+    // waits between them) is published with its rate (choose_p2p_single()).
+    const bool timed = p.rx_hdr.kind == kFrameP2P && total >= p2p_choice_from_ && p.rx_target;
     while (p.rx_got < total) {
       const auto t0 = timed ? Clock::now() : Clock::time_point{};
       size_t n = p.link->read_some(dst + p.rx_got, total - p.rx_got);
@@ -787,18 +799,23 @@ void Engine::receive_single_copy(int peer, Peer& p) {
   post_send(peer, kFrameAck, 0, detail::Fingerprint{}, nullptr, 0);
 }
 
-// Large p2p sends to a local rank while every rank has a CPU: through the ring the receiver copies the
-// payload out of the sender's cache, which is fast while the two CPUs share a cache and slow when the
-// hypervisor has put them far apart (2 ranks, 1 MiB: 105 us near, 580 us far); by single copy it reads
-// the sender's buffer through memory at about the same speed either way (160-180 us). Which holds now
-// changes within minutes, so the receiver times each large copy by either path and publishes its rate
-// (MB/s) in the ring; the sender takes the faster, an unmeasured path first, and every kRefreshEvery-th
+// Large p2p sends to a local rank (from p2p_choice_from_): through the ring, the payload passes from one
+// CPU's cache to the other's, which is fast while the two CPUs share a cache and slow when the
+// hypervisor has put them far apart (2 ranks, 1 MiB: 105 us near, 580 us far); by single copy the
+// receiver reads the sender's buffer through memory at about the same speed either way (150-180 us).
+// Which holds now changes within minutes, so each side times its copies of each large payload, not the
+// waits between them: the receiver its copies out of the ring, or its single-copy read, and publishes
+// their rate (MB/s) in the ring; the sender its copies into the ring (with the CPUs far apart those are
+// the slow ones: they write lines the reader last held). Through the ring both copies count, one after
+// the other. The sender takes the faster path, an unmeasured one first, and every kRefreshEvery-th
 // large send the path not taken for that long, so that its rate stays current (publish_rate()).
 bool Engine::choose_p2p_single(Peer& p) {
   constexpr uint32_t kRefreshEvery = 32;
   if (!p.link || p.single_copy_ok < 0) return false;
   const uint32_t n = ++p.large_sends;
-  const uint32_t ring = p.link->peer_rx_rate(Link::kThroughLink), single = p.link->peer_rx_rate(Link::kSingleCopy);
+  // Through the ring both copy, one after the other for each piece: the rate of the two together.
+  const uint64_t rx_ring = p.link->peer_rx_rate(Link::kThroughLink), single = p.link->peer_rx_rate(Link::kSingleCopy);
+  const uint64_t ring = rx_ring == 0 || p.tx_ring_rate == 0 ? 0 : rx_ring * p.tx_ring_rate / (rx_ring + p.tx_ring_rate);
   int path;
   if (ring == 0)
     path = Link::kThroughLink;

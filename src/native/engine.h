@@ -212,10 +212,14 @@ class Engine {
     uint64_t rx_desc[2] = {0, 0};     // address in the sender; for p2p its ack's token (else unused)
     size_t rx_desc_got = 0;
     int single_copy_ok = 0;           // 0 not probed yet, 1 yes, -1 no
-    // Large p2p payloads from this peer through the link: nanoseconds and bytes of their copies so far
-    // (rates published to the sender, choose_p2p_path()).
+    // A large p2p payload from this peer through the link into its posted receive: nanoseconds and
+    // bytes of our copies out of the ring so far (their rate is published to the sender).
     uint64_t rx_copy_ns = 0;
     size_t rx_copy_bytes = 0;
+    // Our own copies into the ring for large p2p sends to this peer: their last rate (MB/s, half the
+    // new and half the last), and the current send's nanoseconds so far.
+    uint64_t tx_ring_rate = 0;
+    uint64_t tx_copy_ns = 0;
     uint64_t rx_rate[2] = {0, 0};  // what we published, by path (MB/s)
     // Our large p2p sends to this peer on a host with a CPU per rank, and the last path each went
     // (choose_p2p_path()).
