@@ -371,8 +371,9 @@ bool Engine::progress_send(int peer, Peer& p) {
                                                           : settings_.single_copy_from;
     // Large p2p sends on a crowded host go by single copy too (docs/native.md, "Point-to-point on a
     // crowded host"): through the ring, sender and receiver would take turns on the CPUs for every ring's
-    // worth.
-    if (x.kind == kFrameP2P && x.done_bytes == 0 && x.p2p_path < 0 && x.bytes >= p2p_choice_from_)
+    // worth. Below that, and with a CPU per rank, the faster path lately.
+    if (x.kind == kFrameP2P && x.done_bytes == 0 && x.p2p_path < 0 && x.bytes >= p2p_choice_from_ &&
+        x.bytes < p2p_single_from_)
       x.p2p_path = static_cast<int8_t>(choose_p2p_single(p) ? Link::kSingleCopy : Link::kThroughLink);
     const bool p2p_single = x.kind == kFrameP2P && (x.bytes >= p2p_single_from_ || x.p2p_path == Link::kSingleCopy);
     if (x.done_bytes == 0 && ((x.kind == kFrameCollective && x.bytes >= single_from) || p2p_single) &&
@@ -799,10 +800,11 @@ void Engine::receive_single_copy(int peer, Peer& p) {
   post_send(peer, kFrameAck, 0, detail::Fingerprint{}, nullptr, 0);
 }
 
-// Large p2p sends to a local rank (from p2p_choice_from_): through the ring, the payload passes from one
-// CPU's cache to the other's, which is fast while the two CPUs share a cache and slow when the
-// hypervisor has put them far apart (2 ranks, 1 MiB: 105 us near, 580 us far); by single copy the
-// receiver reads the sender's buffer through memory at about the same speed either way (150-180 us).
+// Large p2p sends to a local rank (from p2p_choice_from_ up to p2p_single_from_): through the ring, the
+// payload passes from one CPU's cache to the other's, which is fast while the two CPUs share a cache
+// and slow when the hypervisor has put them far apart (2 ranks, 1 MiB: 105 us near, 580 us far); by
+// single copy the receiver reads the sender's buffer through memory at about the same speed either way
+// (150-180 us near, 180-290 us far).
 // Which holds now changes within minutes, so each side times its copies of each large payload, not the
 // waits between them: the receiver its copies out of the ring, or its single-copy read, and publishes
 // their rate (MB/s) in the ring; the sender its copies into the ring (with the CPUs far apart those are

@@ -94,7 +94,7 @@ struct Xfer {
   std::string what;       // p2p only: the op, for error messages
   bool single_copy = false;  // send: offered as a descriptor; done when the receiver's ack arrives
   int32_t token = 0;         // single-copy p2p send: what the receiver's ack names it by (1 and up)
-  int8_t p2p_path = -1;      // large p2p send with a CPU per rank: the path chosen (Link::kThroughLink ...)
+  int8_t p2p_path = -1;      // p2p send whose path is chosen (Engine::choose_p2p_single): Link::kThroughLink ...
   Route route = Route::usual;  // send: when it goes by single copy (Engine::send)
   // A reducing receive (recv_reduce): rdata = own op payload, combined as the bytes arrive instead of
   // copied. `carry` holds the bytes of an element not yet complete (split by the ring's end, or by TCP).
@@ -221,8 +221,8 @@ class Engine {
     uint64_t tx_ring_rate = 0;
     uint64_t tx_copy_ns = 0;
     uint64_t rx_rate[2] = {0, 0};  // what we published, by path (MB/s)
-    // Our large p2p sends to this peer on a host with a CPU per rank, and the last path each went
-    // (choose_p2p_path()).
+    // Our p2p sends to this peer whose path was chosen, and the last of them that went each path
+    // (choose_p2p_single()).
     uint32_t large_sends = 0;
     uint32_t last_use[2] = {0, 0};
     Handle rx_target;
@@ -305,8 +305,8 @@ class Engine {
   int spin_passes_ = 200;
   bool crowded_ = false;  // this host's ranks outnumber its CPUs
   size_t p2p_single_from_ = SIZE_MAX;  // sends from this size to local ranks go by single copy (crowded hosts)
-  // With a CPU per rank, sends to local ranks from this size go through the ring or by single copy,
-  // whichever the receiver last copied faster (choose_p2p_path()).
+  // Sends to local ranks from this size (below p2p_single_from_) go through the ring or by single copy,
+  // whichever was faster lately (choose_p2p_single()).
   size_t p2p_choice_from_ = SIZE_MAX;
   bool choose_p2p_single(Peer& p);
   void publish_rate(Peer& p, int path, size_t bytes, uint64_t ns);
