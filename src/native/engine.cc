@@ -832,7 +832,7 @@ bool Engine::choose_p2p_single(Peer& p) {
 }
 
 void Engine::publish_rate(Peer& p, int path, size_t bytes, uint64_t ns) {
-  if (!p.link || bytes < p2p_choice_from_ || p2p_choice_from_ == SIZE_MAX) return;
+  if (!p.link || bytes < p2p_choice_from_) return;
   // Half the new copy's rate and half the last published: one copy slowed by a preemption does not
   // switch the sender's path by itself, and a change of placement shows within a few sends.
   const uint64_t sample = std::clamp<uint64_t>(bytes * 1000 / std::max<uint64_t>(ns, 1), 1, UINT32_MAX);

@@ -83,6 +83,9 @@ TEST(NativeSmallRing, EveryOpWrapsAroundTheRing) {
 // sender's buffer until its receive is posted). Every byte at its place.
 class NativeUnexpected : public ::testing::TestWithParam<bool> {};
 
+// The name of a test's host (its parameter: crowded or not).
+std::string host_kind(const ::testing::TestParamInfo<bool>& info) { return info.param ? "Crowded" : "CpuPerRank"; }
+
 TEST_P(NativeUnexpected, LargeSendsBeforeTheirReceivesArriveWhole) {
   const bool crowded = GetParam();
   Options o;
@@ -129,7 +132,7 @@ TEST_P(NativeUnexpected, LargeSendsBeforeTheirReceivesArriveWhole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hosts, NativeUnexpected, ::testing::Values(false, true),
-                         [](const auto& info) { return std::string(info.param ? "Crowded" : "CpuPerRank"); });
+                         host_kind);
 
 // A large send to a local rank goes through the ring or by single copy, whichever the receiver last
 // copied faster (Engine::choose_p2p_single): with a CPU per rank from MPCOMM_SINGLE_COPY_KB, on a crowded
@@ -176,7 +179,7 @@ TEST_P(NativeP2PPaths, LargeSendsByEitherPathArriveWhole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hosts, NativeP2PPaths, ::testing::Values(false, true),
-                         [](const auto& info) { return std::string(info.param ? "Crowded" : "CpuPerRank"); });
+                         host_kind);
 
 // A crowded host's large sends wait in the sender's buffer for their receive; a program whose ranks all
 // block in such a send before they receive (unsafe under MPI, where it may hang) still ends: a payload
