@@ -71,8 +71,11 @@ class HostLocal {
   // ---- stages ----
   static constexpr size_t kStageBytes = ShmSegment::kStageBytes;
   char* stage(int rank) const { return seg_.stage(local(rank)); }
-  StageWord* stage_published(int rank) const { return seg_.stage_published(local(rank)); }
-  StageWord* stage_consumed(int owner, int reader) const { return seg_.stage_consumed(local(owner), local(reader)); }
+  // Each of kStageWordSets sets of words (ShmSegment) for an algorithm's separate flows through a stage.
+  StageWord* stage_published(int rank, int set = 0) const { return seg_.stage_published(local(rank), set); }
+  StageWord* stage_consumed(int owner, int reader, int set = 0) const {
+    return seg_.stage_consumed(local(owner), local(reader), set);
+  }
 
   // ---- waiting for shared memory ----
   // Waits until done() holds, for what local ranks write outside frames. `pending()` gives the ranks

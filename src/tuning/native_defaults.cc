@@ -20,14 +20,16 @@ allreduce hosts=[2,inf) per_host=[2,inf) -> hierarchical
 # One crowded host: no rank waits for a particular other (arrival), up to 32 KiB with two ranks per CPU
 # or more, 4 KiB with fewer; then log2(n) rounds of one message (recursive doubling), where with 4 ranks
 # the ring's small steps win from 24 KiB; larger, the ring with its chunks through the shared-memory
-# rings, or from 256 KiB, while the CPUs are far apart, the direct allreduce (through memory).
+# rings while the CPUs are near each other, else (from 256 KiB) and from 8 MiB every block reduced by
+# its owner, every byte through the stages (staged).
 allreduce hosts=1 ranks=[3,inf) cpus_per_rank=(0,0.5] bytes=[1,32K] -> arrival
 allreduce hosts=1 ranks=[3,inf) cpus_per_rank=(0.5,1) bytes=[1,4K] -> arrival
 allreduce hosts=1 ranks=4 cpus_per_rank=(0,1) bytes=[0,24K] -> recursive_doubling
 allreduce hosts=1 ranks=4 cpus_per_rank=(0,1) bytes=(24K,256K) -> ring_shm
 allreduce hosts=1 ranks=[3,inf) cpus_per_rank=(0,1) flat_bytes=[0,256K] -> recursive_doubling
 allreduce hosts=1 ranks=2 cpus_per_rank=(0,1) flat_bytes=[0,256K] -> flat
-allreduce hosts=1 cpus_per_rank=(0,1) single_copy=yes bytes=[256K,inf) placement_now=far -> direct
+allreduce hosts=1 cpus_per_rank=(0,1) bytes=[8M,inf) -> staged
+allreduce hosts=1 cpus_per_rank=(0,1) bytes=[256K,inf) placement_now=far -> staged
 allreduce hosts=1 cpus_per_rank=(0,1) -> ring_shm
 # One host, a CPU per rank: up to 2 KiB every rank reads every input off the board (board); 2 ranks
 # from 8 MiB out of place with the CPUs near each other through shared memory (two-copy); from 64 KiB

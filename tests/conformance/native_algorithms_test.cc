@@ -43,8 +43,8 @@ Options forcing(const std::string& algo) {
 //  - the two-copy allreduce at every size, also in place (the table takes the direct one there);
 //  - the ring allreduce and allgather through shared memory, also with 3 ranks and across hosts;
 //  - the arrival allreduce with 3 processes (its board), and on 2 emulated hosts;
-//  - the staged broadcast and allgather with 3 processes (every byte through the stages in the
-//    processes' shared memory, whether or not they outnumber the CPUs), and on 2 emulated hosts;
+//  - the staged broadcast, allgather and allreduce with 3 processes (every byte through the stages in
+//    the processes' shared memory, whether or not they outnumber the CPUs), and on 2 emulated hosts;
 //  - the sliced hierarchical allreduce on even and uneven emulated hosts.
 TEST(NativeAlgorithms, ForcedAcrossProcessesWhereTheyRunAndWhereTheyRefuse) {
   struct Run {
@@ -64,6 +64,7 @@ TEST(NativeAlgorithms, ForcedAcrossProcessesWhereTheyRunAndWhereTheyRefuse) {
                          Run{"allreduce=arrival", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=arrival", "-n 4 --hosts 2", "allreduce", kOneHost},
                          Run{"broadcast=staged", "-n 3 --hosts 1", "broadcast"}, Run{"broadcast=staged", "-n 4 --hosts 2", "broadcast", kOneHost},
                          Run{"allgather=staged", "-n 3 --hosts 1", "allgather"}, Run{"allgather=staged", "-n 4 --hosts 2", "allgather", kOneHost},
+                         Run{"allreduce=staged", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=staged", "-n 4 --hosts 2", "allreduce", kOneHost},
                          Run{"allreduce=hierarchical_sliced", "-n 4 --hosts 2", "allreduce"},
                          Run{"allreduce=hierarchical_sliced", "-n 3 --hosts 2", "allreduce", "it needs every host to hold as many ranks"}}) {
     const std::string what = std::string(run.algo) + " " + run.shape;
@@ -164,6 +165,55 @@ TEST(NativeAlgorithms, StagedBroadcastAndAllgatherReuseTheStages) {
         int32_t v = r + 1;
         comm.allreduce(&v, &v, 1, DataType::int32, ReduceOp::sum);
         bad += v != n * (n + 1) / 2;
+      }
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(wrong[static_cast<size_t>(r)], 0u) << "rank " << r;
+}
+
+// The staged allreduce forced, with ranks as threads, one more than this machine's CPUs (where the
+// built-in table takes it from 8 MiB): the conformance matrix (every dtype and reduce op, counts from
+// fewer elements than ranks, in and out of place); then 120 calls back to back of sizes that leave
+// blocks empty, fill one piece, end a block exactly where the input or result slots wrap, or take many
+// rounds of both with short last pieces (streamed: from kStagedStreamFrom), in place or not, sum, max
+// and avg, with a staged broadcast and allgather (which use the same stages and words) in between.
+// Every rank must get the exact result of every call.
+TEST(NativeAlgorithms, StagedAllreduceReusesTheStagesAmongTheOtherStagedOps) {
+  const int n = static_cast<int>(std::max<long>(3, ::sysconf(_SC_NPROCESSORS_ONLN) + 1));
+  if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
+  testing::ThreadWorld world("native", n, forcing("allreduce=staged,broadcast=staged,allgather=staged"));
+  for (const check::Case& c : check::conformance_cases(OpKind::allreduce, n)) expect_all_right(world, c);
+
+  const size_t piece = 32 * K / sizeof(int32_t), slots = native::HostLocal::kStageBytes / 2 / (32 * K);
+  const size_t counts[] = {2, piece * static_cast<size_t>(n), slots * piece * static_cast<size_t>(n),
+                           (slots + 1) * piece * static_cast<size_t>(n) - 5,
+                           native::kStagedStreamFrom / sizeof(int32_t) + 7 * piece + 3};
+  std::vector<size_t> wrong(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    size_t& bad = wrong[static_cast<size_t>(r)];
+    for (int it = 0; it < 120; ++it) {
+      const size_t count = counts[it % 5];
+      const ReduceOp redop = it % 3 == 0 ? ReduceOp::sum : it % 3 == 1 ? ReduceOp::max : ReduceOp::avg;
+      const bool in_place = it % 2 == 1;
+      std::vector<int32_t> in(count), out(count, -1);
+      // Rank q's element i: (q + 1) * n * x, x = i % 1000 + it; sum, max and avg of them are exact.
+      auto elem = [&](int q, size_t i) { return (q + 1) * n * static_cast<int32_t>(i % 1000 + static_cast<size_t>(it)); };
+      for (size_t i = 0; i < count; ++i) in[i] = elem(r, i);
+      int32_t* dst = in_place ? in.data() : out.data();
+      comm.allreduce(in.data(), dst, count, DataType::int32, redop);
+      for (size_t i = 0; i < count; ++i) {
+        const int32_t x = static_cast<int32_t>(i % 1000 + static_cast<size_t>(it)), tri = n * (n + 1) / 2;
+        const int32_t want = redop == ReduceOp::sum ? n * x * tri : redop == ReduceOp::max ? elem(n - 1, i) : x * tri;
+        bad += dst[i] != want;
+      }
+      if (it % 4 == 0) {
+        const int root = (it / 4) % n;
+        std::vector<int32_t> buf(count + 1, r == root ? it : -1);
+        comm.broadcast(buf.data(), buf.size(), DataType::int32, root);
+        for (int32_t v : buf) bad += v != it;
+        std::vector<int32_t> all(static_cast<size_t>(n) * (count / 2 + 1), -1), mine(count / 2 + 1, r + it);
+        comm.allgather(mine.data(), all.data(), mine.size(), DataType::int32);
+        for (size_t i = 0; i < all.size(); ++i) bad += all[i] != static_cast<int32_t>(i / mine.size()) + it;
       }
     }
   });

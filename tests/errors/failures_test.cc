@@ -158,6 +158,54 @@ TEST(Mismatch, OnTheStagesTheRootAndTheOtherCallFailAtOnce) {
   }
 }
 
+// The staged allreduce (forced; the built-in table takes it on a crowded host from 8 MiB) meets in the
+// ranks' stages and sends no frames. A rank that calls it with another count must make every rank fail
+// at once, naming both calls; a rank that never calls, make the others time out naming it.
+TEST(Mismatch, StagedAllreduceOfAnotherCountFailsEveryRankAtOnce) {
+  const int n = static_cast<int>(std::max<long>(3, ::sysconf(_SC_NPROCESSORS_ONLN) + 1));
+  if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
+  const size_t count = size_t{256} << 10;  // floats: 1 MiB
+  Options o = quick(20000);
+  o.params["MPCOMM_ALGO"] = "allreduce=staged";
+  testing::ThreadWorld world("native", n, o);
+  auto t0 = steady_clock::now();
+  auto errs = world.run_collect([&](int r, Communicator& c) {
+    std::vector<float> buf(count + 1, 1.0f);
+    c.allreduce(buf.data(), buf.data(), r == 1 ? count + 1 : count, DataType::float32, ReduceOp::sum);
+  });
+  EXPECT_LT(seconds_since(t0), 5.0) << "a mismatch must not wait for the timeout";
+  for (int r = 0; r < n; ++r) {
+    std::string m = expect_error<Mismatch>(errs[static_cast<size_t>(r)], "rank " + std::to_string(r));
+    EXPECT_TRUE(contains(m, "allreduce #0 (count 262144, float32, sum)")) << m;
+    EXPECT_TRUE(contains(m, "allreduce #0 (count 262145, float32, sum)")) << m;
+  }
+}
+
+TEST(Timeout, StagedAllreduceNamesTheRankThatNeverCalls) {
+  const int n = static_cast<int>(std::max<long>(3, ::sysconf(_SC_NPROCESSORS_ONLN) + 1));
+  if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
+  Options o = quick(600);
+  o.params["MPCOMM_ALGO"] = "allreduce=staged";
+  testing::ThreadWorld world("native", n, o);
+  auto t0 = steady_clock::now();
+  auto errs = world.run_collect([&](int r, Communicator& c) {
+    if (r == n - 1) return;  // never calls
+    std::vector<float> buf(size_t{1} << 20, 1.0f);
+    c.allreduce(buf.data(), buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+  });
+  const double took = seconds_since(t0);
+  EXPECT_LT(took, 5.0);
+  EXPECT_GE(took, 0.5);
+  EXPECT_FALSE(errs[static_cast<size_t>(n - 1)]);
+  const std::string last = "rank " + std::to_string(n - 1);
+  for (int r = 0; r + 1 < n; ++r) {
+    std::string m = expect_error<Timeout>(errs[static_cast<size_t>(r)], "rank " + std::to_string(r));
+    EXPECT_TRUE(contains(m, "allreduce #0")) << m;
+    EXPECT_TRUE(contains(m, last + " to publish its piece 1 of ")) << m;
+    EXPECT_TRUE(contains(m, "(staged allreduce)")) << m;
+  }
+}
+
 // MPCOMM_CHECK works the same on every backend that runs ranks as threads (mpi: tests/mpi).
 using testing::thread_backends;  // mpi ranks are processes (tests/mpi); nccl: tests/gpu
 
@@ -393,8 +441,8 @@ TEST(Processes, SelftestPassesAcrossProcessesAndHosts) {
 }
 
 // (backend, emulated hosts, forced native algorithm). MPI's variant lives with the MPI tests (it runs
-// under mpirun). With the arrival allreduce (16 floats) the survivors wait on the shared board, not
-// for frames, and must still fail fast. (Who notices first, their own watch or the launcher's notice,
+// under mpirun). With the arrival allreduce (16 floats) the survivors wait on the shared board, with the
+// staged one in the stages, not for frames, and must still fail fast. (Who notices first, their own watch or the launcher's notice,
 // varies: Processes.ARankThatLeavesIsNamedByTheOthers checks the watch alone.)
 class KilledRank : public ::testing::TestWithParam<std::tuple<std::string, int, std::string>> {};
 
@@ -425,7 +473,7 @@ TEST_P(KilledRank, SurvivorsFailFastAndNothingIsLeftBehind) {
 }
 
 std::vector<std::tuple<std::string, int, std::string>> killed_rank_params() {
-  std::vector<std::tuple<std::string, int, std::string>> ps = {{"native", 1, ""}, {"native", 2, ""}, {"native", 1, "arrival"}};
+  std::vector<std::tuple<std::string, int, std::string>> ps = {{"native", 1, ""}, {"native", 2, ""}, {"native", 1, "arrival"}, {"native", 1, "staged"}};
   for (const auto& b : available_backends())
     if (b == "gloo") ps.emplace_back("gloo", 1, "");
   return ps;

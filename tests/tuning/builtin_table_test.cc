@@ -95,7 +95,7 @@ TEST(BuiltinTable, AllreduceOnOneHostWithACpuPerRank) {
 
 TEST(BuiltinTable, AllreduceOnACrowdedHost) {
   // Two ranks per CPU: arrival up to 32 KiB; 4 ranks: recursive doubling to 24 KiB, then the ring
-  // through the rings, from 256 KiB the direct allreduce while the CPUs are far apart.
+  // through the rings; through the stages from 256 KiB while the CPUs are far apart, from 8 MiB always.
   const auto four = shape(4, 2);
   EXPECT_EQ(chosen(four, OpKind::allreduce, 1), "arrival");
   EXPECT_EQ(chosen(four, OpKind::allreduce, 32 * K), "arrival");
@@ -104,8 +104,14 @@ TEST(BuiltinTable, AllreduceOnACrowdedHost) {
   EXPECT_EQ(chosen(shape(4, 3), OpKind::allreduce, 24 * K), "recursive_doubling");
   EXPECT_EQ(chosen(shape(4, 3), OpKind::allreduce, 24 * K + 1), "ring_shm");
   EXPECT_EQ(chosen(four, OpKind::allreduce, 256 * K), "ring_shm");
-  EXPECT_EQ(chosen(four, OpKind::allreduce, 256 * K, false, Placement::far), "direct");
-  EXPECT_EQ(chosen(shape(4, 2, {}, false), OpKind::allreduce, 256 * K, false, Placement::far), "ring_shm");
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 256 * K - 1, false, Placement::far), "ring_shm");
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 256 * K, false, Placement::far), "staged");
+  EXPECT_EQ(chosen(shape(4, 2, {}, false), OpKind::allreduce, 256 * K, false, Placement::far), "staged")
+      << "no single copy needed";
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 8 * M - 1), "ring_shm");
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 8 * M), "staged");
+  EXPECT_EQ(chosen(four, OpKind::allreduce, 64 * M, true, Placement::unknown), "staged") << "in place too";
+  EXPECT_EQ(chosen(shape(8, 2), OpKind::allreduce, 8 * M), "staged");
   // Fewer than two ranks per CPU: arrival up to 4 KiB.
   const auto three = shape(3, 2);
   EXPECT_EQ(chosen(three, OpKind::allreduce, 4 * K), "arrival");
@@ -117,6 +123,7 @@ TEST(BuiltinTable, AllreduceOnACrowdedHost) {
   // Two ranks on one CPU: no arrival (one rank waits for one other anyway).
   EXPECT_EQ(chosen(shape(2, 1), OpKind::allreduce, 256 * K), "flat");
   EXPECT_EQ(chosen(shape(2, 1), OpKind::allreduce, 256 * K + 1), "ring_shm");
+  EXPECT_EQ(chosen(shape(2, 1), OpKind::allreduce, 8 * M), "staged");
 }
 
 TEST(BuiltinTable, AllreduceAcrossHosts) {

@@ -190,7 +190,7 @@ std::string creation_error(int ranks, const std::map<std::string, std::string>& 
 TEST(NativeSelection, UnknownMpcommAlgoNamesAreRefusedAtCreation) {
   std::string e = creation_error(2, {{"MPCOMM_ALGO", "allreduce=ring,allreduce=fastest"}});
   EXPECT_TRUE(contains(e, "MPCOMM_ALGO entry 'allreduce=fastest': allreduce has no native algorithm 'fastest' (expected one of flat, ring, "
-                          "ring_shm, direct, two_copy, arrival, board, recursive_doubling, hierarchical, hierarchical_sliced)"))
+                          "ring_shm, direct, two_copy, staged, arrival, board, recursive_doubling, hierarchical, hierarchical_sliced)"))
       << e;
   e = creation_error(2, {{"MPCOMM_ALGO", "allredux=ring"}});
   EXPECT_TRUE(contains(e, "MPCOMM_ALGO entry 'allredux=ring': expected OP=ALGORITHM with OP one of allreduce")) << e;

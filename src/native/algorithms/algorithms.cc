@@ -14,6 +14,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allreduce, "ring_shm", allreduce_ring_shm},
       {OpKind::allreduce, "direct", allreduce_direct, kNeedsSingleCopy},
       {OpKind::allreduce, "two_copy", allreduce_two_copy, kNeedsSharedMemory | kNeedsTwoRanks},
+      {OpKind::allreduce, "staged", allreduce_staged, kNeedsSharedMemory},
       {OpKind::allreduce, "arrival", allreduce_arrival, kNeedsSharedMemory | kNeedsBoardSize},
       {OpKind::allreduce, "board", allreduce_board, kNeedsSharedMemory | kNeedsBoardSize},
       {OpKind::allreduce, "recursive_doubling", allreduce_recursive_doubling},

@@ -57,6 +57,9 @@ struct Algorithm {
 void allreduce_flat(AlgoCtx& c);
 void allreduce_ring(AlgoCtx& c);
 void allreduce_direct(AlgoCtx& c);
+// One host whose ranks outnumber its CPUs, large: every block reduced by its owner from pieces the others
+// leave in their stages, the results left in the owner's stage for the others (allreduce_staged.cc).
+void allreduce_staged(AlgoCtx& c);
 // Two ranks on one host: pieces through the shared-memory ring, results left in the owner's stage for
 // the other rank to copy, outputs written with streaming stores.
 void allreduce_two_copy(AlgoCtx& c);

@@ -43,10 +43,10 @@ static size_t board_size(size_t n) {
   return n < 2 ? 0 : board_head(n) + 2 * (n + 1) * ShmSegment::kBoardBytes;
 }
 
-// Stages: for each local rank kStageBytes, then the control words, each rank's published word followed by
-// one consumed word per reader.
+// Stages: for each local rank kStageBytes, then the control words, kStageWordSets sets of: each rank's
+// published word followed by one consumed word per reader.
 static size_t stages_size(size_t n) {
-  return n < 2 ? 0 : n * ShmSegment::kStageBytes + align_up(n * (n + 1) * sizeof(StageWord), 4096);
+  return n < 2 ? 0 : n * ShmSegment::kStageBytes + align_up(kStageWordSets * n * (n + 1) * sizeof(StageWord), 4096);
 }
 
 size_t ShmSegment::layout_size(int nlocal, size_t ring_bytes) {
@@ -102,10 +102,11 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int nloc
     for (int p = 0; p < 2; ++p)
       for (int i = 0; i < nlocal; ++i) new (seg->board_slot(p, i)) BoardSlot{};
     for (int i = 0; i < nlocal; ++i) new (seg->board_done(i)) BoardDone{};
-    for (int i = 0; i < nlocal; ++i) {
-      new (seg->stage_published(i)) StageWord{};
-      for (int j = 0; j < nlocal; ++j) new (seg->stage_consumed(i, j)) StageWord{};
-    }
+    for (int set = 0; set < kStageWordSets; ++set)
+      for (int i = 0; i < nlocal; ++i) {
+        new (seg->stage_published(i, set)) StageWord{};
+        for (int j = 0; j < nlocal; ++j) new (seg->stage_consumed(i, j, set)) StageWord{};
+      }
   }
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
@@ -162,15 +163,16 @@ char* ShmSegment::stage(int local) const {
   return b == nullptr ? nullptr : b + static_cast<size_t>(local) * kStageBytes;
 }
 
-StageWord* ShmSegment::stage_published(int local) const {
+StageWord* ShmSegment::stage_published(int local, int set) const {
   char* b = stage_base();
   if (b == nullptr) return nullptr;
+  const size_t per_set = static_cast<size_t>(nlocal_) * static_cast<size_t>(nlocal_ + 1);
   auto* words = reinterpret_cast<StageWord*>(b + static_cast<size_t>(nlocal_) * kStageBytes);
-  return words + static_cast<size_t>(local) * static_cast<size_t>(nlocal_ + 1);
+  return words + static_cast<size_t>(set) * per_set + static_cast<size_t>(local) * static_cast<size_t>(nlocal_ + 1);
 }
 
-StageWord* ShmSegment::stage_consumed(int local, int reader) const {
-  StageWord* p = stage_published(local);
+StageWord* ShmSegment::stage_consumed(int local, int reader, int set) const {
+  StageWord* p = stage_published(local, set);
   return p == nullptr ? nullptr : p + 1 + reader;
 }
 

@@ -103,6 +103,9 @@ struct alignas(64) StageWord {
   std::atomic<uint64_t> v{0};
 };
 inline constexpr int kStagePieceBits = 24;
+// Sets of these words: the staged flow uses set 0; the staged allreduce set 0 for the pieces it leaves
+// in its stage for the other ranks to reduce, set 1 for the results it leaves there for them to copy.
+inline constexpr int kStageWordSets = 2;
 
 struct SegmentHeader {
   uint64_t magic;
@@ -129,8 +132,8 @@ class ShmSegment {
   // A local rank's stage (kStageBytes) and its control words (StageWord): published, and consumed by
   // local rank `reader`; only segments of 2 local ranks and more have them (else null).
   char* stage(int local) const;
-  StageWord* stage_published(int local) const;
-  StageWord* stage_consumed(int local, int reader) const;
+  StageWord* stage_published(int local, int set = 0) const;
+  StageWord* stage_consumed(int local, int reader, int set = 0) const;
   static constexpr size_t kStageBytes = size_t{512} << 10;
   // The board (segments of 2 local ranks and more).
   BoardCtl* board_ctl() const;
