@@ -159,8 +159,9 @@ TEST(Mismatch, OnTheStagesTheRootAndTheOtherCallFailAtOnce) {
 }
 
 // The staged allreduce (forced; the built-in table takes it on a crowded host from 8 MiB) meets in the
-// ranks' stages and sends no frames. A rank that calls it with another count must make every rank fail
-// at once, naming both calls; a rank that never calls, make the others time out naming it.
+// ranks' stages and sends no frames. A rank that calls it with another count (forced: also staged; by
+// the table: a small one, on the board) must make every rank fail at once, naming both calls; a rank
+// that never calls, make the others time out naming it.
 TEST(Mismatch, StagedAllreduceOfAnotherCountFailsEveryRankAtOnce) {
   const int n = static_cast<int>(std::max<long>(3, ::sysconf(_SC_NPROCESSORS_ONLN) + 1));
   if (n > 16) GTEST_SKIP() << "too many CPUs to crowd with threads";
@@ -178,6 +179,19 @@ TEST(Mismatch, StagedAllreduceOfAnotherCountFailsEveryRankAtOnce) {
     std::string m = expect_error<Mismatch>(errs[static_cast<size_t>(r)], "rank " + std::to_string(r));
     EXPECT_TRUE(contains(m, "allreduce #0 (count 262144, float32, sum)")) << m;
     EXPECT_TRUE(contains(m, "allreduce #0 (count 262145, float32, sum)")) << m;
+  }
+  // By the built-in table: 8 MiB staged on every rank but one, whose 16 floats meet on the board.
+  testing::ThreadWorld table("native", n, quick(20000));
+  t0 = steady_clock::now();
+  errs = table.run_collect([&](int r, Communicator& c) {
+    std::vector<float> buf(size_t{2} << 20, 1.0f);
+    c.allreduce(buf.data(), buf.data(), r == 1 ? 16 : buf.size(), DataType::float32, ReduceOp::sum);
+  });
+  EXPECT_LT(seconds_since(t0), 5.0) << "a mismatch must not wait for the timeout";
+  for (int r = 0; r < n; ++r) {
+    std::string m = expect_error<Mismatch>(errs[static_cast<size_t>(r)], "rank " + std::to_string(r));
+    EXPECT_TRUE(contains(m, "allreduce #0 (count 2097152, float32, sum)")) << m;
+    EXPECT_TRUE(contains(m, "allreduce #0 (count 16, float32, sum)")) << m;
   }
 }
 
