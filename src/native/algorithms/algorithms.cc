@@ -88,6 +88,19 @@ HostLocal& AlgoCtx::host() const {
   return *h;
 }
 
+void expect_same_call(AlgoCtx& c, int r, const detail::Fingerprint& theirs, const detail::Fingerprint& fp) {
+  if (!(theirs == fp))
+    c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
+                                      " but this rank called " + detail::describe(fp));
+}
+
+void check_board_tag(AlgoCtx& c, int r, uint64_t stamp, const detail::Fingerprint& fp) {
+  detail::Fingerprint theirs{};
+  const BoardTag* t = c.host().board_tag(r);
+  if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
+  expect_same_call(c, r, theirs, fp);
+}
+
 void run_alone(const AlgoCtx& c) {
   const auto& op = c.op;
   const size_t b = op.bytes();

@@ -77,6 +77,11 @@ const void* board_input_of(AlgoCtx& c, int rank, size_t bytes);
 // Marks this op's reading of the board finished (HostLocal::board_done): every algorithm that wrote or
 // read the board calls it once it is done with it.
 void board_finished(AlgoCtx& c);
+// Fails the op with a Mismatch naming both calls unless rank r's fingerprint `theirs` is ours (`fp`).
+void expect_same_call(AlgoCtx& c, int r, const detail::Fingerprint& theirs, const detail::Fingerprint& fp);
+// The same for what rank r's board tag holds: its fingerprint under our stamp, or (it runs another op)
+// under whatever stamp it holds now, which shows that op.
+void check_board_tag(AlgoCtx& c, int r, uint64_t stamp, const detail::Fingerprint& fp);
 void allreduce_recursive_doubling(AlgoCtx& c);
 void allreduce_hierarchical(AlgoCtx& c);
 void allreduce_hierarchical_sliced(AlgoCtx& c);

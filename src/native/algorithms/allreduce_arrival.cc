@@ -88,16 +88,9 @@ void allreduce_arrival(AlgoCtx& c) {
   };
   if (ctl->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(n)) {
     // 3. Last to arrive (acquire: every input and tag is visible).
-    for (int r = 0; r < n; ++r) {
-      detail::Fingerprint theirs{};
-      // Every tag holds this op's stamp now (no rank may go on before we publish), unless a rank runs
-      // another op: then its fingerprint, read under a stamp that differs, shows which.
-      const BoardTag* t = board.board_tag(r);
-      if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
-      if (!(theirs == fp))
-        c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
-                                          " but this rank called " + detail::describe(fp));
-    }
+    // Every tag holds this op's stamp now (no rank may go on before we publish), unless a rank runs
+    // another op: then its fingerprint, read under a stamp that differs, shows which.
+    for (int r = 0; r < n; ++r) check_board_tag(c, r, stamp, fp);
     if (chunks <= 1) {  // (0 bytes: nothing to reduce, but the ranks still meet)
       reduce_range(0, op.count);
       publish();

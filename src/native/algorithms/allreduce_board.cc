@@ -83,9 +83,7 @@ void board_meet(AlgoCtx& c, const void* input, size_t bytes) {
     detail::Fingerprint theirs{};
     // The slot holds our stamp and keeps it until we are done (see the top): this read cannot fail.
     board.board_slot(par, r)->read(stamp, &theirs, sizeof theirs);
-    if (!(theirs == fp))
-      c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
-                                        " but this rank called " + detail::describe(fp));
+    expect_same_call(c, r, theirs, fp);
   }
 
 }

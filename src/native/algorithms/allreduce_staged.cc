@@ -132,21 +132,12 @@ void allreduce_staged(AlgoCtx& c) {
       if (g < m) return false;
     return results_copied(m);
   };
-  auto check_peers = [&] {
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      detail::Fingerprint theirs{};
-      const BoardTag* t = host.board_tag(r);
-      // It published under our stamp after writing its tag, and cannot rewrite it before we consume.
-      if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
-      if (!(theirs == fp))
-        c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(r) + " called " + detail::describe(theirs) +
-                                          " but this rank called " + detail::describe(fp));
-    }
-  };
-  // Before the first piece of theirs we read.
+  // Before the first piece of theirs we read. A rank publishes under our stamp after writing its tag,
+  // and cannot rewrite it before we are done.
   auto check_once = [&] {
-    if (!checked) check_peers();
+    if (!checked)
+      for (int r = 0; r < n; ++r)
+        if (r != me) check_board_tag(c, r, stamp, fp);
     checked = true;
   };
   // The ranks this rank waits for now, and (into `what`, when given) what for.

@@ -48,9 +48,7 @@ void broadcast_eager(AlgoCtx& c) {
   board.board_seen(op.root, stamp);
   detail::Fingerprint theirs{};
   slot->read(stamp, &theirs, sizeof theirs);  // the root keeps this slot until we mark the op done
-  if (!(theirs == fp))
-    c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(op.root) + " called " + detail::describe(theirs) +
-                                      " but this rank called " + detail::describe(fp));
+  expect_same_call(c, op.root, theirs, fp);
   if (bytes > 0) std::memcpy(op.recv, inline_input ? slot->data : board.board_input(par, op.root), bytes);
   board_finished(c);
 }

@@ -93,15 +93,8 @@ void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<in
   };
   auto can_publish = [&] { return published < out_pieces && (published < slots || least_consumed() + slots > published); };
   auto len = [](size_t total, size_t k) { return std::min(kStagedPiece, total - k * kStagedPiece); };
-  auto check_sender = [&](const Incoming& s) {
-    detail::Fingerprint theirs{};
-    const BoardTag* t = host.board_tag(s.in.from);
-    // It published under our stamp after writing its tag, and cannot rewrite it before we consume.
-    if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
-    if (!(theirs == fp))
-      c.e.fail(ErrorCode::mismatch, "rank " + std::to_string(s.in.from) + " called " + detail::describe(theirs) +
-                                        " but this rank called " + detail::describe(fp));
-  };
+  // It published under our stamp after writing its tag, and cannot rewrite it before we consume.
+  auto check_sender = [&](const Incoming& s) { check_board_tag(c, s.in.from, stamp, fp); };
   auto finished = [&] {
     if (published < out_pieces) return false;
     for (const Incoming& s : ins)
