@@ -9,7 +9,7 @@
 //   board        per rank an input slot and per op a result slot in shared memory, and per rank a
 //                small slot of one cache line: the arrival and board allreduces
 //   stages       per rank an area in shared memory that only its owner writes: the staged broadcast and
-//                allgather (staged_flow.cc), the two-copy allreduce
+//                allgather (staged_flow.cc), the staged and the two-copy allreduce
 //   waiting      for what local ranks write into the board and the stages (bounded, watched, like frames)
 //   placement    how far apart two ranks' CPUs are now (a cache line's round trip): the selection's
 //                placement facts (agree.cc), measured at creation and at the calls whose row asks

@@ -95,7 +95,8 @@ struct alignas(64) BoardDone {
 
 // A local rank's stage: an area of kStageBytes that only its owner writes, for algorithms that copy a
 // buffer once into shared memory for every other local rank to copy out (the staged broadcast and
-// allgather, staged_flow.cc; the two-copy allreduce's result pieces). Its control words, each on a
+// allgather, staged_flow.cc; the staged allreduce's pieces and results; the two-copy allreduce's result
+// pieces). Its control words, each on a
 // cache line of its own: how many pieces the owner has published, and per reader how many it has
 // consumed, each as (1 + the op's sequence number) << kStagePieceBits | pieces, so that a word left
 // from an earlier call never counts.
