@@ -124,6 +124,19 @@ struct StagedIn {
 };
 void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<int>& readers,
                  const std::vector<StagedIn>& in, bool stream);
+// A stage's words (StageWord) for the op of stamp `stamp` (1 + its sequence number): the op's mark above
+// a count of pieces, so that a word another op left counts as none.
+inline constexpr uint64_t kStageCountMask = (uint64_t{1} << kStagePieceBits) - 1;
+struct StageCount {
+  uint64_t mark;
+  explicit StageCount(uint64_t stamp) : mark(stamp & (~uint64_t{0} >> kStagePieceBits)) {}
+  size_t operator()(const StageWord* w) const {
+    const uint64_t v = w->v.load(std::memory_order_acquire);
+    return (v >> kStagePieceBits) == mark ? static_cast<size_t>(v & kStageCountMask) : size_t{0};
+  }
+  // What a word that counts k pieces holds.
+  uint64_t word(size_t k) const { return mark << kStagePieceBits | k; }
+};
 // The staged algorithms' readers write with streaming stores from this many bytes of output.
 inline constexpr size_t kStagedStreamFrom = size_t{2} << 20;
 void broadcast_binomial(AlgoCtx& c);

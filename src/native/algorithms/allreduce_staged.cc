@@ -41,7 +41,6 @@ namespace mpcomm::native {
 
 namespace {
 
-constexpr uint64_t kCountMask = (uint64_t{1} << kStagePieceBits) - 1;
 // 32 KiB: half a stage holds 8, with 4 ranks between two and three pieces of each other block.
 constexpr size_t kPiece = size_t{32} << 10;
 constexpr size_t kSlots = HostLocal::kStageBytes / 2 / kPiece;
@@ -61,7 +60,7 @@ void allreduce_staged(AlgoCtx& c) {
   const size_t pe = kPiece / es;                        // elements per piece
   const size_t m = (blk + pe - 1) / pe;                 // pieces per block
   const size_t total = m * static_cast<size_t>(n - 1);  // input pieces each rank publishes
-  if (total > kCountMask)
+  if (total > kStageCountMask)
     throw InvalidArgument("mpcomm: staged allreduce of " + std::to_string(op.bytes()) + " bytes: too many pieces");
   auto start = [&](int j) { return std::min(op.count, static_cast<size_t>(j) * blk); };
   auto length = [&](int j) { return std::min(op.count - start(j), blk); };
@@ -81,16 +80,18 @@ void allreduce_staged(AlgoCtx& c) {
   auto result_slot = [&](int owner, size_t i) { return host.stage(owner) + HostLocal::kStageBytes / 2 + (i % kSlots) * kPiece; };
 
   const uint64_t stamp = op.seq + 1;
-  const uint64_t mark = stamp & (~uint64_t{0} >> kStagePieceBits);  // the stamp as the words hold it
-  auto count = [&](const StageWord* w) {
-    const uint64_t v = w->v.load(std::memory_order_acquire);
-    return (v >> kStagePieceBits) == mark ? static_cast<size_t>(v & kCountMask) : size_t{0};
-  };
-  auto word = [&](size_t k) { return mark << kStagePieceBits | k; };
+  const StageCount count(stamp);
 
   const char* in = static_cast<const char*>(op.send);
   char* out = static_cast<char*>(op.recv);
-  const bool stream = op.bytes() >= kStagedStreamFrom;
+  // Into our output: streamed once it is too large to stay in the cache.
+  auto to_output = [&](char* dst, const char* src, size_t bytes) {
+    if (op.bytes() >= kStagedStreamFrom) {
+      copy_streamed(dst, src, bytes);
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
+  };
   // Pointers to the n sources of a piece, and the cached piece a result is reduced into.
   char* scratch = c.scratch(static_cast<size_t>(n) * sizeof(void*) + 64 + kPiece);
   const void** srcs = reinterpret_cast<const void**>(scratch);
@@ -180,7 +181,7 @@ void allreduce_staged(AlgoCtx& c) {
       const size_t i = piece_at(k);
       const size_t cnt = count_of(j, i);
       if (cnt > 0) copy_streamed(input_slot(me, k), in + first(j, i) * es, cnt * es);
-      host.stage_published(me, kInputs)->v.store(word(++published), std::memory_order_release);
+      host.stage_published(me, kInputs)->v.store(count.word(++published), std::memory_order_release);
       moved = true;
     }
     // 2.
@@ -194,15 +195,11 @@ void allreduce_staged(AlgoCtx& c) {
         reduce_into(reduced_piece, srcs, n, cnt, op.dtype, op.redop);
         if (op.redop == ReduceOp::avg) divide_by(reduced_piece, cnt, op.dtype, n);
         copy_streamed(result_slot(me, i), reduced_piece, cnt * es);
-        if (stream) {
-          copy_streamed(out + off, reduced_piece, cnt * es);
-        } else {
-          std::memcpy(out + off, reduced_piece, cnt * es);
-        }
+        to_output(out + off, reduced_piece, cnt * es);
       }
-      host.stage_published(me, kResults)->v.store(word(++reduced), std::memory_order_release);
+      host.stage_published(me, kResults)->v.store(count.word(++reduced), std::memory_order_release);
       for (int r = 0; r < n; ++r)
-        if (r != me) host.stage_consumed(r, me, kInputs)->v.store(word(reduced), std::memory_order_release);
+        if (r != me) host.stage_consumed(r, me, kInputs)->v.store(count.word(reduced), std::memory_order_release);
       moved = true;
     }
     // 3.
@@ -211,14 +208,8 @@ void allreduce_staged(AlgoCtx& c) {
       for (const size_t avail = std::min(m, count(host.stage_published(q, kResults))); g < avail; moved = true) {
         check_once();
         const size_t cnt = count_of(q, g);
-        if (cnt > 0) {
-          if (stream) {
-            copy_streamed(out + first(q, g) * es, result_slot(q, g), cnt * es);
-          } else {
-            std::memcpy(out + first(q, g) * es, result_slot(q, g), cnt * es);
-          }
-        }
-        host.stage_consumed(q, me, kResults)->v.store(word(++g), std::memory_order_release);
+        if (cnt > 0) to_output(out + first(q, g) * es, result_slot(q, g), cnt * es);
+        host.stage_consumed(q, me, kResults)->v.store(count.word(++g), std::memory_order_release);
       }
     }
     if (moved) {

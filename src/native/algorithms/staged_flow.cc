@@ -34,7 +34,6 @@ namespace mpcomm::native {
 
 namespace {
 
-constexpr uint64_t kPieceMask = (uint64_t{1} << kStagePieceBits) - 1;
 // 64, 128 and 256 KiB ran even (4 ranks on 2 CPUs, broadcast and allgather, 256 KiB-16 MiB).
 constexpr size_t kStagedPiece = size_t{128} << 10;
 static_assert(HostLocal::kStageBytes % kStagedPiece == 0 && HostLocal::kStageBytes / kStagedPiece >= 2,
@@ -60,18 +59,13 @@ void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<in
                  const std::vector<StagedIn>& in, bool stream) {
   HostLocal& host = c.host();
   const uint64_t stamp = c.op.seq + 1;
-  const uint64_t mark = stamp & (~uint64_t{0} >> kStagePieceBits);  // the stamp as the words hold it
-  auto count = [&](const StageWord* w) {
-    const uint64_t v = w->v.load(std::memory_order_acquire);
-    return (v >> kStagePieceBits) == mark ? static_cast<size_t>(v & kPieceMask) : size_t{0};
-  };
-  auto word = [&](size_t k) { return mark << kStagePieceBits | k; };
+  const StageCount count(stamp);
   const size_t slots = HostLocal::kStageBytes / kStagedPiece;
   const int me = c.rank;
   char* mine = host.stage(me);
   StageWord* pub = host.stage_published(me);
   const size_t out_pieces = pieces_of(bytes);
-  if (out_pieces > kPieceMask) throw InvalidArgument("mpcomm: staged flow of " + std::to_string(bytes) + " bytes: too many pieces");
+  if (out_pieces > kStageCountMask) throw InvalidArgument("mpcomm: staged flow of " + std::to_string(bytes) + " bytes: too many pieces");
   std::vector<StageWord*> reader_words;
   for (int r : readers) reader_words.push_back(host.stage_consumed(me, r));
   std::vector<Incoming> ins;
@@ -137,7 +131,7 @@ void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<in
     while (can_publish()) {
       const size_t k = published;
       copy_streamed(mine + (k % slots) * kStagedPiece, src + k * kStagedPiece, len(bytes, k));
-      pub->v.store(word(++published), std::memory_order_release);
+      pub->v.store(count.word(++published), std::memory_order_release);
       moved = true;
     }
     // 3.
@@ -155,7 +149,7 @@ void staged_flow(AlgoCtx& c, const char* src, size_t bytes, const std::vector<in
         } else {
           std::memcpy(s.in.dst + k * kStagedPiece, from, len(s.in.bytes, k));
         }
-        s.consumed->v.store(word(++s.got), std::memory_order_release);
+        s.consumed->v.store(count.word(++s.got), std::memory_order_release);
       }
     }
     if (moved) {
