@@ -188,11 +188,23 @@ Handle Engine::send(int peer, const void* data, size_t bytes, Route route) {
   if (bytes < kFastSendBytes && p.sendq.empty() && !p.closed) {
     const FrameHeader hdr{kFrameMagic, kFrameCollective, {}, 0, 0, fp_, bytes};
     if (p.link->write_whole(&hdr, sizeof hdr, data, bytes)) {
-      p.link->notify();
+      if (!p.notify_due) {
+        p.notify_due = true;
+        notify_due_.push_back(peer);
+      }
       return sent_;
     }
   }
   return post_send(peer, kFrameCollective, 0, fp_, data, bytes, route);
+}
+
+void Engine::notify_deferred() {
+  for (int r : notify_due_) {
+    Peer& p = peers_[static_cast<size_t>(r)];
+    p.notify_due = false;
+    p.link->notify();
+  }
+  notify_due_.clear();
 }
 
 Handle Engine::send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what) {
@@ -1052,6 +1064,7 @@ void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std
 }
 
 void Engine::wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs, const SharedWait* shared) {
+  if (!notify_due_.empty()) notify_deferred();
   if (done()) return;
   if (aborted_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(abort_mu_);
@@ -1118,6 +1131,7 @@ void Engine::wait_all(const std::vector<Handle>& hs) {
 }
 
 bool Engine::test(const Handle& h) {
+  if (!notify_due_.empty()) notify_deferred();
   if (!h->done) progress();
   return h->done;
 }

@@ -135,7 +135,14 @@ class Engine {
   // ring, each byte would be copied twice, and with ranks outnumbering CPUs the second copy is the cost
   // (4 ranks on 2 CPUs, 512 KiB blocks: 1750 us through rings, 680-790 us by single copy).
   // Route::ring: never by single copy (the two-copy allreduce, whatever MPCOMM_SINGLE_COPY_KB says).
+  // A frame that goes into the link whole as it is posted (below 4 KiB, nothing queued) wakes a sleeping
+  // receiver only at this rank's next wait or test, or at notify_deferred(): the wake's fence waits until
+  // the frame's lines are this CPU's, so the frames of several sends go out together (a broadcast's
+  // root: one such wait for all n-1 frames, not one after each).
   Handle send(int peer, const void* data, size_t bytes, Route route = Route::usual);
+  // Wakes the sleeping receivers of the frames send() left for later. The front door calls it when an
+  // op ends, however it ends; the engine's waits call it when they begin.
+  void notify_deferred();
   Handle recv(int peer, void* data, size_t bytes);  // collective frame
   // Collective frame whose payload is reduced into dst as it arrives: dst = own op payload (own may be
   // dst). Over shared memory the payload is read straight from the ring, never copied. `stream_to`:
@@ -232,6 +239,7 @@ class Engine {
     // error for any operation that still needs this peer.
     bool closed = false;
     std::string closed_why;
+    bool notify_due = false;  // a frame went into the link whose receiver was not woken yet (send())
     bool busy() const {
       return !sendq.empty() || !coll_recvs.empty() || !p2p_recvs.empty() || rx_in_payload || rx_hdr_got > 0 ||
              !awaiting_ack.empty() || !p2p_awaiting.empty();
@@ -331,6 +339,7 @@ class Engine {
   bool read_lazy_frames();
   void ack_p2p(int peer, int32_t token);
   int lazy_frames_ = 0;
+  std::vector<int> notify_due_;  // peers whose Peer::notify_due is set
 };
 
 }  // namespace mpcomm::native

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <iterator>
 #include <string>
@@ -303,6 +305,47 @@ TEST(NativeAlgorithms, ArrivalAllreduceReusesTheBoardAmongOtherCollectives) {
     }
   });
   for (int r = 0; r < n; ++r) EXPECT_EQ(wrong[static_cast<size_t>(r)], 0u) << "rank " << r;
+}
+
+// Receivers that sleep on their doorbells (no spinning: MPCOMM_SPIN_US=0; the root comes 60 ms late)
+// wake at the root's small frames, which the engine leaves in the rings and wakes their receivers for
+// only at its next wait or when the op ends (Engine::send): the flat broadcast's n-1 frames, the
+// linear barrier's releases. A receiver that missed its wake-up would sleep out its slice (up to 50
+// ms) before it looked again: over 8 rounds, some round would take 25 ms or more.
+TEST(NativeAlgorithms, SleepingReceiversWakeAtTheRootsFrames) {
+  constexpr int n = 4, kRounds = 8;
+  Options o = forcing("broadcast=flat,barrier=linear");
+  o.params["MPCOMM_SPIN_US"] = "0";
+  testing::ThreadWorld world("native", n, o);
+  using Clock = std::chrono::steady_clock;
+  for (const char* op : {"broadcast", "barrier"}) {
+    std::vector<double> worst(static_cast<size_t>(n), 0.0);
+    std::atomic<Clock::rep> sent{0};
+    world.run([&](int r, Communicator& comm) {
+      for (int round = 0; round < kRounds; ++round) {
+        comm.allreduce(nullptr, nullptr, 0, DataType::int32, ReduceOp::sum);  // all here: a round's start
+        int32_t v = r == 0 ? round : -1;
+        if (r == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(60));
+          sent = Clock::now().time_since_epoch().count();
+        }
+        if (std::string(op) == "broadcast") {
+          comm.broadcast(&v, 1, DataType::int32, 0);
+          EXPECT_EQ(v, round) << "rank " << r;
+        } else {
+          comm.barrier();
+        }
+        if (round == 0) {
+          EXPECT_EQ(testing::last_algorithm(comm), std::string(op) == "broadcast" ? "flat" : "linear");
+        }
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch() -
+                                                                     Clock::duration(sent.load())).count();
+        worst[static_cast<size_t>(r)] = std::max(worst[static_cast<size_t>(r)], ms);
+        comm.allreduce(nullptr, nullptr, 0, DataType::int32, ReduceOp::sum);  // nobody reads `sent` early
+      }
+    });
+    for (int r = 1; r < n; ++r) EXPECT_LT(worst[static_cast<size_t>(r)], 25.0) << op << ", rank " << r;
+  }
 }
 
 // The board allreduce back to back and among frame collectives whose root only sends (a broadcast, a

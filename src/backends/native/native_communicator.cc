@@ -46,6 +46,10 @@ class NativeBackend final : public detail::Backend {
     engine_->begin(&op, [this] { return current_ ? describe(*current_) : std::string("native"); });
     engine_->entered(op.seq);
     AlgoCtx ctx{*engine_, op, rank(), size(), scratch_, topology()};
+    struct Notify {  // the frames the op left in links wake their receivers, however the op ends
+      Engine& e;
+      ~Notify() { e.notify_deferred(); }
+    } notify{*engine_};
     const Algorithm& a = selection_.choose(ctx);
     op.algorithm = a.name;
     a.fn(ctx);
