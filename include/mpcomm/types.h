@@ -15,8 +15,9 @@ enum class DataType : uint8_t { int8, uint8, int32, int64, float16, bfloat16, fl
 inline constexpr int kNumDataTypes = 8;
 
 // Reduction operator. avg is sum divided by the group size (integer division for integer types).
-enum class ReduceOp : uint8_t { sum, prod, min, max, avg };
-inline constexpr int kNumReduceOps = 5;
+// band, bor, bxor: bitwise and, or, exclusive or, for the integer types only.
+enum class ReduceOp : uint8_t { sum, prod, min, max, avg, band, bor, bxor };
+inline constexpr int kNumReduceOps = 8;
 
 // Where a buffer lives. cuda buffers go to the nccl backend directly and through pinned host staging to
 // the CPU backends. index -1: the rank's local GPU (local rank modulo the visible GPUs).
@@ -28,6 +29,8 @@ struct Device {
 // Size in bytes of one element; throws InvalidArgument for a value outside the enum.
 MPCOMM_API size_t dtype_size(DataType t);
 MPCOMM_API bool is_floating(DataType t);
+// band, bor, bxor.
+MPCOMM_API bool is_bitwise(ReduceOp op);
 MPCOMM_API std::string_view to_string(DataType t);
 MPCOMM_API std::string_view to_string(ReduceOp op);
 MPCOMM_API std::string to_string(Device d);

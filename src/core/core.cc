@@ -208,6 +208,9 @@ BufferSpans Core::validate(const Op& op) const {
   if (op.v != nullptr) return validate_uneven(op);
   if (op.reduces() && static_cast<unsigned>(op.redop) >= kNumReduceOps)
     bad(op, c, "unknown reduce op value " + std::to_string(static_cast<int>(op.redop)));
+  if (op.reduces() && is_bitwise(op.redop) && is_floating(op.dtype))
+    bad(op, c, std::string(to_string(op.redop)) + " needs an integer data type (int8, uint8, int32, int64), not " +
+                   std::string(to_string(op.dtype)));
   if (op.rooted() && (op.root < 0 || op.root >= c.size()))
     bad(op, c, "root " + std::to_string(op.root) + " is out of range [0, " + std::to_string(c.size()) + ")");
   if (op.kind == OpKind::send || op.kind == OpKind::recv) {

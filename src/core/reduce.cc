@@ -99,12 +99,16 @@ Kernels kernels_in_use() {
 
 void reduce_into(Kernels k, void* dst, const void* const* srcs, int nsrc, size_t count, DataType dt, ReduceOp op) {
   if (nsrc < 1) throw Internal("mpcomm: reduce_into needs at least one source");
+  if (is_bitwise(op) && is_floating(dt))
+    throw Internal("mpcomm: reduce_into: " + std::string(to_string(op)) + " of " + std::string(to_string(dt)));
   runnable(k).reduce_into(dst, srcs, nsrc, count, dt, op);
 }
 
 void reduce_into_streamed(Kernels k, void* cached, void* streamed, const void* const* srcs, int nsrc, size_t count,
                           DataType dt, ReduceOp op) {
   if (nsrc < 1) throw Internal("mpcomm: reduce_into_streamed needs at least one source");
+  if (is_bitwise(op) && is_floating(dt))
+    throw Internal("mpcomm: reduce_into_streamed: " + std::string(to_string(op)) + " of " + std::string(to_string(dt)));
   runnable(k).reduce_into_streamed(cached, streamed, srcs, nsrc, count, dt, op);
 }
 

@@ -33,8 +33,10 @@ std::string_view to_string(DataType t) {
   return i < kNumDataTypes ? names[i] : "invalid-dtype";
 }
 
+bool is_bitwise(ReduceOp op) { return op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor; }
+
 std::string_view to_string(ReduceOp op) {
-  static const char* names[] = {"sum", "prod", "min", "max", "avg"};
+  static const char* names[] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
   auto i = static_cast<unsigned>(op);
   return i < kNumReduceOps ? names[i] : "invalid-redop";
 }
@@ -85,7 +87,7 @@ DataType parse_dtype(std::string_view n) {
 ReduceOp parse_reduce_op(std::string_view n) {
   for (int i = 0; i < kNumReduceOps; ++i)
     if (n == to_string(static_cast<ReduceOp>(i))) return static_cast<ReduceOp>(i);
-  throw InvalidArgument("mpcomm: unknown reduce op '" + std::string(n) + "' (expected sum, prod, min, max, avg)");
+  throw InvalidArgument("mpcomm: unknown reduce op '" + std::string(n) + "' (expected sum, prod, min, max, avg, band, bor, bxor)");
 }
 
 float half_to_float(uint16_t h) {

@@ -3,6 +3,7 @@
 // exact result fits every dtype and does not depend on the order of reduction:
 //   sum: values in [-3, 3] (unsigned [0, 6]);  prod: all ±1 but one 2;  min/max: [-6, 6];
 //   avg: base + d_r with the d_r summing to 0, so the average is the integer base exactly;
+//   band: 127 with one bit cleared per rank;  bor: one bit set per rank;  bxor: any byte (signed: [-128, 127]);
 //   data movement: (31·rank + 7·index) mod 97, unique per rank at each index.
 // The uneven ops (alltoallv, allgatherv) get uneven blocks from the case's count (uneven_count()), laid
 // out with gaps in another order than the ranks'; the gaps must come back untouched.
@@ -69,7 +70,8 @@ size_t uneven_recv_elements(const Case& c, int rank, int n);
 // The ops run_case() supports, in the order the suite and selftest run them.
 const std::vector<OpKind>& checked_ops();
 
-// The conformance matrix for one op on n ranks: every dtype × reduce op (for reducing ops) × count in
+// The conformance matrix for one op on n ranks: every dtype × reduce op (for reducing ops; the bitwise
+// ones for the integer types) × count in
 // {0, 1, 7, 1000, 2^20+3} × out-of-place/in-place, roots varying with the case. For the ops whose
 // count is per rank block the block is ceil(count / n), so each buffer stays near `count` elements. The
 // uneven ops: a data type of each size (int8, bfloat16, float32, float64: they only move bytes), alltoallv

@@ -206,9 +206,18 @@ ReduceOp to_mpcomm(const c10d::ReduceOp& r, const at::Tensor& t, const std::stri
     case c10d::ReduceOp::MAX: return ReduceOp::max;
     case c10d::ReduceOp::BAND:
     case c10d::ReduceOp::BOR:
-    case c10d::ReduceOp::BXOR:
-      refuse(op, "the bitwise reductions BAND, BOR, BXOR are not supported (SUM, PRODUCT, MIN, MAX, AVG are)");
-    default: refuse(op, "reduce op " + std::to_string(static_cast<int>(r.op_)) + " is not supported (SUM, PRODUCT, MIN, MAX, AVG are)");
+    case c10d::ReduceOp::BXOR: {
+      const char* name = r.op_ == c10d::ReduceOp::BAND ? "BAND" : r.op_ == c10d::ReduceOp::BOR ? "BOR" : "BXOR";
+      if (t.is_floating_point())
+        refuse(op, std::string(name) + " needs an integer or bool tensor, not " + c10::toString(t.scalar_type()));
+      // bool tensors hold 0 or 1 per byte: the bitwise ops on those bytes are the logical ones.
+      return r.op_ == c10d::ReduceOp::BAND ? ReduceOp::band : r.op_ == c10d::ReduceOp::BOR ? ReduceOp::bor : ReduceOp::bxor;
+    }
+    case c10d::ReduceOp::PREMUL_SUM:
+      refuse(op, "PREMUL_SUM (NCCL's pre-multiplied sum) is not supported (SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR are)");
+    default:
+      refuse(op, "reduce op " + std::to_string(static_cast<int>(r.op_)) +
+                     " is not supported (SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR are)");
   }
 }
 

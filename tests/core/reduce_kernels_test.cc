@@ -4,6 +4,7 @@
 // nothing around them; every kernel set the bits of the generic one; copy_streamed the bytes of memcpy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/reduce.h"
+#include "mpcomm/error.h"
 #include "mpcomm/types.h"
 
 namespace mpcomm {
@@ -51,7 +53,8 @@ TEST(ReduceKernels, StreamedGivesTheBitsOfReduceInto) {
   std::mt19937 rng(12345);
   const DataType dtypes[] = {DataType::int8,    DataType::uint8,   DataType::int32,   DataType::int64,
                              DataType::float16, DataType::bfloat16, DataType::float32, DataType::float64};
-  const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+  const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg,
+                          ReduceOp::band, ReduceOp::bor, ReduceOp::bxor};
   for (DataType dt : dtypes)
     for (ReduceOp op : ops)
       for (int nsrc : {2, 3, 9})
@@ -61,6 +64,7 @@ TEST(ReduceKernels, StreamedGivesTheBitsOfReduceInto) {
               for (bool cached : {true, false}) {
                 const size_t es = dtype_size(dt);
                 if (byte_off && es == 1) continue;
+                if (is_bitwise(op) && is_floating(dt)) continue;
                 const std::string what = std::string(to_string(dt)) + " " + std::string(to_string(op)) + " nsrc " + std::to_string(nsrc) +
                                          " count " + std::to_string(count) + " shift " + std::to_string(shift) +
                                          (byte_off ? " +1 byte" : "") + (cached ? "" : " no cached copy");
@@ -94,7 +98,8 @@ TEST(ReduceKernels, EveryKernelSetGivesTheGenericBits) {
   std::mt19937 rng(2026);
   const DataType dtypes[] = {DataType::int8,    DataType::uint8,   DataType::int32,   DataType::int64,
                              DataType::float16, DataType::bfloat16, DataType::float32, DataType::float64};
-  const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max};
+  const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
+                          ReduceOp::band, ReduceOp::bor, ReduceOp::bxor};
   int sets = 0;
   for (Kernels k : {Kernels::avx2, Kernels::avx512}) {
     if (!kernels_supported(k)) continue;
@@ -105,6 +110,7 @@ TEST(ReduceKernels, EveryKernelSetGivesTheGenericBits) {
           for (size_t count : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{31}, size_t{32}, size_t{47},
                                size_t{513}, size_t{4099}})
             for (size_t offset : {size_t{0}, size_t{1}}) {  // elements: the sources off the vectors' alignment
+              if (is_bitwise(op) && is_floating(dt)) continue;
               const size_t es = dtype_size(dt);
               const std::string what = std::string(kernels_name(k)) + " " + std::string(to_string(dt)) + " " +
                                        std::string(to_string(op)) + " nsrc " + std::to_string(nsrc) + " count " +
@@ -125,6 +131,53 @@ TEST(ReduceKernels, EveryKernelSetGivesTheGenericBits) {
             }
   }
   if (sets == 0) GTEST_SKIP() << "this CPU runs only the generic kernels";
+}
+
+// The bitwise reductions of the integer types against a plain loop over the sources' bits, every
+// kernel set, plain and streamed; a floating-point type is refused (Core::validate refuses it first).
+template <class T>
+void expect_bitwise(Kernels k, ReduceOp op, int nsrc, size_t count, std::mt19937& rng, DataType dt) {
+  std::vector<std::vector<T>> src(static_cast<size_t>(nsrc), std::vector<T>(count));
+  std::vector<const void*> srcs;
+  for (auto& v : src) {
+    for (auto& x : v) x = static_cast<T>(rng());
+    srcs.push_back(v.data());
+  }
+  std::vector<T> want(count), got(count), cached(count), streamed(count + 64 / sizeof(T));
+  for (size_t i = 0; i < count; ++i) {
+    T acc = src[0][i];
+    for (int j = 1; j < nsrc; ++j) {
+      const T v = src[static_cast<size_t>(j)][i];
+      acc = static_cast<T>(op == ReduceOp::band ? (acc & v) : op == ReduceOp::bor ? (acc | v) : (acc ^ v));
+    }
+    want[i] = acc;
+  }
+  const std::string what = std::string(kernels_name(k)) + " " + std::string(to_string(dt)) + " " +
+                           std::string(to_string(op)) + " nsrc " + std::to_string(nsrc) + " count " + std::to_string(count);
+  reduce_into(k, got.data(), srcs.data(), nsrc, count, dt, op);
+  EXPECT_EQ(got, want) << what;
+  reduce_into_streamed(k, cached.data(), streamed.data() + 1, srcs.data(), nsrc, count, dt, op);
+  EXPECT_EQ(cached, want) << what << " cached";
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), streamed.begin() + 1)) << what << " streamed";
+}
+
+TEST(ReduceKernels, BitwiseOpsOfTheIntegerTypes) {
+  std::mt19937 rng(99);
+  for (Kernels k : {Kernels::generic, Kernels::avx2, Kernels::avx512}) {
+    if (!kernels_supported(k)) continue;
+    for (ReduceOp op : {ReduceOp::band, ReduceOp::bor, ReduceOp::bxor})
+      for (int nsrc : {2, 3, 9})
+        for (size_t count : {size_t{0}, size_t{1}, size_t{33}, size_t{1000}, size_t{4099}}) {
+          expect_bitwise<int8_t>(k, op, nsrc, count, rng, DataType::int8);
+          expect_bitwise<uint8_t>(k, op, nsrc, count, rng, DataType::uint8);
+          expect_bitwise<int32_t>(k, op, nsrc, count, rng, DataType::int32);
+          expect_bitwise<int64_t>(k, op, nsrc, count, rng, DataType::int64);
+        }
+  }
+  float a = 1, b = 2, out = 0;
+  const void* srcs[2] = {&a, &b};
+  EXPECT_THROW(reduce_into(&out, srcs, 2, 1, DataType::float32, ReduceOp::band), Internal);
+  EXPECT_THROW(reduce_into_streamed(nullptr, &out, srcs, 2, 1, DataType::float32, ReduceOp::bxor), Internal);
 }
 
 TEST(ReduceKernels, CopyStreamedCopiesEveryByteAndNothingElse) {

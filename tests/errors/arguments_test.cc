@@ -36,6 +36,10 @@ std::vector<BadCall> bad_calls() {
        [](Communicator& c) { c.allgather(a, b, std::numeric_limits<size_t>::max() / 8, DataType::int32); }},
       {"unknown dtype", "unknown data type value 99", [](Communicator& c) { c.allreduce(a, b, 1, static_cast<DataType>(99), ReduceOp::sum); }},
       {"unknown reduce op", "unknown reduce op value 42", [](Communicator& c) { c.allreduce(a, b, 1, DataType::float32, static_cast<ReduceOp>(42)); }},
+      {"bitwise and of floats", "band needs an integer data type (int8, uint8, int32, int64), not float32",
+       [](Communicator& c) { c.allreduce(a, b, 4, DataType::float32, ReduceOp::band); }},
+      {"bitwise xor of bfloat16, reduce_scatter", "bxor needs an integer data type (int8, uint8, int32, int64), not bfloat16",
+       [](Communicator& c) { c.ireduce_scatter(b, a, 2, DataType::bfloat16, ReduceOp::bxor); }},
       {"overlapping buffers not in place", "overlap but are not the in-place layout",
        [](Communicator& c) { c.allreduce(b, b + 1, 4, DataType::float32, ReduceOp::sum); }},
       {"allgather wrong in-place offset", "overlap but are not the in-place layout",
@@ -162,6 +166,9 @@ TEST(Arguments, ParsersRejectUnknownNames) {
   EXPECT_EQ(parse_dtype("half"), DataType::float16);
   EXPECT_EQ(parse_dtype("bf16"), DataType::bfloat16);
   EXPECT_EQ(parse_reduce_op("avg"), ReduceOp::avg);
+  EXPECT_EQ(parse_reduce_op("bxor"), ReduceOp::bxor);
+  for (int i = 0; i < kNumReduceOps; ++i)  // every name parses back to its op
+    EXPECT_EQ(parse_reduce_op(to_string(static_cast<ReduceOp>(i))), static_cast<ReduceOp>(i));
   EXPECT_THROW(parse_dtype("float128"), InvalidArgument);
   EXPECT_THROW(parse_reduce_op("xor"), InvalidArgument);
 }

@@ -64,8 +64,11 @@ def bad():
         fails += expect_error("a CUDA tensor", lambda: dist.all_reduce(cuda), ["cuda", "CPU"])
     except (RuntimeError, AssertionError) as e:
         out(f"(no CUDA tensor possible here: {str(e).splitlines()[0][:60]})")
-    fails += expect_error("BOR", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64), op=dist.ReduceOp.BOR),
-                          ["BOR", "not supported"])
+    fails += expect_error("BOR of floats", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BOR),
+                          ["BOR", "integer or bool", "Float"])
+    if hasattr(dist, "_make_nccl_premul_sum"):
+        fails += expect_error("PREMUL_SUM", lambda: dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0)),
+                              ["PREMUL_SUM", "not supported"])
     fails += expect_error("recv from any source", lambda: dist.recv(torch.empty(2)), ["any source"])
     # No traffic was started by any of them: the group still works, and exactly.
     t = torch.full((5,), float(r + 1))

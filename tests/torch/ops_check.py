@@ -37,7 +37,13 @@ def values(rank, n, dtype, salt=0):
 
 
 def reduce_ref(tensors, op, dtype, world):
-    """The reduction of the ranks' tensors, computed in float64/int64 and cast back."""
+    """The reduction of the ranks' tensors, computed in float64/int64 and cast back (bitwise: in the dtype)."""
+    if op in ("BAND", "BOR", "BXOR"):
+        fn = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}[op]
+        out = tensors[0].clone()
+        for t in tensors[1:]:
+            out = fn(out, t)
+        return out
     if dtype == torch.bool:
         stack = torch.stack([t.to(torch.int64) for t in tensors])
         out = stack.max(0).values if op in ("SUM", "MAX") else stack.min(0).values
@@ -146,6 +152,17 @@ def main():
                         print(f"rank {r}: FAIL all_reduce AVG{tag}", flush=True)
                 else:
                     check(f"all_reduce {opname}{tag}", got, want)
+
+            # all_reduce, the bitwise ops of the integer types and bool (refused for floating types: faults_check)
+            if not dtype.is_floating_point:
+                for opname in ("BAND", "BOR", "BXOR"):
+                    def arb(g, op=getattr(dist.ReduceOp, opname)):
+                        t = values(r, count, dtype, salt=2)
+                        dist.all_reduce(t, op=op, group=g)
+                        return t
+                    got = run_both(f"all_reduce {opname}{tag}", arb, gloo, gs)
+                    check(f"all_reduce {opname}{tag}", got,
+                          reduce_ref([values(q, count, dtype, salt=2) for q in range(n)], opname, dtype, n))
 
             # all_reduce_coalesced: two tensors of one dtype
             def arc(g):
@@ -271,10 +288,10 @@ def main():
     check("all_reduce non-contiguous", t, (torch.arange(12, dtype=torch.float32).reshape(3, 4).t() * n))
     dist.barrier()
 
-    # the bitwise reductions are refused with a clear error
+    # the bitwise reductions of a floating-point tensor are refused with a clear error
     try:
-        dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.BAND)
-        failures.append("BAND was not refused")
+        dist.all_reduce(torch.ones(4, dtype=torch.float32), op=dist.ReduceOp.BAND)
+        failures.append("BAND of float32 was not refused")
     except (RuntimeError, ValueError) as e:
         if "BAND" not in str(e):
             failures.append(f"BAND refusal does not name it: {e}")

@@ -491,7 +491,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-d,--datatype", o->c.dtypes,
                  "float, half, bfloat16, double, int32, int64, uint8, int8; a comma list measures each in turn, in one run")
       ->delimiter(',');
-  app.add_option("-o,--op", o->c.redop, "sum, prod, min, max, avg");
+  app.add_option("-o,--op", o->c.redop, "sum, prod, min, max, avg; band, bor, bxor with an integer -d");
   app.add_option("-r,--root", o->c.root, "root rank of rooted ops");
   app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds");
   app.add_option("--json", o->json, "write one JSON object per measured row to this file");

@@ -60,6 +60,13 @@ class StoreAdapter : public ::gloo::rendezvous::Store {
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
+// Gloo has no bitwise reductions: mpcomm's kernels (integer types only; Core::validate refuses others).
+template <ReduceOp Op, DataType Dt>
+void bitwise_fn(void* c, const void* a, const void* b, size_t n) {
+  const void* srcs[2] = {a, b};
+  reduce_into(c, srcs, 2, n, Dt, Op);
+}
+
 template <class T>
 ReduceFn gloo_fn(ReduceOp op) {
   switch (op) {
@@ -68,8 +75,21 @@ ReduceFn gloo_fn(ReduceOp op) {
     case ReduceOp::prod: return &::gloo::product<T>;
     case ReduceOp::min: return &::gloo::min<T>;
     case ReduceOp::max: return &::gloo::max<T>;
+    case ReduceOp::band:
+    case ReduceOp::bor:
+    case ReduceOp::bxor: break;
   }
   return nullptr;
+}
+
+template <DataType Dt>
+ReduceFn bitwise(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::band: return &bitwise_fn<ReduceOp::band, Dt>;
+    case ReduceOp::bor: return &bitwise_fn<ReduceOp::bor, Dt>;
+    case ReduceOp::bxor: return &bitwise_fn<ReduceOp::bxor, Dt>;
+    default: return nullptr;
+  }
 }
 
 // bfloat16 has no Gloo type: reduce through mpcomm's kernels, which accumulate in float32.
@@ -80,11 +100,14 @@ void bf16_fn(void* c, const void* a, const void* b, size_t n) {
 }
 
 ReduceFn reduce_fn(DataType dt, ReduceOp op) {
+  const bool bits = is_bitwise(op);
+  if (bits && is_floating(dt))
+    throw Internal("mpcomm: gloo: no " + std::string(to_string(op)) + " for " + std::string(to_string(dt)));
   switch (dt) {
-    case DataType::int8: return gloo_fn<int8_t>(op);
-    case DataType::uint8: return gloo_fn<uint8_t>(op);
-    case DataType::int32: return gloo_fn<int32_t>(op);
-    case DataType::int64: return gloo_fn<int64_t>(op);
+    case DataType::int8: return bits ? bitwise<DataType::int8>(op) : gloo_fn<int8_t>(op);
+    case DataType::uint8: return bits ? bitwise<DataType::uint8>(op) : gloo_fn<uint8_t>(op);
+    case DataType::int32: return bits ? bitwise<DataType::int32>(op) : gloo_fn<int32_t>(op);
+    case DataType::int64: return bits ? bitwise<DataType::int64>(op) : gloo_fn<int64_t>(op);
     case DataType::float16: return gloo_fn<::gloo::float16>(op);
     case DataType::float32: return gloo_fn<float>(op);
     case DataType::float64: return gloo_fn<double>(op);
@@ -95,6 +118,9 @@ ReduceFn reduce_fn(DataType dt, ReduceOp op) {
         case ReduceOp::prod: return &bf16_fn<ReduceOp::prod>;
         case ReduceOp::min: return &bf16_fn<ReduceOp::min>;
         case ReduceOp::max: return &bf16_fn<ReduceOp::max>;
+        case ReduceOp::band:
+        case ReduceOp::bor:
+        case ReduceOp::bxor: break;
       }
   }
   throw Internal("mpcomm: gloo: no reduce function for " + std::string(to_string(dt)));

@@ -126,6 +126,7 @@ class Runtime {
 
   // float16/bfloat16 ops, accumulating in float32 through mpcomm's kernels. avg reduces as sum.
   MPI_Op half_op(DataType dt, ReduceOp op) const {
+    if (is_bitwise(op)) throw Internal("mpcomm: mpi: no " + std::string(to_string(op)) + " for " + std::string(to_string(dt)));
     return half_ops_[dt == DataType::bfloat16 ? 1 : 0][op == ReduceOp::avg ? 0 : static_cast<int>(op)];
   }
 
@@ -277,6 +278,12 @@ MPI_Op mpi_op(DataType t, ReduceOp op) {
       return MPI_MIN;
     case ReduceOp::max:
       return MPI_MAX;
+    case ReduceOp::band:
+      return MPI_BAND;
+    case ReduceOp::bor:
+      return MPI_BOR;
+    case ReduceOp::bxor:
+      return MPI_BXOR;
   }
   throw InvalidArgument("mpcomm: mpi: unknown ReduceOp value " + std::to_string(static_cast<int>(op)));
 }

@@ -102,6 +102,9 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::min: return ncclMin;
     case ReduceOp::max: return ncclMax;
     case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::band:
+    case ReduceOp::bor:
+    case ReduceOp::bxor: break;  // refused by NcclBackend::run
   }
   throw InvalidArgument("mpcomm: nccl: unknown ReduceOp value " + std::to_string(static_cast<int>(op)));
 }
@@ -689,6 +692,9 @@ class NcclBackend final : public detail::Backend {
 // Device pointers only (the front door staged host buffers).
 void NcclBackend::run(const Op& op) {
   op.algorithm = nccl_call(op.kind);
+  if (op.reduces() && is_bitwise(op.redop))  // refused alike on every rank, before any NCCL call
+    throw Unsupported("mpcomm: " + describe(op) + ": NCCL has no bitwise reductions; use a CPU backend for " +
+                      std::string(to_string(op.redop)));
   // Nothing to move: no NCCL call on any rank. (An uneven op's count is this rank's only: it may receive.)
   if (op.count == 0 && op.kind != OpKind::barrier && op.v == nullptr) return;
   CommState& st = *st_;
