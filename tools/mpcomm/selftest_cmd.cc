@@ -39,6 +39,8 @@ int run_random(Communicator& comm, const SelftestOptions& o) {
     c.op = ops[rng() % ops.size()];
     c.dtype = static_cast<DataType>(rng() % kNumDataTypes);
     c.redop = static_cast<ReduceOp>(rng() % kNumReduceOps);
+    // The bitwise ops take integer types only: on a floating-point one, sum, prod or min instead.
+    if (is_bitwise(c.redop) && is_floating(c.dtype)) c.redop = static_cast<ReduceOp>(static_cast<int>(c.redop) - 5);
     // Element counts spread over every scale: 0, tiny, around ring chunks, up to 2^18 (per rank block).
     const int bits = static_cast<int>(rng() % 19);
     c.count = bits == 0 ? 0 : (size_t{1} << (bits - 1)) + rng() % (size_t{1} << (bits - 1));
