@@ -546,7 +546,7 @@ void Core::end(OpRequest& r, std::exception_ptr error) {
     }
     inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(), [&](auto& p) { return p.get() == &r; }),
                     inflight_.end());
-    worker = worker_has_work_locked();
+    worker = worker_must_wake_locked();
   }
   cv_.notify_all();
   if (worker) worker_cv_.notify_all();
@@ -588,7 +588,7 @@ void Core::release_driver() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     driver_ = Driver::none;
-    worker = worker_has_work_locked();
+    worker = worker_must_wake_locked();
   }
   cv_.notify_all();
   if (worker) worker_cv_.notify_all();
@@ -596,7 +596,12 @@ void Core::release_driver() {
 
 void Core::notify_locked() {
   cv_.notify_all();
-  if (worker_has_work_locked()) worker_cv_.notify_all();
+  if (worker_must_wake_locked()) worker_cv_.notify_all();
+}
+
+bool Core::worker_must_wake_locked() const {
+  return stop_ || !queue_.empty() ||
+         std::any_of(inflight_.begin(), inflight_.end(), [](auto& r) { return static_cast<bool>(r->callback); });
 }
 
 // Whether the progress thread tests the sends and receives in flight: always where a test is cheap, else
@@ -696,6 +701,8 @@ void Core::worker_loop() {
       worker_cv_.wait_for(lk, driver_ == Driver::none ? kPoll : busy_poll);
       worker_polling_ = false;
       busy_poll = driver_ == Driver::none ? kPoll : std::min(busy_poll * 2, kMaxBusyPoll);
+    } else if (!inflight_.empty()) {
+      worker_cv_.wait_for(lk, kMaxNap);  // nobody wakes it for them (worker_must_wake_locked)
     } else {
       worker_cv_.wait(lk);
     }
