@@ -115,6 +115,33 @@ TEST_P(NonBlocking, CompletesWithoutTheCallersHelp) {
   for (int r = 0; r < n; ++r) EXPECT_TRUE(completed[r]) << "rank " << r;
 }
 
+// A large send and its receive in flight while neither rank touches its request: the progress thread,
+// which nobody wakes for them, finds them by itself and moves the whole message through the shared-memory
+// ring (32 MiB: many ring's worths, each needing the sender to refill it), so that a single test() after
+// 300 ms finds both done. (One test() moves at most a ring's worth: without the progress thread they would
+// still be in flight.)
+TEST(NonBlockingP2P, LargeSendAndReceiveProgressWithoutTheCallers) {
+  Options o;
+  o.params["MPCOMM_SINGLE_COPY"] = "0";  // through the ring, whatever the CPUs
+  testing::ThreadWorld world("native", 2, o);
+  std::vector<int> done(2), right(2);
+  world.run([&](int r, Communicator& comm) {
+    const size_t count = size_t{8} << 20;  // 32 MiB of int32
+    std::vector<int32_t> buf(count, r == 0 ? 7 : -1);
+    comm.barrier();
+    Request q = r == 0 ? comm.isend(buf.data(), count, DataType::int32, 1, 5)
+                       : comm.irecv(buf.data(), count, DataType::int32, 0, 5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    done[static_cast<size_t>(r)] = q.test();
+    q.wait();
+    right[static_cast<size_t>(r)] = buf.front() == 7 && buf.back() == 7;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(done[static_cast<size_t>(r)]) << "rank " << r << ": still in flight after 300 ms";
+    EXPECT_TRUE(right[static_cast<size_t>(r)]) << "rank " << r;
+  }
+}
+
 // Issue order: when a later op has completed, every op issued before it has too; a Request waited twice
 // returns at once.
 TEST_P(NonBlocking, OpsCompleteInIssueOrder) {
