@@ -612,8 +612,15 @@ bool Core::worth_testing_locked() const {
 }
 
 void Core::add_inflight(const std::shared_ptr<OpRequest>& r) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (!r->ended()) inflight_.push_back(r);
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!r->ended()) {
+      inflight_.push_back(r);
+      wake = worker_asleep_;  // asleep until woken (no op for kActive): it would not look at this one
+    }
+  }
+  if (wake) worker_cv_.notify_all();
 }
 
 void Core::process(OpRequest& r) {
@@ -704,7 +711,9 @@ void Core::worker_loop() {
     } else if (!inflight_.empty()) {
       worker_cv_.wait_for(lk, kMaxNap);  // nobody wakes it for them (worker_must_wake_locked)
     } else {
+      worker_asleep_ = true;
       worker_cv_.wait(lk);
+      worker_asleep_ = false;
     }
   }
 }
@@ -786,6 +795,7 @@ Request Core::ip2p(Op& op) {
   bool behind_others;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    last_issue_ = Clock::now();  // the progress thread keeps looking by itself (kPoll) while these come
     behind_others = !queue_.empty() || driver_ != Driver::none;
     if (!behind_others) driver_ = Driver::caller;
   }

@@ -155,6 +155,7 @@ class Core : public std::enable_shared_from_this<Core> {
   uint64_t endings_ = 0;  // ops ended by the progress thread (a waiter's deadline restarts on each)
   bool stop_ = false;
   bool worker_polling_ = false;  // the progress thread looks at the queue by itself (kPoll in core.cc)
+  bool worker_asleep_ = false;   // the progress thread sleeps until woken (nothing issued for kActive)
   std::chrono::steady_clock::time_point last_issue_{};  // the last op queued
   std::thread worker_;
 };

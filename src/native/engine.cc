@@ -89,10 +89,11 @@ Engine::~Engine() {
   for (auto& p : peers_) p.link.reset();  // links point into the segment: drop them first
 }
 
-void Engine::begin(const detail::Op* op, std::function<std::string()> describe) {
+void Engine::begin(const detail::Op* op, Describe describe, const void* ctx) {
   op_ = op;
   fp_ = detail::fingerprint(*op);
-  if (describe) describe_ = std::move(describe);
+  describe_ = describe;
+  describe_ctx_ = ctx;
 }
 
 void Engine::entered(uint64_t seq) {
@@ -115,7 +116,9 @@ std::string Engine::who_is_behind() const {
   return out;
 }
 
-std::string Engine::context() const { return describe_ ? describe_() : "rank " + std::to_string(rank_); }
+std::string Engine::context() const {
+  return describe_ != nullptr && op_ != nullptr ? describe_(describe_ctx_, *op_) : "rank " + std::to_string(rank_);
+}
 
 void Engine::fail(ErrorCode code, const std::string& msg) {
   std::string full = "mpcomm: " + context() + ": " + msg;
@@ -207,13 +210,11 @@ void Engine::notify_deferred() {
   notify_due_.clear();
 }
 
-Handle Engine::send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what) {
+Handle Engine::send_p2p(int peer, int tag, const void* data, size_t bytes) {
   detail::Fingerprint fp;
   fp.kind = static_cast<uint8_t>(OpKind::send);
   fp.count = bytes;
-  auto x = post_send(peer, kFrameP2P, tag, fp, data, bytes);
-  x->what = std::move(what);
-  return x;
+  return post_send(peer, kFrameP2P, tag, fp, data, bytes);
 }
 
 // A collective receive, not yet posted.
@@ -265,14 +266,13 @@ void Engine::deliver(Xfer& x, const char* data) {
     std::memcpy(x.rdata, data, x.bytes);
 }
 
-Handle Engine::recv_p2p(int peer, int tag, void* data, size_t bytes, std::string what) {
+Handle Engine::recv_p2p(int peer, int tag, void* data, size_t bytes) {
   auto x = std::make_shared<Xfer>();
   x->peer = peer;
   x->kind = kFrameP2P;
   x->tag = tag;
   x->rdata = static_cast<char*>(data);
   x->bytes = bytes;
-  x->what = std::move(what);
   post_recv(x);
   return x;
 }

@@ -91,7 +91,6 @@ struct Xfer {
   size_t done_bytes = 0;  // send: header + payload written; recv: payload read
   FrameHeader hdr{};      // send only
   bool done = false;
-  std::string what;       // p2p only: the op, for error messages
   bool single_copy = false;  // send: offered as a descriptor; done when the receiver's ack arrives
   int32_t token = 0;         // single-copy p2p send: what the receiver's ack names it by (1 and up)
   int8_t p2p_path = -1;      // p2p send whose path is chosen (Engine::choose_p2p_single): Link::kThroughLink ...
@@ -125,8 +124,12 @@ class Engine {
          EngineSettings settings = {});
   ~Engine();
 
-  // The op whose frames send()/recv() create and whose name errors carry; set before each collective.
-  void begin(const detail::Op* op, std::function<std::string()> describe);
+  // How errors name the op: describe(ctx, op), called only when an error needs it (a description
+  // formatted per call cost a string or more per send and receive).
+  using Describe = std::string (*)(const void* ctx, const detail::Op& op);
+  // The op whose frames send()/recv() create and whose name errors carry; set before each call into the
+  // engine (a collective, a send or receive started, waited or tested). op must live until the next begin().
+  void begin(const detail::Op* op, Describe describe, const void* ctx);
   // Marks entry into collective number `seq` (visible to local peers, for "who is behind").
   void entered(uint64_t seq);
 
@@ -151,8 +154,8 @@ class Engine {
   // order: min/max of NaNs and NaN payloads depend on it).
   Handle recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op,
                      void* stream_to = nullptr, bool own_first = true);
-  Handle send_p2p(int peer, int tag, const void* data, size_t bytes, std::string what);
-  Handle recv_p2p(int peer, int tag, void* data, size_t bytes, std::string what);
+  Handle send_p2p(int peer, int tag, const void* data, size_t bytes);
+  Handle recv_p2p(int peer, int tag, void* data, size_t bytes);
 
   void wait(const Handle& h);
   void wait_all(const std::vector<Handle>& hs);
@@ -319,7 +322,8 @@ class Engine {
   bool choose_p2p_single(Peer& p);
   void publish_rate(Peer& p, int path, size_t bytes, uint64_t ns);
   const detail::Op* op_ = nullptr;
-  std::function<std::string()> describe_;
+  Describe describe_ = nullptr;
+  const void* describe_ctx_ = nullptr;
   detail::Fingerprint fp_{};
   // The first failure, recorded by the driving thread or by an abort from any other (abort_mu_).
   bool record_abort(ErrorCode code, const std::string& msg);  // false when one was recorded before

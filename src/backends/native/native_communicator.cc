@@ -41,9 +41,13 @@ class NativeBackend final : public detail::Backend {
 
   ~NativeBackend() override { engine_->close(); }
 
+  // Engine::Describe: how errors name the op.
+  static std::string describe_op(const void* self, const detail::Op& op) {
+    return static_cast<const NativeBackend*>(self)->describe(op);
+  }
+
   void run(const detail::Op& op) override {
-    current_ = &op;
-    engine_->begin(&op, [this] { return current_ ? describe(*current_) : std::string("native"); });
+    engine_->begin(&op, &describe_op, this);
     engine_->entered(op.seq);
     AlgoCtx ctx{*engine_, op, rank(), size(), scratch_, topology()};
     struct Notify {  // the frames the op left in links wake their receivers, however the op ends
@@ -66,36 +70,40 @@ class NativeBackend final : public detail::Backend {
   std::shared_ptr<Engine> engine_;
   Selection selection_;
   std::vector<char> scratch_;
-  const detail::Op* current_ = nullptr;
 };
 
+// A send or receive in flight. Its errors name it as the backend would (the same rank, size and name),
+// without the backend, which need not outlive it.
 class P2PRequest : public detail::RequestState {
  public:
-  P2PRequest(std::shared_ptr<Engine> e, Handle h, detail::Op op, std::string what)
-      : e_(std::move(e)), h_(std::move(h)), op_(op), what_(std::move(what)) {}
+  P2PRequest(std::shared_ptr<Engine> e, Handle h, detail::Op op, int rank, int size)
+      : e_(std::move(e)), h_(std::move(h)), op_(op), rank_(rank), size_(size) {}
   void wait() override {
-    e_->begin(&op_, [w = what_] { return w; });
+    e_->begin(&op_, &describe_op, this);
     e_->wait(h_);
   }
   bool test() override {
-    e_->begin(&op_, [w = what_] { return w; });
+    e_->begin(&op_, &describe_op, this);
     return e_->test(h_);
   }
 
  private:
+  static std::string describe_op(const void* self, const detail::Op& op) {
+    const auto* r = static_cast<const P2PRequest*>(self);
+    return detail::describe(op, r->rank_, r->size_, "native");
+  }
   std::shared_ptr<Engine> e_;
   Handle h_;
   detail::Op op_;
-  std::string what_;
+  int rank_, size_;
 };
 
 std::shared_ptr<detail::RequestState> NativeBackend::start(const detail::Op& op) {
-  std::string what = describe(op);
   op.algorithm = "frames";
-  engine_->begin(&op, [what] { return what; });
-  Handle h = op.kind == OpKind::send ? engine_->send_p2p(op.peer, op.tag, op.send, op.bytes(), what)
-                                     : engine_->recv_p2p(op.peer, op.tag, op.recv, op.bytes(), what);
-  return std::make_shared<P2PRequest>(engine_, std::move(h), op, std::move(what));
+  engine_->begin(&op, &describe_op, this);
+  Handle h = op.kind == OpKind::send ? engine_->send_p2p(op.peer, op.tag, op.send, op.bytes())
+                                     : engine_->recv_p2p(op.peer, op.tag, op.recv, op.bytes());
+  return std::make_shared<P2PRequest>(engine_, std::move(h), op, rank(), size());
 }
 
 }  // namespace
