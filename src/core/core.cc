@@ -599,17 +599,15 @@ void Core::notify_locked() {
   if (worker_must_wake_locked()) worker_cv_.notify_all();
 }
 
-bool Core::worker_must_wake_locked() const {
-  return stop_ || !queue_.empty() ||
-         std::any_of(inflight_.begin(), inflight_.end(), [](auto& r) { return static_cast<bool>(r->callback); });
+bool Core::callback_in_flight_locked() const {
+  return std::any_of(inflight_.begin(), inflight_.end(), [](auto& r) { return static_cast<bool>(r->callback); });
 }
+
+bool Core::worker_must_wake_locked() const { return stop_ || !queue_.empty() || callback_in_flight_locked(); }
 
 // Whether the progress thread tests the sends and receives in flight: always where a test is cheap, else
 // those with a completion callback (nobody else would end them).
-bool Core::worth_testing_locked() const {
-  if (cheap_test_) return true;
-  return std::any_of(inflight_.begin(), inflight_.end(), [](auto& r) { return static_cast<bool>(r->callback); });
-}
+bool Core::worth_testing_locked() const { return cheap_test_ || callback_in_flight_locked(); }
 
 void Core::add_inflight(const std::shared_ptr<OpRequest>& r) {
   bool wake = false;

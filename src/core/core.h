@@ -118,6 +118,7 @@ class Core : public std::enable_shared_from_this<Core> {
   void settle_driver(std::unique_lock<std::mutex>& lk);
   void add_inflight(const std::shared_ptr<OpRequest>& r);
   bool worth_testing_locked() const;
+  bool callback_in_flight_locked() const;  // a send or receive in flight has a completion callback
   // Whether the progress thread must be woken now that the driver changed or an op ended: ops queued for
   // it, a request in flight whose completion callback nobody else would call, or the end. Sends and
   // receives in flight without one it finds by itself, at most kMaxNap later (core.cc): waking it for
@@ -156,7 +157,7 @@ class Core : public std::enable_shared_from_this<Core> {
   bool stop_ = false;
   bool worker_polling_ = false;  // the progress thread looks at the queue by itself (kPoll in core.cc)
   bool worker_asleep_ = false;   // the progress thread sleeps until woken (nothing issued for kActive)
-  std::chrono::steady_clock::time_point last_issue_{};  // the last op queued
+  std::chrono::steady_clock::time_point last_issue_{};  // the last op queued, or send or receive issued
   std::thread worker_;
 };
 
