@@ -71,8 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<native::Handle> hs = {
         e.recv(1, a.data(), count * sizeof(float)),
         e.recv_reduce(1, b.data(), own.data(), count * sizeof(float), DataType::float32, ReduceOp::sum),
-        e.recv_p2p(1, 0, p1.data(), p1.size(), "recv (tag 0)"),
-        e.recv_p2p(1, 5, p2.data(), p2.size(), "recv (tag 5)"),
+        e.recv_p2p(1, 0, p1.data(), p1.size()),
+        e.recv_p2p(1, 5, p2.data(), p2.size()),
     };
     // Progress until the input is used up (each pass reads what the link offers), then a few more.
     for (int pass = 0, idle = 0; pass < 100000 && idle < 4; ++pass) {
