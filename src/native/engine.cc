@@ -61,12 +61,11 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
   // or more per CPU, where the ring's turns cost most (docs/performance.md, "Point-to-point on a crowded
   // host": 8 ranks on 2 CPUs, 64 KiB, ring 256-345 us, single copy 207-249, mpi 206-252; 4 ranks, the ring
   // ahead up to 128 KiB).
-  // Below that, from 64 KiB on a crowded host and from MPCOMM_SINGLE_COPY_KB with a CPU per rank, the
-  // faster path now (choose_p2p_single()).
+  // Below that, from 64 KiB (or MPCOMM_SINGLE_COPY_KB if lower), the faster path now
+  // (choose_p2p_single()): with the CPUs far apart single copy wins from 64 KiB, with them near the ring.
   if (crowded_)
     p2p_single_from_ = seg_->nlocal() >= 4 * cpus ? std::min(settings_.single_copy_from, kP2PSingleFrom) : settings_.single_copy_from;
-  if (settings_.single_copy)
-    p2p_choice_from_ = crowded_ ? std::min(settings_.single_copy_from, kP2PSingleFrom) : settings_.single_copy_from;
+  if (settings_.single_copy) p2p_choice_from_ = std::min(settings_.single_copy_from, kP2PSingleFrom);
   // Waiting on sockets, a rank polls briefly before it yields only when this machine has more ranks
   // than CPUs (emulated hosts, whose ranks all share it): else it spins as on shared memory, as MPI's
   // TCP transport does (2 hosts x 1 rank, 8 B allreduce over a veth, unpinned: 50-65 us yielding early,
@@ -386,7 +385,7 @@ bool Engine::progress_send(int peer, Peer& p) {
     // worth. Below that, and with a CPU per rank, the faster path lately.
     if (x.kind == kFrameP2P && x.done_bytes == 0 && x.p2p_path < 0 && x.bytes >= p2p_choice_from_ &&
         x.bytes < p2p_single_from_)
-      x.p2p_path = static_cast<int8_t>(choose_p2p_single(p) ? Link::kSingleCopy : Link::kThroughLink);
+      x.p2p_path = static_cast<int8_t>(choose_p2p_single(p, x.bytes) ? Link::kSingleCopy : Link::kThroughLink);
     const bool p2p_single = x.kind == kFrameP2P && (x.bytes >= p2p_single_from_ || x.p2p_path == Link::kSingleCopy);
     if (x.done_bytes == 0 && ((x.kind == kFrameCollective && x.bytes >= single_from) || p2p_single) &&
         can_single_copy(peer, p)) {
@@ -447,7 +446,8 @@ bool Engine::progress_send(int peer, Peer& p) {
     }
     if (timed) {
       const uint64_t sample = std::clamp<uint64_t>(x.bytes * 1000 / std::max<uint64_t>(p.tx_copy_ns, 1), 1, UINT32_MAX);
-      p.tx_ring_rate = p.tx_ring_rate == 0 ? sample : (p.tx_ring_rate + sample) / 2;
+      uint64_t& rate = p.tx_ring_rate[Link::rate_class(x.bytes)];
+      rate = rate == 0 ? sample : (rate + sample) / 2;
       p.tx_copy_ns = 0;
     }
     x.done = true;
@@ -821,15 +821,19 @@ void Engine::receive_single_copy(int peer, Peer& p) {
 // waits between them: the receiver its copies out of the ring, or its single-copy read, and publishes
 // their rate (MB/s) in the ring; the sender its copies into the ring (with the CPUs far apart those are
 // the slow ones: they write lines the reader last held). Through the ring both copies count, one after
-// the other. The sender takes the faster path, an unmeasured one first, and every kRefreshEvery-th
-// large send the path not taken for that long, so that its rate stays current (publish_rate()).
-bool Engine::choose_p2p_single(Peer& p) {
+// the other. Rates are kept by size class (Link::rate_class): a 64 KiB single copy pays its system call
+// and its handshake on a sixteenth of the bytes a 1 MiB one does. The sender takes the faster path, an
+// unmeasured one first, and after some large sends of a class (kRefreshEvery, more the slower it was)
+// the path not taken for that long, so that its rate stays current (publish_rate()).
+bool Engine::choose_p2p_single(Peer& p, size_t bytes) {
   constexpr uint32_t kRefreshEvery = 32;
   if (!p.link || p.single_copy_ok < 0) return false;
-  const uint32_t n = ++p.large_sends;
+  const int c = Link::rate_class(bytes);
+  const uint32_t n = ++p.large_sends[c];
   // Through the ring both copy, one after the other for each piece: the rate of the two together.
-  const uint64_t rx_ring = p.link->peer_rx_rate(Link::kThroughLink), single = p.link->peer_rx_rate(Link::kSingleCopy);
-  const uint64_t ring = rx_ring == 0 || p.tx_ring_rate == 0 ? 0 : rx_ring * p.tx_ring_rate / (rx_ring + p.tx_ring_rate);
+  const uint64_t rx_ring = p.link->peer_rx_rate(c, Link::kThroughLink), single = p.link->peer_rx_rate(c, Link::kSingleCopy);
+  const uint64_t tx_ring = p.tx_ring_rate[c];
+  const uint64_t ring = rx_ring == 0 || tx_ring == 0 ? 0 : rx_ring * tx_ring / (rx_ring + tx_ring);
   int path;
   if (ring == 0)
     path = Link::kThroughLink;
@@ -837,9 +841,13 @@ bool Engine::choose_p2p_single(Peer& p) {
     path = Link::kSingleCopy;
   else {
     path = single > ring ? Link::kSingleCopy : Link::kThroughLink;
-    if (n - p.last_use[1 - path] >= kRefreshEvery) path = 1 - path;
+    // The slower path is tried again after kRefreshEvery sends times how much slower it was, up to 16
+    // times: a path five times slower (the ring with the CPUs far apart) costs the mean under 3%.
+    const uint64_t higher = std::max(single, ring), lower = std::max<uint64_t>(std::min(single, ring), 1);
+    const uint64_t every = kRefreshEvery * std::min<uint64_t>(higher / lower, 16);
+    if (n - p.last_use[c][1 - path] >= every) path = 1 - path;
   }
-  p.last_use[path] = n;
+  p.last_use[c][path] = n;
   return path == Link::kSingleCopy;
 }
 
@@ -848,9 +856,10 @@ void Engine::publish_rate(Peer& p, int path, size_t bytes, uint64_t ns) {
   // Half the new copy's rate and half the last published: one copy slowed by a preemption does not
   // switch the sender's path by itself, and a change of placement shows within a few sends.
   const uint64_t sample = std::clamp<uint64_t>(bytes * 1000 / std::max<uint64_t>(ns, 1), 1, UINT32_MAX);
-  uint64_t& rate = p.rx_rate[path & 1];
+  const int c = Link::rate_class(bytes);
+  uint64_t& rate = p.rx_rate[c][path & 1];
   rate = rate == 0 ? sample : (rate + sample) / 2;
-  p.link->publish_rx_rate(path, static_cast<uint32_t>(rate));
+  p.link->publish_rx_rate(c, path, static_cast<uint32_t>(rate));
 }
 
 void Engine::ack_p2p(int peer, int32_t token) {

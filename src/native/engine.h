@@ -53,7 +53,8 @@ inline constexpr uint8_t kFlagSingleCopy = 1;  // FrameHeader::pad[0]: the paylo
 inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
 // Sends marked Route::direct go by single copy from this size on (unless MPCOMM_SINGLE_COPY_KB is lower).
 inline constexpr size_t kDirectFrom = size_t{128} << 10;
-// Sends from this size go by single copy on a host with four ranks or more per CPU (Engine's constructor).
+// Sends from this size go by single copy on a host with four ranks or more per CPU, and through the ring
+// or by single copy, whichever is faster lately, on other hosts (Engine's constructor).
 inline constexpr size_t kP2PSingleFrom = size_t{64} << 10;
 // How a collective frame to a local rank travels: usual (single copy from Engine::single_copy_from()),
 // direct (single copy from kDirectFrom on), ring (always through the shared-memory ring).
@@ -226,15 +227,15 @@ class Engine {
     // bytes of our copies out of the ring so far (their rate is published to the sender).
     uint64_t rx_copy_ns = 0;
     size_t rx_copy_bytes = 0;
-    // Our own copies into the ring for large p2p sends to this peer: their last rate (MB/s, half the
-    // new and half the last), and the current send's nanoseconds so far.
-    uint64_t tx_ring_rate = 0;
+    // Our own copies into the ring for large p2p sends to this peer: their last rate by size class
+    // (MB/s, half the new and half the last; Link::rate_class), and the current send's nanoseconds so far.
+    uint64_t tx_ring_rate[Link::kRateClasses] = {};
     uint64_t tx_copy_ns = 0;
-    uint64_t rx_rate[2] = {0, 0};  // what we published, by path (MB/s)
-    // Our p2p sends to this peer whose path was chosen, and the last of them that went each path
-    // (choose_p2p_single()).
-    uint32_t large_sends = 0;
-    uint32_t last_use[2] = {0, 0};
+    uint64_t rx_rate[Link::kRateClasses][2] = {};  // what we published, by size class and path (MB/s)
+    // Our p2p sends to this peer whose path was chosen, by size class, and the last of them that went
+    // each path (choose_p2p_single()).
+    uint32_t large_sends[Link::kRateClasses] = {};
+    uint32_t last_use[Link::kRateClasses][2] = {};
     Handle rx_target;
     std::shared_ptr<Unexpected> rx_unexp;
     size_t rx_got = 0;
@@ -319,7 +320,7 @@ class Engine {
   // Sends to local ranks from this size (below p2p_single_from_) go through the ring or by single copy,
   // whichever was faster lately (choose_p2p_single()).
   size_t p2p_choice_from_ = SIZE_MAX;
-  bool choose_p2p_single(Peer& p);
+  bool choose_p2p_single(Peer& p, size_t bytes);
   void publish_rate(Peer& p, int path, size_t bytes, uint64_t ns);
   const detail::Op* op_ = nullptr;
   Describe describe_ = nullptr;
