@@ -5,7 +5,7 @@
 //   build/mpcomm launch -n N --backend mpi    -- build/benchmarks/api_latency [flags]
 //   build/mpcomm launch -n N --backend native -- build/benchmarks/api_latency [flags]
 //
-// flags: [-o allreduce,broadcast] [-b 8] [-e 64M] [-f 2] [-w 10] [-n 100] [-m 10] [-B 1G] [-j FILE]
+// flags: [-o allreduce,broadcast,sendrecv] [-b 8] [-e 64M] [-f 2] [-w 10] [-n 100] [-m 10] [-B 1G] [-j FILE]
 //
 // The backend is MPCOMM_BACKEND (init_from_env(); mpcomm launch --backend sets it). Method, per op and
 // size (float32 elements, sum; broadcast from rank 0; out of place for allreduce):
@@ -19,6 +19,11 @@
 // Iteration rule (the same in plain_mpi.c): I(bytes) = min(n, max(m, B / bytes)) and
 // W(bytes) = max(1, w * I / n): with the defaults 100 timed and 10 warm-up iterations up to 8 MiB,
 // 64 (6 warm-up) at 16 MiB, 32 (3) at 32 MiB, 16 (1) at 64 MiB.
+//
+// sendrecv (-o sendrecv; not in the default list) is a pipeline's ring shift: every rank isends its
+// buffer to rank + 1 and irecvs from rank − 1 (tag 0), then waits for both; its send buffer is written
+// afresh before each iteration's barrier (outside the timed call), as a pipeline stage's activations are,
+// and its checked call must deliver rank − 1's pattern.
 //
 // Rank 0 prints one JSON object per row to stdout (and appends it to FILE with -j), as plain_mpi does
 // with "program":"mpcomm", "backend":"<comm->backend()>", "variant":"api".
@@ -39,7 +44,7 @@ namespace {
 constexpr size_t MiB = size_t{1} << 20;
 
 struct Config {
-  bool allreduce = true, broadcast = true;
+  bool allreduce = true, broadcast = true, sendrecv = false;
   size_t min_bytes = 8, max_bytes = 64 * MiB;
   double factor = 2.0;
   int warmup = 10, iters = 100, min_iters = 10;
@@ -66,7 +71,7 @@ size_t parse_bytes(const char* s) {
 
 void usage() {
   std::printf(
-      "usage: api_latency [-o allreduce,broadcast] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS]\n"
+      "usage: api_latency [-o allreduce,broadcast,sendrecv] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS]\n"
       "                   [-m MIN_ITERS] [-B BUDGET_BYTES] [-j FILE]\n"
       "defaults: -o allreduce,broadcast -b 8 -e 64M -f 2 -w 10 -n 100 -m 10 -B 1G\n"
       "iterations per size: I = min(n, max(m, B / bytes)), warm-up max(1, w * I / n)\n"
@@ -86,7 +91,8 @@ Config parse(int argc, char** argv) {
     if (a == "-o" || a == "--ops") {
       c.allreduce = std::strstr(v, "allreduce") != nullptr;
       c.broadcast = std::strstr(v, "broadcast") != nullptr;
-      if (!c.allreduce && !c.broadcast) die("-o takes allreduce, broadcast or both");
+      c.sendrecv = std::strstr(v, "sendrecv") != nullptr;
+      if (!c.allreduce && !c.broadcast && !c.sendrecv) die("-o takes a comma list of allreduce, broadcast, sendrecv");
     } else if (a == "-b") c.min_bytes = parse_bytes(v);
     else if (a == "-e") c.max_bytes = parse_bytes(v);
     else if (a == "-f") c.factor = std::atof(v);
@@ -116,6 +122,12 @@ double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+enum class Op { allreduce, broadcast, sendrecv };
+const char* op_name(Op op) { return op == Op::allreduce ? "allreduce" : op == Op::broadcast ? "broadcast" : "sendrecv"; }
+
+// The pattern rank `from` sends in the ring shift, fresh each iteration `it`.
+float shift_value(int from, int it, size_t i) { return static_cast<float>((from + 1) * 1000 + (it % 7 + 7) % 7 + static_cast<int>(i % 251)); }
+
 struct Bench {
   mpcomm::Communicator& comm;
   const Config& c;
@@ -123,40 +135,59 @@ struct Bench {
   float* recv;
   std::vector<double> t;
 
-  void call(bool is_allreduce, size_t count) {
-    if (is_allreduce)
+  void call(Op op, size_t count) {
+    if (op == Op::allreduce)
       comm.allreduce(send, recv, count, mpcomm::DataType::float32, mpcomm::ReduceOp::sum);
-    else
+    else if (op == Op::broadcast)
       comm.broadcast(recv, count, mpcomm::DataType::float32, 0);
+    else {
+      const int n = comm.size(), r = comm.rank();
+      mpcomm::Request rq = comm.irecv(recv, count, mpcomm::DataType::float32, (r + n - 1) % n);
+      mpcomm::Request sq = comm.isend(send, count, mpcomm::DataType::float32, (r + 1) % n);
+      rq.wait();
+      sq.wait();
+    }
+  }
+
+  // The send buffer of iteration `it` (sendrecv only).
+  void fill(Op op, size_t count, int it) {
+    if (op != Op::sendrecv) return;
+    for (size_t i = 0; i < count; ++i) send[i] = shift_value(comm.rank(), it, i);
   }
 
   // One checked call; returns this rank's wrong elements.
-  double check(bool is_allreduce, size_t count) {
+  double check(Op op, size_t count) {
     const int rank = comm.rank(), n = comm.size();
     double wrong = 0;
-    if (is_allreduce) {
+    if (op == Op::allreduce) {
       for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(rank + 1), recv[i] = -1.0f;
-      call(true, count);
+      call(op, count);
       const float want = static_cast<float>(n) * static_cast<float>(n + 1) / 2.0f;
       for (size_t i = 0; i < count; ++i) wrong += recv[i] != want;
-    } else {
+    } else if (op == Op::broadcast) {
       for (size_t i = 0; i < count; ++i) recv[i] = rank == 0 ? static_cast<float>(i % 1021 + 1) : 0.0f;
-      call(false, count);
+      call(op, count);
       for (size_t i = 0; i < count; ++i) wrong += recv[i] != static_cast<float>(i % 1021 + 1);
+    } else {
+      fill(op, count, -1);
+      for (size_t i = 0; i < count; ++i) recv[i] = -1.0f;
+      call(op, count);
+      for (size_t i = 0; i < count; ++i) wrong += recv[i] != shift_value((rank + n - 1) % n, -1, i);
     }
     return wrong;
   }
 
-  void row(bool is_allreduce, size_t bytes) {
+  void row(Op op, size_t bytes) {
     const size_t count = bytes / sizeof(float);
     bytes = count * sizeof(float);
-    double wrong = check(is_allreduce, count);
+    double wrong = check(op, count);
     const int iters = timed_iters(c, bytes), warm = warmup_iters(c, iters);
     t.assign(iters, 0.0);
     for (int i = -warm; i < iters; ++i) {
+      fill(op, count, i);
       comm.barrier();
       const double t0 = now_us();
-      call(is_allreduce, count);
+      call(op, count);
       const double t1 = now_us();
       if (i >= 0) t[i] = t1 - t0;
     }
@@ -175,9 +206,8 @@ struct Bench {
                   "{\"program\":\"mpcomm\",\"backend\":\"%.*s\",\"variant\":\"api\",\"op\":\"%s\",\"dtype\":\"float32\","
                   "\"bytes\":%zu,\"count\":%zu,\"ranks\":%d,\"warmup\":%d,\"iters\":%d,\"wrong\":%lld,\"median_us\":%.3f,"
                   "\"min_median_us\":%.3f,\"mean_us\":%.3f,\"min_us\":%.3f}",
-                  static_cast<int>(comm.backend().size()), comm.backend().data(), is_allreduce ? "allreduce" : "broadcast",
-                  bytes, count, comm.size(), warm, iters, static_cast<long long>(all_wrong), most[0], -most[3], most[1],
-                  most[2]);
+                  static_cast<int>(comm.backend().size()), comm.backend().data(), op_name(op), bytes, count, comm.size(),
+                  warm, iters, static_cast<long long>(all_wrong), most[0], -most[3], most[1], most[2]);
     std::printf("%s\n", line);
     std::fflush(stdout);
     if (!c.json.empty()) {
@@ -206,11 +236,10 @@ int main(int argc, char** argv) {
     std::memset(send.get(), 0, cap);
     std::memset(recv.get(), 0, cap);
     Bench b{*comm, c, send.get(), recv.get(), {}};
-    for (int op = 0; op < 2; ++op) {
-      const bool is_allreduce = op == 0;
-      if (is_allreduce ? !c.allreduce : !c.broadcast) continue;
+    for (Op op : {Op::allreduce, Op::broadcast, Op::sendrecv}) {
+      if (op == Op::allreduce ? !c.allreduce : op == Op::broadcast ? !c.broadcast : !c.sendrecv) continue;
       for (double x = static_cast<double>(c.min_bytes); x <= static_cast<double>(c.max_bytes) * (1 + 1e-9); x *= c.factor)
-        b.row(is_allreduce, static_cast<size_t>(x + 0.5));
+        b.row(op, static_cast<size_t>(x + 0.5));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "api_latency: %s\n", e.what());

@@ -3,7 +3,7 @@
  * public API; the two share their flags, their iteration rule and their JSON rows, so that
  * scripts/perf-check --mpi-plain can print one next to the other.
  *
- *   mpirun [placement] build/benchmarks/plain_mpi [-o allreduce,broadcast] [-b 8] [-e 64M] [-f 2]
+ *   mpirun [placement] build/benchmarks/plain_mpi [-o allreduce,broadcast,sendrecv] [-b 8] [-e 64M] [-f 2]
  *                                                [-w 10] [-n 100] [-m 10] [-B 1G] [-j FILE]
  *                                                [--nonblocking] [--ibarrier] [--thread-multiple]
  *
@@ -26,6 +26,9 @@
  *      (clock_gettime(CLOCK_MONOTONIC)); t1 - t0 is that rank's time of that iteration;
  *   3. per rank the median (and mean, min) over the I timed iterations; the row's median_us is the
  *      largest of the ranks' medians (MPI_Reduce MAX to rank 0), min_median_us the smallest.
+ * sendrecv (-o sendrecv; not in the default list): a pipeline's ring shift, MPI_Irecv from rank - 1 and
+ * MPI_Isend to rank + 1 (tag 0), then MPI_Waitall; the send buffer written afresh before each iteration's
+ * barrier; the checked call must deliver rank - 1's pattern (the same loop as api_latency.cc's).
  * Iteration rule (the same in api_latency.cc): I(bytes) = min(n, max(m, B / bytes)) and
  * W(bytes) = max(1, w * I / n): with the defaults 100 timed and 10 warm-up iterations up to 8 MiB,
  * 64 (6 warm-up) at 16 MiB, 32 (3) at 32 MiB, 16 (1) at 64 MiB.
@@ -50,8 +53,11 @@
 
 #define MiB ((size_t)1 << 20)
 
+enum op { OP_ALLREDUCE, OP_BROADCAST, OP_SENDRECV };
+static const char* op_name(enum op op) { return op == OP_ALLREDUCE ? "allreduce" : op == OP_BROADCAST ? "broadcast" : "sendrecv"; }
+
 struct config {
-  int allreduce, broadcast;
+  int allreduce, broadcast, sendrecv;
   size_t min_bytes, max_bytes;
   double factor;
   int warmup, iters, min_iters;
@@ -82,7 +88,7 @@ static size_t parse_bytes(const char* s) {
 
 static void usage(void) {
   if (rank == 0)
-    printf("usage: plain_mpi [-o allreduce,broadcast] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS]\n"
+    printf("usage: plain_mpi [-o allreduce,broadcast,sendrecv] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS]\n"
            "                 [-m MIN_ITERS] [-B BUDGET_BYTES] [-j FILE] [--nonblocking] [--ibarrier]\n"
            "                 [--thread-multiple]\n"
            "defaults: -o allreduce,broadcast -b 8 -e 64M -f 2 -w 10 -n 100 -m 10 -B 1G\n"
@@ -90,7 +96,7 @@ static void usage(void) {
 }
 
 static struct config parse(int argc, char** argv) {
-  struct config c = {1, 1, 8, 64 * MiB, 2.0, 10, 100, 10, (size_t)1 << 30, NULL, 0, 0, 0};
+  struct config c = {1, 1, 0, 8, 64 * MiB, 2.0, 10, 100, 10, (size_t)1 << 30, NULL, 0, 0, 0};
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -111,7 +117,8 @@ static struct config parse(int argc, char** argv) {
       if (!strcmp(a, "-o") || !strcmp(a, "--ops")) {
         c.allreduce = strstr(v, "allreduce") != NULL;
         c.broadcast = strstr(v, "broadcast") != NULL;
-        if (!c.allreduce && !c.broadcast) die("-o takes allreduce, broadcast or both");
+        c.sendrecv = strstr(v, "sendrecv") != NULL;
+        if (!c.allreduce && !c.broadcast && !c.sendrecv) die("-o takes a comma list of allreduce, broadcast, sendrecv");
       } else if (!strcmp(a, "-b")) c.min_bytes = parse_bytes(v);
       else if (!strcmp(a, "-e")) c.max_bytes = parse_bytes(v);
       else if (!strcmp(a, "-f")) c.factor = atof(v);
@@ -161,46 +168,66 @@ static void barrier(const struct config* c) {
   }
 }
 
-static void call(const struct config* c, int is_allreduce, const float* send, float* recv, int count) {
-  if (c->nonblocking) {
+/* The pattern rank `from` sends in the ring shift, fresh each iteration `it`. */
+static float shift_value(int from, int it, int i) { return (float)((from + 1) * 1000 + (it % 7 + 7) % 7 + i % 251); }
+
+static void call(const struct config* c, enum op op, const float* send, float* recv, int count) {
+  if (op == OP_SENDRECV) {
+    MPI_Request req[2];
+    MPI_Irecv(recv, count, MPI_FLOAT, (rank + nranks - 1) % nranks, 0, MPI_COMM_WORLD, &req[0]);
+    MPI_Isend(send, count, MPI_FLOAT, (rank + 1) % nranks, 0, MPI_COMM_WORLD, &req[1]);
+    MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+  } else if (c->nonblocking) {
     MPI_Request req;
-    if (is_allreduce)
+    if (op == OP_ALLREDUCE)
       MPI_Iallreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
     else
       MPI_Ibcast(recv, count, MPI_FLOAT, 0, MPI_COMM_WORLD, &req);
     MPI_Wait(&req, MPI_STATUS_IGNORE);
-  } else if (is_allreduce) {
+  } else if (op == OP_ALLREDUCE) {
     MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   } else {
     MPI_Bcast(recv, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
   }
 }
 
+/* The send buffer of iteration `it` (sendrecv only). */
+static void fill(enum op op, float* send, int count, int it) {
+  if (op != OP_SENDRECV) return;
+  for (int i = 0; i < count; ++i) send[i] = shift_value(rank, it, i);
+}
+
 /* One checked call; returns this rank's wrong elements. */
-static long long check(const struct config* c, int is_allreduce, float* send, float* recv, int count) {
+static long long check(const struct config* c, enum op op, float* send, float* recv, int count) {
   long long wrong = 0;
-  if (is_allreduce) {
+  if (op == OP_ALLREDUCE) {
     for (int i = 0; i < count; ++i) send[i] = (float)(rank + 1), recv[i] = -1.0f;
-    call(c, 1, send, recv, count);
+    call(c, op, send, recv, count);
     const float want = (float)nranks * (float)(nranks + 1) / 2.0f;
     for (int i = 0; i < count; ++i) wrong += recv[i] != want;
-  } else {
+  } else if (op == OP_BROADCAST) {
     for (int i = 0; i < count; ++i) recv[i] = rank == 0 ? (float)(i % 1021 + 1) : 0.0f;
-    call(c, 0, send, recv, count);
+    call(c, op, send, recv, count);
     for (int i = 0; i < count; ++i) wrong += recv[i] != (float)(i % 1021 + 1);
+  } else {
+    fill(op, send, count, -1);
+    for (int i = 0; i < count; ++i) recv[i] = -1.0f;
+    call(c, op, send, recv, count);
+    for (int i = 0; i < count; ++i) wrong += recv[i] != shift_value((rank + nranks - 1) % nranks, -1, i);
   }
   return wrong;
 }
 
-static void row(const struct config* c, int is_allreduce, size_t bytes, float* send, float* recv, double* t) {
+static void row(const struct config* c, enum op op, size_t bytes, float* send, float* recv, double* t) {
   const int count = (int)(bytes / sizeof(float));
   bytes = (size_t)count * sizeof(float);
-  long long wrong = check(c, is_allreduce, send, recv, count), all_wrong = 0;
+  long long wrong = check(c, op, send, recv, count), all_wrong = 0;
   const int iters = timed_iters(c, bytes), warm = warmup_iters(c, iters);
   for (int i = -warm; i < iters; ++i) {
+    fill(op, send, count, i);
     barrier(c);
     const double t0 = now_us();
-    call(c, is_allreduce, send, recv, count);
+    call(c, op, send, recv, count);
     const double t1 = now_us();
     if (i >= 0) t[i] = t1 - t0;
   }
@@ -220,7 +247,7 @@ static void row(const struct config* c, int is_allreduce, size_t bytes, float* s
            "\"bytes\":%zu,\"count\":%d,\"ranks\":%d,\"warmup\":%d,\"iters\":%d,\"wrong\":%lld,\"median_us\":%.3f,"
            "\"min_median_us\":%.3f,\"mean_us\":%.3f,\"min_us\":%.3f}",
            c->nonblocking ? "nonblocking" : "blocking", c->ibarrier ? "+ibarrier" : "", c->thread_multiple ? "+mt" : "",
-           is_allreduce ? "allreduce" : "broadcast", bytes, count, nranks, warm, iters, all_wrong, most[0], least_med,
+           op_name(op), bytes, count, nranks, warm, iters, all_wrong, most[0], least_med,
            most[1], most[2]);
   printf("%s\n", line);
   fflush(stdout);
@@ -254,11 +281,11 @@ int main(int argc, char** argv) {
   memset(send, 0, cap);
   memset(recv, 0, cap);
 
-  for (int op = 0; op < 2; ++op) {
-    const int is_allreduce = op == 0;
-    if (is_allreduce ? !c.allreduce : !c.broadcast) continue;
+  for (int o = OP_ALLREDUCE; o <= OP_SENDRECV; ++o) {
+    const enum op op = (enum op)o;
+    if (op == OP_ALLREDUCE ? !c.allreduce : op == OP_BROADCAST ? !c.broadcast : !c.sendrecv) continue;
     for (double b = (double)c.min_bytes; b <= (double)c.max_bytes * (1 + 1e-9); b *= c.factor)
-      row(&c, is_allreduce, (size_t)(b + 0.5), send, recv, t);
+      row(&c, op, (size_t)(b + 0.5), send, recv, t);
   }
   free(send);
   free(recv);
