@@ -57,15 +57,14 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
   }
   const long cpus = settings_.cpus > 0 ? settings_.cpus : ::sysconf(_SC_NPROCESSORS_ONLN);
   crowded_ = seg_ != nullptr && seg_->nlocal() > cpus;
-  // Sends by single copy on a crowded host: from MPCOMM_SINGLE_COPY_KB, or from 64 KiB with four ranks
-  // or more per CPU, where the ring's turns cost most (docs/performance.md, "Point-to-point on a crowded
-  // host": 8 ranks on 2 CPUs, 64 KiB, ring 256-345 us, single copy 207-249, mpi 206-252; 4 ranks, the ring
-  // ahead up to 128 KiB).
-  // Below that, from 64 KiB (or MPCOMM_SINGLE_COPY_KB if lower), the faster path now
-  // (choose_p2p_single()): with the CPUs far apart single copy wins from 64 KiB, with them near the ring.
-  if (crowded_)
-    p2p_single_from_ = seg_->nlocal() >= 4 * cpus ? std::min(settings_.single_copy_from, kP2PSingleFrom) : settings_.single_copy_from;
-  if (settings_.single_copy) p2p_choice_from_ = std::min(settings_.single_copy_from, kP2PSingleFrom);
+  // Sends from 64 KiB (or MPCOMM_SINGLE_COPY_KB if lower) on a crowded host go by single copy: through
+  // the ring the sender and the receiver wait for each other's turns on the CPUs, which the copies' rates
+  // do not show (docs/performance.md, "Point-to-point on a crowded host" and "Point-to-point from 64 KiB
+  // by the faster path": 4 ranks on 2 CPUs, 64 KiB, single copy 0.63-0.75x the time of the choice).
+  // On other hosts, from there on, the faster path now (choose_p2p_single()): with the CPUs far apart
+  // single copy wins from 64 KiB, with them near the ring.
+  if (crowded_) p2p_single_from_ = std::min(settings_.single_copy_from, kP2PSingleFrom);
+  if (settings_.single_copy && !crowded_) p2p_choice_from_ = std::min(settings_.single_copy_from, kP2PSingleFrom);
   // Waiting on sockets, a rank polls briefly before it yields only when this machine has more ranks
   // than CPUs (emulated hosts, whose ranks all share it): else it spins as on shared memory, as MPI's
   // TCP transport does (2 hosts x 1 rank, 8 B allreduce over a veth, unpinned: 50-65 us yielding early,

@@ -53,7 +53,7 @@ inline constexpr uint8_t kFlagSingleCopy = 1;  // FrameHeader::pad[0]: the paylo
 inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
 // Sends marked Route::direct go by single copy from this size on (unless MPCOMM_SINGLE_COPY_KB is lower).
 inline constexpr size_t kDirectFrom = size_t{128} << 10;
-// Sends from this size go by single copy on a host with four ranks or more per CPU, and through the ring
+// Sends from this size go by single copy on a host whose ranks outnumber its CPUs, and through the ring
 // or by single copy, whichever is faster lately, on other hosts (Engine's constructor).
 inline constexpr size_t kP2PSingleFrom = size_t{64} << 10;
 // How a collective frame to a local rank travels: usual (single copy from Engine::single_copy_from()),
