@@ -60,7 +60,7 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
   // Sends from 64 KiB (or MPCOMM_SINGLE_COPY_KB if lower) on a crowded host go by single copy: through
   // the ring the sender and the receiver wait for each other's turns on the CPUs, which the copies' rates
   // do not show (docs/performance.md, "Point-to-point on a crowded host" and "Point-to-point from 64 KiB
-  // by the faster path": 4 ranks on 2 CPUs, 64 KiB, single copy 0.63-0.75x the time of the choice).
+  // by the faster path": 4 ranks on 2 CPUs, 64 KiB, single copy 0.61x the time of the choice, 3 ranks 0.65x).
   // On other hosts, from there on, the faster path now (choose_p2p_single()): with the CPUs far apart
   // single copy wins from 64 KiB, with them near the ring.
   if (crowded_) p2p_single_from_ = std::min(settings_.single_copy_from, kP2PSingleFrom);
@@ -381,7 +381,7 @@ bool Engine::progress_send(int peer, Peer& p) {
                                                           : settings_.single_copy_from;
     // Large p2p sends on a crowded host go by single copy too (docs/native.md, "Point-to-point on a
     // crowded host"): through the ring, sender and receiver would take turns on the CPUs for every ring's
-    // worth. Below that, and with a CPU per rank, the faster path lately.
+    // worth. With a CPU per rank, the faster path lately.
     if (x.kind == kFrameP2P && x.done_bytes == 0 && x.p2p_path < 0 && x.bytes >= p2p_choice_from_ &&
         x.bytes < p2p_single_from_)
       x.p2p_path = static_cast<int8_t>(choose_p2p_single(p, x.bytes) ? Link::kSingleCopy : Link::kThroughLink);
