@@ -445,8 +445,11 @@ bool Engine::progress_send(int peer, Peer& p) {
     }
     if (timed) {
       const uint64_t sample = std::clamp<uint64_t>(x.bytes * 1000 / std::max<uint64_t>(p.tx_copy_ns, 1), 1, UINT32_MAX);
-      uint64_t& rate = p.tx_ring_rate[Link::rate_class(x.bytes)];
-      rate = rate == 0 ? sample : (rate + sample) / 2;
+      const int c = Link::rate_class(x.bytes);
+      uint64_t& rate = p.tx_ring_rate[c];
+      if (p.tx_warm[c])  // the first copy of a class is cold (see publish_rate)
+        rate = rate == 0 ? sample : (rate + sample) / 2;
+      p.tx_warm[c] = true;
       p.tx_copy_ns = 0;
     }
     x.done = true;
@@ -856,6 +859,13 @@ void Engine::publish_rate(Peer& p, int path, size_t bytes, uint64_t ns) {
   // switch the sender's path by itself, and a change of placement shows within a few sends.
   const uint64_t sample = std::clamp<uint64_t>(bytes * 1000 / std::max<uint64_t>(ns, 1), 1, UINT32_MAX);
   const int c = Link::rate_class(bytes);
+  // The first copy of a class by each path is not counted: it is cold (2 ranks, 64 KiB, the CPUs far
+  // apart: a single copy's first read of the sender's buffer at 2.2-2.6 GB/s, the next ones at 4-10), and
+  // a path without a rate is tried again (choose_p2p_single()).
+  if (!p.rx_warm[c][path & 1]) {
+    p.rx_warm[c][path & 1] = true;
+    return;
+  }
   uint64_t& rate = p.rx_rate[c][path & 1];
   rate = rate == 0 ? sample : (rate + sample) / 2;
   p.link->publish_rx_rate(c, path, static_cast<uint32_t>(rate));

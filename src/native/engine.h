@@ -232,6 +232,9 @@ class Engine {
     uint64_t tx_ring_rate[Link::kRateClasses] = {};
     uint64_t tx_copy_ns = 0;
     uint64_t rx_rate[Link::kRateClasses][2] = {};  // what we published, by size class and path (MB/s)
+    // Whether the first copy of a class (by path; our copies into the ring) was seen: it is not counted.
+    bool rx_warm[Link::kRateClasses][2] = {};
+    bool tx_warm[Link::kRateClasses] = {};
     // Our p2p sends to this peer whose path was chosen, by size class, and the last of them that went
     // each path (choose_p2p_single()).
     uint32_t large_sends[Link::kRateClasses] = {};

@@ -137,8 +137,9 @@ INSTANTIATE_TEST_SUITE_P(Hosts, NativeUnexpected, ::testing::Values(false, true)
 // A large send to a local rank goes through the ring or by single copy, whichever was faster lately for
 // its size class (Engine::choose_p2p_single, Link::rate_class), from 64 KiB; on a crowded host (here 2
 // ranks on one counted CPU) by single copy from 64 KiB, and below that through the ring. Ping-pong makes
-// both paths certain: a class's first such send goes through the ring, and its second, sent after the
-// reply that follows the receiver's measure, by single copy; then the faster, and now and then the other.
+// both paths certain: a class's first two such sends go through the ring (the first copy is not
+// counted), and its next two, each sent after the reply that follows the receiver's measure, by single
+// copy; then the faster, and now and then the other.
 // 40 round trips, each way, of sizes around the thresholds and in every class, fresh data each time:
 // every byte at its place.
 class NativeP2PPaths : public ::testing::TestWithParam<bool> {};
