@@ -4,7 +4,7 @@
 
 #include "backends/registry.h"
 
-#include "backends/native/native_communicator.h"
+#include "backends/native/backend.h"
 #ifdef MPCOMM_HAVE_GLOO
 #include "backends/gloo/gloo_communicator.h"
 #endif
@@ -15,10 +15,10 @@
 #include "backends/nccl/nccl_communicator.h"
 #endif
 #include "bootstrap/env.h"
-#include "core/core.h"
-#include "core/device.h"
-#include "core/net.h"
-#include "core/params.h"
+#include "core/front_door.h"
+#include "device/device.h"
+#include "net/socket.h"
+#include "settings/settings.h"
 #include "mpcomm/communicator.h"
 
 namespace mpcomm {

@@ -12,9 +12,9 @@
 #include <optional>
 #include <vector>
 
-#include "core/log.h"
-#include "core/net.h"
-#include "core/params.h"
+#include "log/log.h"
+#include "net/socket.h"
+#include "settings/settings.h"
 #include "mpcomm/error.h"
 
 namespace mpcomm {

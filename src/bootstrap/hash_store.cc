@@ -4,7 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "core/net.h"
+#include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "core/net.h"
+#include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 

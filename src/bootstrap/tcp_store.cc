@@ -32,8 +32,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/log.h"
-#include "core/net.h"
+#include "log/log.h"
+#include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 

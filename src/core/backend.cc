@@ -1,6 +1,6 @@
 #include "core/backend.h"
 
-#include "core/staging.h"
+#include "core/device_staging.h"
 
 namespace mpcomm::detail {
 

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 
-#include "core/core.h"
+#include "core/front_door.h"
 #include "core/op.h"
-#include "core/log.h"
-#include "core/net.h"
-#include "core/params.h"
+#include "log/log.h"
+#include "net/socket.h"
+#include "settings/settings.h"
 #include "mpcomm/store.h"
 #include "mpcomm/communicator.h"
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "core/op_clock.h"
-#include "core/params.h"
+#include "settings/settings.h"
 
 namespace mpcomm::detail {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "core/abort_watch.h"
+#include "bootstrap/abort_record.h"
 #include "mpcomm/error.h"
 #include "mpcomm/types.h"
 

@@ -21,7 +21,7 @@
 #include <set>
 #include <utility>
 
-#include "core/half.h"
+#include "kernels/half.h"
 #include "mpcomm/error.h"
 #include "mpcomm/types.h"
 

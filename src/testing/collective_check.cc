@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/device.h"
+#include "device/device.h"
 
 namespace mpcomm::check {
 

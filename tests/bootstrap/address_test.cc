@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "core/net.h"
-#include "core/params.h"
+#include "net/socket.h"
+#include "settings/settings.h"
 #include "mpcomm/communicator.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "bootstrap/env.h"
-#include "core/net.h"
+#include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 

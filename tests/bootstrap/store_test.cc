@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "core/net.h"
+#include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 

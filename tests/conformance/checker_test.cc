@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/core.h"
+#include "core/front_door.h"
 #include "core/op.h"
 #include "harness/thread_world.h"
 #include "mpcomm/error.h"

@@ -18,8 +18,8 @@
 #include "harness/flight_record.h"
 #include "harness/process.h"
 #include "harness/thread_world.h"
-#include "native/algorithms/algorithms.h"
-#include "native/engine.h"
+#include "backends/native/algorithms/algorithms.h"
+#include "backends/native/engine/engine.h"
 #include "testing/collective_check.h"
 
 namespace mpcomm {

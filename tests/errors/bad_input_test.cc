@@ -11,7 +11,7 @@
 #include <chrono>
 #include <thread>
 
-#include "core/net.h"
+#include "net/socket.h"
 #include "harness/thread_world.h"
 
 namespace mpcomm {

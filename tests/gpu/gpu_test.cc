@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "harness/process.h"
 #include "harness/thread_world.h"
 #include "testing/collective_check.h"

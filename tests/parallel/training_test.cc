@@ -12,7 +12,7 @@
 #include "parallel/checkpoint.h"
 #include "parallel/kernels.h"
 #include "parallel/trainer.h"
-#include "core/core.h"
+#include "core/front_door.h"
 #include "core/op.h"
 
 namespace mpcomm::parallel {

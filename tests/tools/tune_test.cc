@@ -13,7 +13,7 @@
 #include "harness/flight_record.h"
 #include "harness/process.h"
 #include "harness/thread_world.h"
-#include "native/algorithms/algorithms.h"
+#include "backends/native/algorithms/algorithms.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "native/algorithms/algorithms.h"
-#include "tuning/defaults.h"
+#include "backends/native/algorithms/algorithms.h"
+#include "backends/native/selection/selection.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm {
@@ -17,7 +17,7 @@ using tuning::Placement;
 
 const tuning::Table& builtin() {
   static const tuning::Table t =
-      tuning::parse_table(tuning::builtin_table_text("native"), "the built-in table", "native", native::algorithm_names);
+      tuning::parse_table(native::builtin_table_text(), "the built-in table", "native", native::algorithm_names);
   return t;
 }
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "mpcomm/error.h"
-#include "native/algorithms/algorithms.h"
-#include "tuning/defaults.h"
+#include "backends/native/algorithms/algorithms.h"
+#include "backends/native/selection/selection.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm {
@@ -58,7 +58,7 @@ TEST(TableFormat, RowsAndTheirConditions) {
 }
 
 TEST(TableFormat, WritingAndReadingGiveTheSameRows) {
-  const tuning::Table t = parse(std::string(tuning::builtin_table_text("native")));
+  const tuning::Table t = parse(std::string(native::builtin_table_text()));
   std::string text = tuning::format_header("native") + "\n";
   for (const auto& r : t.rows) text += tuning::format_row(r) + "\n";
   const tuning::Table again = parse(text);

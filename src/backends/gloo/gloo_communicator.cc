@@ -23,12 +23,12 @@
 #include <mutex>
 #include <thread>
 
-#include "bootstrap/topology.h"
-#include "core/abort_watch.h"
-#include "core/device.h"
-#include "core/log.h"
+#include "bootstrap/peer_directory.h"
+#include "bootstrap/abort_record.h"
+#include "device/device.h"
+#include "log/log.h"
 #include "core/op.h"
-#include "core/reduce.h"
+#include "kernels/reduce.h"
 
 namespace mpcomm::gloo_backend {
 

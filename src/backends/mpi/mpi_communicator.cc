@@ -54,15 +54,15 @@
 #include <vector>
 
 #include "bootstrap/env.h"
-#include "core/abort_watch.h"
-#include "core/device.h"
-#include "core/log.h"
+#include "bootstrap/abort_record.h"
+#include "device/device.h"
+#include "log/log.h"
 #include "core/op.h"
-#include "core/params.h"
-#include "core/reduce.h"
+#include "settings/settings.h"
+#include "kernels/reduce.h"
 #include "core/topology.h"
 #include "core/wait.h"
-#include "core/watchdog.h"
+#include "backends/mpi/watchdog.h"
 
 namespace mpcomm::mpi {
 

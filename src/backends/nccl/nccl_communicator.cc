@@ -42,12 +42,12 @@
 #include <utility>
 #include <vector>
 
-#include "bootstrap/topology.h"
-#include "core/abort_watch.h"
-#include "core/staging.h"
+#include "bootstrap/peer_directory.h"
+#include "bootstrap/abort_record.h"
+#include "core/device_staging.h"
 #include "core/wait.h"
-#include "core/log.h"
-#include "core/net.h"
+#include "log/log.h"
+#include "net/socket.h"
 #include "core/op.h"
 
 namespace mpcomm::nccl {

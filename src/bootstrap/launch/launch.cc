@@ -29,11 +29,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/abort_watch.h"
+#include "bootstrap/abort_record.h"
 #include "bootstrap/env.h"
 #include "bootstrap/launch/launch_internal.h"
-#include "core/log.h"
-#include "core/net.h"
+#include "log/log.h"
+#include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 

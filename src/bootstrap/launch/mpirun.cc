@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "bootstrap/launch/launch_internal.h"
-#include "core/log.h"
+#include "log/log.h"
 
 namespace mpcomm::launch_detail {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "bootstrap/launch/launch_internal.h"
-#include "core/net.h"
+#include "net/socket.h"
 #include "mpcomm/error.h"
 
 namespace mpcomm::launch_detail {

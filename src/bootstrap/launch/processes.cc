@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "bootstrap/launch/launch_internal.h"
-#include "core/log.h"
+#include "log/log.h"
 #include "mpcomm/error.h"
 
 extern char** environ;

@@ -1,0 +1,193 @@
+#include "backends/native/backend.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <sstream>
+
+#include "backends/native/selection/selection.h"
+#include "backends/native/selection/world_facts.h"
+#include "bootstrap/peer_directory.h"
+#include "device/device.h"
+#include "log/log.h"
+#include "net/socket.h"
+#include "core/op.h"
+#include "settings/settings.h"
+#include "backends/native/algorithms/algorithms.h"
+#include "backends/native/engine/engine.h"
+#include "backends/native/transport/shm/shm_segment.h"
+#include "backends/native/transport/tcp/tcp_link.h"
+
+namespace mpcomm::native {
+
+namespace {
+
+std::string random_hex(int n) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ (static_cast<uint64_t>(getpid()) << 32));
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < n; ++i) s += digits[rng() % 16];
+  return s;
+}
+
+class NativeBackend final : public detail::Backend {
+ public:
+  NativeBackend(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
+                std::shared_ptr<Engine> engine, Selection selection)
+      : Backend("native", rank, size, std::move(topo), std::move(opts), std::move(store)),
+        engine_(std::move(engine)),
+        selection_(std::move(selection)) {}
+
+  ~NativeBackend() override { engine_->close(); }
+
+  // Engine::Describe: how errors name the op.
+  static std::string describe_op(const void* self, const detail::Op& op) {
+    return static_cast<const NativeBackend*>(self)->describe(op);
+  }
+
+  void run(const detail::Op& op) override {
+    engine_->begin(&op, &describe_op, this);
+    engine_->entered(op.seq);
+    AlgoCtx ctx{*engine_, op, rank(), size(), scratch_, topology()};
+    struct Notify {  // the frames the op left in links wake their receivers, however the op ends
+      Engine& e;
+      ~Notify() { e.notify_deferred(); }
+    } notify{*engine_};
+    const Algorithm& a = selection_.choose(ctx);
+    op.algorithm = a.name;
+    a.fn(ctx);
+  }
+
+  std::shared_ptr<detail::RequestState> start(const detail::Op& op) override;
+
+  void abort(ErrorCode code, const std::string& reason) override { engine_->publish_abort(code, reason); }
+  void close() override { engine_->close(); }
+  // Every frame carries its size, and a receive of another size is a Mismatch (engine.h).
+  bool checks_sizes() const override { return true; }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  Selection selection_;
+  std::vector<char> scratch_;
+};
+
+// A send or receive in flight. Its errors name it as the backend would (the same rank, size and name),
+// without the backend, which need not outlive it.
+class P2PRequest : public detail::RequestState {
+ public:
+  P2PRequest(std::shared_ptr<Engine> e, Handle h, detail::Op op, int rank, int size)
+      : e_(std::move(e)), h_(std::move(h)), op_(op), rank_(rank), size_(size) {}
+  void wait() override {
+    e_->begin(&op_, &describe_op, this);
+    e_->wait(h_);
+  }
+  bool test() override {
+    e_->begin(&op_, &describe_op, this);
+    return e_->test(h_);
+  }
+
+ private:
+  static std::string describe_op(const void* self, const detail::Op& op) {
+    const auto* r = static_cast<const P2PRequest*>(self);
+    return detail::describe(op, r->rank_, r->size_, "native");
+  }
+  std::shared_ptr<Engine> e_;
+  Handle h_;
+  detail::Op op_;
+  int rank_, size_;
+};
+
+std::shared_ptr<detail::RequestState> NativeBackend::start(const detail::Op& op) {
+  op.algorithm = "frames";
+  engine_->begin(&op, &describe_op, this);
+  Handle h = op.kind == OpKind::send ? engine_->send_p2p(op.peer, op.tag, op.send, op.bytes())
+                                     : engine_->recv_p2p(op.peer, op.tag, op.recv, op.bytes());
+  return std::make_shared<P2PRequest>(engine_, std::move(h), op, rank(), size());
+}
+
+}  // namespace
+
+std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
+  Options opts = in.resolved();
+  // cuda buffers are staged through host memory by the front door (core/staging.h).
+  if (opts.device.kind == Device::cuda) device::require_cuda("native on " + to_string(opts.device));
+  const auto deadline = net::deadline_after(opts.timeout);
+  const int pid = static_cast<int>(getpid());
+  Selection selection(opts);  // MPCOMM_ALGO and MPCOMM_TUNING: bad input fails here, before any traffic
+
+  // 1. Who is where: host id and pid of every rank.
+  const std::string who = "native communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);
+  PeerDirectory dir = exchange_peers(*store, rank, size, opts.host_id, opts.bind_addr, deadline, who);
+  Topology topo = dir.topology;
+  const std::vector<int>& pid_of = dir.pids;
+  std::vector<int> locals, remote;
+  for (int r = 0; r < size; ++r) {
+    if (topo.host_of_rank[r] == topo.host)
+      locals.push_back(r);
+    else
+      remote.push_back(r);
+  }
+
+  // 2. Shared memory among the ranks of this host: the lowest rank creates, the others open, and the
+  //    name is unlinked once all have mapped it.
+  std::shared_ptr<ShmSegment> seg;
+  if (locals.size() > 1) {
+    const int nlocal = static_cast<int>(locals.size());
+    const std::string key = "shm/" + std::to_string(topo.host);
+    if (rank == locals[0]) {
+      std::string job = param_string(opts, "MPCOMM_JOB_ID");
+      std::string name = "/mpcomm." + (job.empty() ? std::string("nojob") : job) + "." + std::to_string(pid) + "." + random_hex(8);
+      seg = ShmSegment::create(name, nlocal, ShmSegment::default_ring_bytes(nlocal, param_int(opts, "MPCOMM_SHM_RING_BYTES")));
+      store->set_string(key, name);
+      try {
+        for (size_t i = 1; i < locals.size(); ++i)
+          get_before(*store, "shm_ok/" + std::to_string(locals[i]), deadline, who, "local rank " + std::to_string(locals[i]));
+      } catch (...) {
+        ShmSegment::unlink(name);
+        throw;
+      }
+      ShmSegment::unlink(name);
+    } else {
+      std::string name = get_before(*store, key, deadline, who, "local rank " + std::to_string(locals[0]));
+      seg = ShmSegment::open(name, nlocal);
+      store->set_string("shm_ok/" + std::to_string(rank), "1");
+    }
+  }
+
+  // 3. TCP to every rank of another host.
+  auto tcp = connect_tcp_mesh(*store, rank, remote, opts.bind_addr, opts.token,
+                              static_cast<int>(param_int(opts, "MPCOMM_TCP_STREAMS")), deadline);
+
+  std::vector<std::unique_ptr<Link>> links(size);
+  std::vector<PeerInfo> peers(size);
+  for (int r = 0; r < size; ++r) {
+    peers[r].pid = pid_of[r];
+    peers[r].same_host = topo.host_of_rank[r] == topo.host;
+    if (!peers[r].same_host) peers[r].where = " on " + dir.machines[r] + " at " + dir.addresses[r];
+    if (r == rank) continue;
+    if (peers[r].same_host) {
+      int li = static_cast<int>(std::find(locals.begin(), locals.end(), r) - locals.begin());
+      peers[r].local = li;
+      links[r] = std::make_unique<ShmLink>(seg.get(), topo.local_rank, li);
+    } else {
+      tcp.at(r)->set_name("rank " + std::to_string(r) + peers[r].where);
+      links[r] = std::move(tcp.at(r));
+    }
+  }
+  const int my_local = seg ? topo.local_rank : -1;
+  EngineSettings settings = engine_settings(opts);
+  settings.machine_ranks = static_cast<int>(std::count(dir.machines.begin(), dir.machines.end(), dir.machines[rank]));
+  auto engine = std::make_shared<Engine>(rank, size, std::move(links), std::move(peers), std::move(seg), my_local,
+                                         root_store(store), opts.timeout, settings);
+
+  // 4. The facts the algorithm choice depends on, the same on every rank; the tables and MPCOMM_ALGO.
+  const WorldFacts facts = agree_world_facts(*store, *engine, topo, settings.cpus, selection.far_ns(), deadline, who);
+  selection.fit(facts.shape);
+  MPCOMM_LOG(info, "native rank %d/%d up: host %d of %d, %d local ranks, %zu tcp peers; algorithms from %s", rank, size,
+             topo.host, topo.num_hosts(), topo.local_size, remote.size(), selection.describe().c_str());
+  return std::make_unique<NativeBackend>(rank, size, std::move(topo), std::move(opts), std::move(store),
+                                         std::move(engine), std::move(selection));
+}
+
+}  // namespace mpcomm::native

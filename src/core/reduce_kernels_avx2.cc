@@ -1,3 +1,0 @@
-// AVX2 + FMA + F16C build of the reduction kernels (compiled with -mavx2 -mfma -mf16c).
-#define KERNEL_NS avx2
-#include "core/reduce_kernels.inc"
