@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/cpu_pair.h"
-#include "core/reduce.h"
+#include "device/cpu_pair.h"
+#include "kernels/reduce.h"
 
 namespace {
 

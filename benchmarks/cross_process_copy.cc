@@ -19,7 +19,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/reduce.h"
+#include "kernels/reduce.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "core/backend.h"
-#include "core/core.h"
+#include "core/front_door.h"
 #include "mpcomm/mpcomm.h"
 
 namespace {

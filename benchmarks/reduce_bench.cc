@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "core/reduce.h"
+#include "kernels/reduce.h"
 #include "mpcomm/types.h"
 
 namespace {

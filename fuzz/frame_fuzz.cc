@@ -17,7 +17,7 @@
 
 #include "core/op.h"
 #include "mpcomm/error.h"
-#include "native/engine.h"
+#include "backends/native/engine/engine.h"
 
 namespace {
 

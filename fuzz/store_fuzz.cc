@@ -16,8 +16,8 @@
 #include <cstring>
 #include <memory>
 
-#include "core/log.h"
-#include "core/net.h"
+#include "log/log.h"
+#include "net/socket.h"
 #include "mpcomm/store.h"
 
 namespace {

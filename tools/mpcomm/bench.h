@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "mpcomm/communicator.h"
 
 namespace CLI {

@@ -23,8 +23,8 @@
 #include "bench_turns.h"
 #include "backends/registry.h"
 #include "bootstrap/launcher.h"
-#include "core/cpu_pair.h"
-#include "core/device.h"
+#include "device/cpu_pair.h"
+#include "device/device.h"
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
 

@@ -11,7 +11,7 @@
 
 #include "bench.h"
 #include "bench_turns.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "testing/collective_check.h"
 
 namespace mpcomm::bench {

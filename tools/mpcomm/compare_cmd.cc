@@ -17,7 +17,7 @@
 
 #include "as_rank.h"
 #include "bench.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
 

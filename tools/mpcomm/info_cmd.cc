@@ -6,11 +6,11 @@
 #include <string>
 #include <thread>
 
-#include "backends/native/native_selection.h"
+#include "backends/native/selection/selection.h"
 #include "commands.h"
-#include "core/device.h"
-#include "core/params.h"
-#include "core/reduce.h"
+#include "device/device.h"
+#include "settings/settings.h"
+#include "kernels/reduce.h"
 #include "mpcomm/mpcomm.h"
 
 #ifdef MPCOMM_HAVE_MPI

@@ -7,7 +7,7 @@
 
 #include "backends/registry.h"
 #include "commands.h"
-#include "native/algorithms/algorithms.h"
+#include "backends/native/algorithms/algorithms.h"
 #include "tune.h"
 #include "bootstrap/env.h"
 #include "tuning/selection_table.h"
