@@ -61,10 +61,10 @@ bool Row::matches(const Call& c) const {
 
 bool Row::matches(const CallFacts& f) const { return want(in_place, f.in_place) && want(placement_now, f.placement); }
 
-ShapeRows::ShapeRows(const std::vector<const Table*>& tables, const Shape& shape) {
+ShapeRows::ShapeRows(const std::vector<const Table*>& tables, const Shape& shape, size_t subjects) : rows_(subjects) {
   for (const Table* t : tables)
     for (const Row& r : t->rows)
-      if (r.matches(shape)) rows_[static_cast<size_t>(r.op)].push_back({&r, t});
+      if (r.matches(shape)) rows_.at(static_cast<size_t>(r.subject)).push_back({&r, t});
 }
 
 }  // namespace mpcomm::tuning

@@ -1,13 +1,17 @@
 // The text format of selection tables, version 1: reading and writing.
 //
-//   table   := header, then rows; blank lines and comments (# to the end of a line) anywhere
+//   table   := section {section}; blank lines and comments (# to the end of a line) anywhere
+//   section := header, then rows (of that backend)
 //   header  := mpcomm-tuning 1 backend=NAME
-//   row     := OP {FIELD=VALUE} -> ALGORITHM {NOTE=VALUE}
+//   row     := SUBJECT {FIELD=VALUE} -> CHOICE {NOTE=VALUE}
 //
+// SUBJECT and CHOICE come from the backend's vocabulary (selection_table.h): an op and one of its
+// algorithms, or a protocol choice point (send.path, ...) and one of its choices.
 // FIELD (each at most once per row; a field left out holds always):
 //   dtype          int, float or half, or several comma-separated (DtypeClass)
 //   bytes          per rank: count × element size (for allgather ... alltoall, one block; allgatherv:
-//                  the total's share per rank, rounded up; alltoallv: 0, its ranks share no size)
+//                  the total's share per rank, rounded up; alltoallv: 0, its ranks share no size); for
+//                  a per-message subject (send.path, collective.path) the message's size
 //   total          all blocks of the block ops (allgather, reduce_scatter, gather, scatter, alltoall,
 //                  allgatherv)
 //   flat_bytes     bytes × max(ranks - 1, 1): what a rank sends in a flat exchange
@@ -19,6 +23,8 @@
 //   placement      near/far: the first two ranks' CPUs, measured when the communicator was created
 //   placement_now  near/far: the same, measured at this call (one round of small frames)
 //   in_place       yes/no: some rank runs the call in place (agreed in one round of small frames)
+// dtype, total and flat_bytes do not apply to per-message subjects; placement_now and in_place only to
+// algorithm rows (Subject::call_facts).
 // The number fields take one value (4, 64K) or an interval with open or closed ends ([64K,8M),
 // (0,1], [2,inf)); sizes take K, M, G and T (powers of 1024).
 // NOTE (what a measured table says, not matched): at=SIZE (the size measured), us=ALG:MICROSECONDS,...
@@ -194,56 +200,73 @@ std::vector<std::string_view> words_of(std::string_view line) {
   return out;
 }
 
-bool op_named(std::string_view name, OpKind* op) {
-  for (int k = 0; k < kNumOpKinds; ++k)
-    if (name == to_string(static_cast<OpKind>(k)) && static_cast<OpKind>(k) != OpKind::send &&
-        static_cast<OpKind>(k) != OpKind::recv && static_cast<OpKind>(k) != OpKind::split) {
-      *op = static_cast<OpKind>(k);
-      return true;
-    }
-  return false;
-}
-
-void parse_header(const Where& at, const std::vector<std::string_view>& w, const std::string& backend) {
+// The backend a header line names, the line checked.
+std::string_view parse_header(const Where& at, const std::vector<std::string_view>& w, const std::string& backend) {
   const std::string want = format_header(backend);
   if (w.empty() || w[0] != kMagic) at.fail("expected the header '" + want + "' before any row");
   if (w.size() < 2 || w[1] != std::to_string(kVersion))
     at.fail("version", "format version " + std::to_string(kVersion) + " (this mpcomm reads no other)",
             w.size() < 2 ? std::string_view("nothing") : w[1]);
-  if (w.size() < 3 || w[2].substr(0, 8) != "backend=")
-    at.fail("backend", "backend=" + backend, w.size() < 3 ? std::string_view("nothing") : w[2]);
-  if (w[2].substr(8) != backend)
-    at.fail("field 'backend': this table is for backend '" + std::string(w[2].substr(8)) + "', expected '" + backend + "'");
-  if (w.size() > 3) at.fail("expected nothing after '" + want + "', got '" + std::string(w[3]) + "'");
+  if (w.size() < 3 || w[2].substr(0, 8) != "backend=" || w[2].size() == 8)
+    at.fail("backend", "backend=NAME", w.size() < 3 ? std::string_view("nothing") : w[2]);
+  if (w.size() > 3) at.fail("expected nothing after '" + std::string(w[2]) + "', got '" + std::string(w[3]) + "'");
+  return w[2].substr(8);
 }
 
-Row parse_row(const Where& at, const std::vector<std::string_view>& w, const std::string& backend, ChoicesOf choices) {
+std::string list_of(const std::vector<std::string>& names) {
+  std::string list;
+  for (const auto& k : names) list += (list.empty() ? "" : ", ") + k;
+  return list;
+}
+
+// Bits of kFields that a subject's rows may not use.
+int fields_refused(const Subject& s) {
+  int refused = 0;
+  for (size_t i = 0; i < std::size(kFields); ++i) {
+    const std::string_view f = kFields[i].name;
+    if ((s.per_message && (f == "dtype" || f == "total" || f == "flat_bytes")) ||
+        (!s.call_facts && (f == "in_place" || f == "placement_now")))
+      refused |= 1 << i;
+  }
+  return refused;
+}
+
+Row parse_row(const Where& at, const std::vector<std::string_view>& w, const std::string& backend, const Vocabulary& vocab) {
   Row row;
   row.line = at.line;
-  if (!op_named(w[0], &row.op))
-    at.fail("op", "an op (allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall, barrier, "
-            "alltoallv, allgatherv)", w[0]);
+  for (size_t k = 0; k < vocab.size(); ++k)
+    if (!vocab[k].name.empty() && w[0] == vocab[k].name) row.subject = static_cast<int>(k);
+  if (row.subject < 0) {
+    std::vector<std::string> names;
+    for (const Subject& s : vocab)
+      if (!s.name.empty()) names.push_back(s.name);
+    at.fail("subject", "what backend " + backend + "'s rows choose for (" + list_of(names) + ")", w[0]);
+  }
+  const Subject& subject = vocab[static_cast<size_t>(row.subject)];
+  row.subject_name = subject.name;
+  row.op = subject.op;
   size_t i = 1;
   int seen = 0;
   for (; i < w.size() && w[i] != "->"; ++i) {
     const size_t eq = w[i].find('=');
-    if (eq == std::string_view::npos || eq == 0) at.fail("expected FIELD=VALUE or '-> ALGORITHM', got '" + std::string(w[i]) + "'");
+    if (eq == std::string_view::npos || eq == 0) at.fail("expected FIELD=VALUE or '-> CHOICE', got '" + std::string(w[i]) + "'");
     parse_field(at, &row, w[i].substr(0, eq), w[i].substr(eq + 1), &seen);
   }
-  if (i + 1 >= w.size()) at.fail("expected '-> ALGORITHM' after the conditions");
-  const std::vector<std::string> known = choices(row.op);
+  if (const int refused = seen & fields_refused(subject); refused != 0)
+    for (size_t f = 0; f < std::size(kFields); ++f)
+      if ((refused >> f & 1) != 0)
+        at.fail("field '" + std::string(kFields[f].name) + "' does not apply to " + subject.name + " rows (" +
+                (subject.per_message ? "they decide per message, by its size" : "they are decided without a round of frames at the call") + ")");
+  if (i + 1 >= w.size()) at.fail("expected '-> CHOICE' after the conditions");
   row.choice = std::string(w[i + 1]);
-  if (std::find(known.begin(), known.end(), row.choice) == known.end()) {
-    std::string list;
-    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-    at.fail("algorithm", "one of backend " + backend + "'s " + std::string(to_string(row.op)) + " algorithms (" + list + ")",
+  if (std::find(subject.choices.begin(), subject.choices.end(), row.choice) == subject.choices.end())
+    at.fail("choice", "one of backend " + backend + "'s choices for " + subject.name + " (" + list_of(subject.choices) + ")",
             row.choice);
-  }
   for (i += 2; i < w.size(); ++i) {
     const size_t eq = w[i].find('=');
     const std::string_view key = w[i].substr(0, eq == std::string_view::npos ? 0 : eq);
     if (std::find(std::begin(kNotes), std::end(kNotes), key) == std::end(kNotes))
-      at.fail("after the algorithm, expected at=SIZE, us=ALG:MICROSECONDS,... or skipped=ALG,..., got '" + std::string(w[i]) + "'");
+      at.fail("after the choice, expected at=SIZE, us=CHOICE:MICROSECONDS,... or skipped=CHOICE,..., got '" + std::string(w[i]) + "'");
     row.notes += (row.notes.empty() ? "" : " ") + std::string(w[i]);
   }
   return row;
@@ -263,6 +286,8 @@ std::string format_range(const Range& r, Kind k) {
 
 }  // namespace
 
+bool Table::has_section() const { return std::find(sections.begin(), sections.end(), backend) != sections.end(); }
+
 std::string format_size(double bytes) {
   const char* units = "KMGT";
   for (int u = 3; u >= 0; --u) {
@@ -277,7 +302,7 @@ std::string format_header(const std::string& backend) {
 }
 
 std::string format_row(const Row& r) {
-  std::string out(to_string(r.op));
+  std::string out = r.subject_name;
   for (const Field& f : kFields) {
     std::string v;
     switch (f.kind) {
@@ -304,11 +329,11 @@ std::string format_row(const Row& r) {
   return out;
 }
 
-Table parse_table(std::string_view text, const std::string& source, const std::string& backend, ChoicesOf choices) {
+Table parse_table(std::string_view text, const std::string& source, const std::string& backend, const Vocabulary& vocab) {
   Table t;
   t.backend = backend;
   t.source = source;
-  bool header = false;
+  bool header = false, ours = false;
   int line = 0;
   for (size_t pos = 0; pos < text.size();) {
     const size_t nl = std::min(text.find('\n', pos), text.size());
@@ -319,23 +344,25 @@ Table parse_table(std::string_view text, const std::string& source, const std::s
     const std::vector<std::string_view> w = words_of(l);
     if (w.empty()) continue;
     const Where at{source, line};
-    if (!header) {
-      parse_header(at, w, backend);
+    if (!header || w[0] == kMagic) {
+      const std::string name(parse_header(at, w, backend));
+      ours = name == backend;
+      if (std::find(t.sections.begin(), t.sections.end(), name) == t.sections.end()) t.sections.push_back(name);
       header = true;
       continue;
     }
-    t.rows.push_back(parse_row(at, w, backend, choices));
+    if (ours) t.rows.push_back(parse_row(at, w, backend, vocab));
   }
   if (!header) Where{source, line + 1}.fail("expected the header '" + format_header(backend) + "', got the end of the file");
   return t;
 }
 
-Table load_table(const std::string& path, const std::string& backend, ChoicesOf choices) {
+Table load_table(const std::string& path, const std::string& backend, const Vocabulary& vocab) {
   std::ifstream f(path);
   if (!f) throw InvalidArgument("mpcomm: tuning file " + path + ": cannot be read");
   std::stringstream text;
   text << f.rdbuf();
-  return parse_table(text.str(), "tuning file " + path, backend, choices);
+  return parse_table(text.str(), "tuning file " + path, backend, vocab);
 }
 
 }  // namespace mpcomm::tuning

@@ -10,8 +10,12 @@
 
 #include <array>
 #include <atomic>
+#include <fstream>
+#include <functional>
+#include <string>
 #include <thread>
 
+#include "harness/flight_record.h"
 #include "harness/process.h"
 #include "harness/thread_world.h"
 #include "testing/collective_check.h"
@@ -134,27 +138,34 @@ TEST_P(NativeUnexpected, LargeSendsBeforeTheirReceivesArriveWhole) {
 INSTANTIATE_TEST_SUITE_P(Hosts, NativeUnexpected, ::testing::Values(false, true),
                          host_kind);
 
-// A large send to a local rank goes through the ring or by single copy, whichever was faster lately for
-// its size class (Engine::choose_p2p_single, Link::rate_class), from 64 KiB; on a crowded host (here 2
-// ranks on one counted CPU) by single copy from 64 KiB, and below that through the ring. Ping-pong makes
-// both paths certain: a class's first two such sends go through the ring (the first copy is not
-// counted), and its next two, each sent after the reply that follows the receiver's measure, by single
-// copy; then the faster, and now and then the other.
-// 40 round trips, each way, of sizes around the thresholds and in every class, fresh data each time:
-// every byte at its place.
+// A send to a local rank goes through the ring or by single copy, as the table's send.path rows say for
+// its size: the built-in rows on a crowded host (here 2 ranks on one counted CPU: single copy from 64
+// KiB), a tuning file's rows that alternate the paths by size with a CPU per rank. 40 round trips, each
+// way, of sizes around the thresholds, fresh data each time: every byte at its place, and every send
+// went the path its size asks (the flight record names it).
 class NativeP2PPaths : public ::testing::TestWithParam<bool> {};
 
-TEST_P(NativeP2PPaths, LargeSendsByEitherPathArriveWhole) {
+TEST_P(NativeP2PPaths, SendsGoThePathTheTableSaysAndArriveWhole) {
   const bool crowded = GetParam();
   Options o;
-  o.params = {{"MPCOMM_SINGLE_COPY", "1"}, {"MPCOMM_SINGLE_COPY_KB", "256"}};
-  if (crowded) o.params["MPCOMM_CPUS"] = "1";
+  o.params = {{"MPCOMM_SINGLE_COPY", "1"}};
+  constexpr size_t K = 1024;
+  std::function<bool(size_t)> single;
+  if (crowded) {
+    o.params["MPCOMM_CPUS"] = "1";
+    single = [](size_t b) { return b >= 64 * K; };
+  } else {
+    const std::string path = ::testing::TempDir() + "mpcomm-send-paths.txt";
+    std::ofstream(path) << "mpcomm-tuning 1 backend=native\n"
+                           "send.path bytes=[64K,256K) -> single_copy\nsend.path bytes=[256K,4M] -> ring\n"
+                           "send.path bytes=(4M,inf) -> single_copy\nsend.path -> ring\n";
+    o.params["MPCOMM_TUNING"] = path;
+    single = [](size_t b) { return (b >= 64 * K && b < 256 * K) || b > 4096 * K; };
+  }
   testing::ThreadWorld world("native", 2, o);
-  const std::vector<size_t> sizes = crowded ? std::vector<size_t>{size_t{64} << 10, (size_t{100} << 10) + 3,
-                                                                  (size_t{64} << 10) - 1, (size_t{256} << 10) + 1}
-                                            : std::vector<size_t>{size_t{64} << 10, (size_t{1} << 20) + 3,
-                                                                  (size_t{256} << 10) - 1, (size_t{4} << 20) + 5,
-                                                                  (size_t{256} << 10) + 1, (size_t{4} << 20) - 1};
+  const std::vector<size_t> sizes = crowded ? std::vector<size_t>{64 * K, 100 * K + 3, 64 * K - 1, 256 * K + 1}
+                                            : std::vector<size_t>{64 * K, 1024 * K + 3, 256 * K - 1, 4096 * K + 5,
+                                                                  256 * K + 1, 4096 * K, 64 * K - 1};
   auto value = [](int from, int round, size_t i) { return static_cast<uint8_t>(from * 101 + round * 13 + i * 7 + (i >> 11)); };
   std::vector<std::string> errors(2);
   world.run([&](int r, Communicator& comm) {
@@ -163,18 +174,20 @@ TEST_P(NativeP2PPaths, LargeSendsByEitherPathArriveWhole) {
       const size_t bytes = sizes[static_cast<size_t>(round) % sizes.size()];
       std::vector<uint8_t> out(bytes), in(bytes, 0);
       for (size_t i = 0; i < bytes; ++i) out[i] = value(r, round, i);
+      std::string path;
       if (r == 0) {
         comm.send(out.data(), bytes, DataType::uint8, 1, round);
+        path = testing::last_algorithm(comm);
         comm.recv(in.data(), bytes, DataType::uint8, 1, round);
       } else {
         comm.recv(in.data(), bytes, DataType::uint8, 0, round);
         comm.send(out.data(), bytes, DataType::uint8, 0, round);
+        path = testing::last_algorithm(comm);
       }
-      for (size_t i = 0; i < bytes; ++i)
-        if (in[i] != value(1 - r, round, i)) {
-          e = "round " + std::to_string(round) + " (" + std::to_string(bytes) + " bytes): byte " + std::to_string(i) + " wrong";
-          break;
-        }
+      const std::string want = single(bytes) ? "single_copy" : "ring";
+      if (path != want) e = "round " + std::to_string(round) + " (" + std::to_string(bytes) + " bytes) went by " + path + ", not " + want;
+      for (size_t i = 0; i < bytes && e.empty(); ++i)
+        if (in[i] != value(1 - r, round, i)) e = "round " + std::to_string(round) + " (" + std::to_string(bytes) + " bytes): byte " + std::to_string(i) + " wrong";
     }
   });
   EXPECT_EQ(errors[0], "");

@@ -26,6 +26,8 @@ namespace mpcomm {
 namespace {
 
 constexpr size_t K = 1024, M = 1024 * 1024;
+// Where the built-in table's *.staged.stores rows turn to streaming stores.
+constexpr size_t kStreamedFrom = 2 * M;
 
 Options forcing(const std::string& algo) {
   Options o;
@@ -127,7 +129,7 @@ TEST(NativeAlgorithms, DirectBroadcastEveryRootAndDirectBlockOps) {
 // (where the built-in table takes them): the conformance matrix of both ops (every dtype, count and
 // root, in and out of place); then 90 calls back to back, with every rank in turn the root, of one
 // piece, of exactly the stage's slots and one element more, and of several rounds of the stage with a
-// short last piece (streamed: above kStagedStreamFrom), in place or not, with the arrival allreduce
+// short last piece (streamed: above the built-in table's 2 MiB, allgather.staged.stores), in place or not, with the arrival allreduce
 // (which writes the same board tags) in between. Every rank's stage is reused without a handshake after
 // the call in which every reader consumed it; every rank must get the exact result of every call.
 TEST(NativeAlgorithms, StagedBroadcastAndAllgatherReuseTheStages) {
@@ -139,7 +141,7 @@ TEST(NativeAlgorithms, StagedBroadcastAndAllgatherReuseTheStages) {
 
   const size_t stage = native::HostLocal::kStageBytes / sizeof(int32_t);
   const size_t counts[] = {32 * K / sizeof(int32_t), stage + 1,
-                           native::kStagedStreamFrom / sizeof(int32_t) + 3 * stage + 5};
+                           kStreamedFrom / sizeof(int32_t) + 3 * stage + 5};
   std::vector<size_t> wrong(static_cast<size_t>(n));
   world.run([&](int r, Communicator& comm) {
     size_t& bad = wrong[static_cast<size_t>(r)];
@@ -177,7 +179,7 @@ TEST(NativeAlgorithms, StagedBroadcastAndAllgatherReuseTheStages) {
 // built-in table takes it from 8 MiB): the conformance matrix (every dtype and reduce op, counts from
 // fewer elements than ranks, in and out of place); then 120 calls back to back of sizes that leave
 // blocks empty, fill one piece, end a block exactly where the input or result slots wrap, or take many
-// rounds of both with short last pieces (streamed: from kStagedStreamFrom), in place or not, sum, max
+// rounds of both with short last pieces (streamed: from the built-in table's 2 MiB), in place or not, sum, max
 // and avg, with a staged broadcast and allgather (which use the same stages and words) in between.
 // Every rank must get the exact result of every call.
 TEST(NativeAlgorithms, StagedAllreduceReusesTheStagesAmongTheOtherStagedOps) {
@@ -189,7 +191,7 @@ TEST(NativeAlgorithms, StagedAllreduceReusesTheStagesAmongTheOtherStagedOps) {
   const size_t piece = 32 * K / sizeof(int32_t), slots = native::HostLocal::kStageBytes / 2 / (32 * K);
   const size_t counts[] = {2, piece * static_cast<size_t>(n), slots * piece * static_cast<size_t>(n),
                            (slots + 1) * piece * static_cast<size_t>(n) - 5,
-                           native::kStagedStreamFrom / sizeof(int32_t) + 7 * piece + 3};
+                           kStreamedFrom / sizeof(int32_t) + 7 * piece + 3};
   std::vector<size_t> wrong(static_cast<size_t>(n));
   world.run([&](int r, Communicator& comm) {
     size_t& bad = wrong[static_cast<size_t>(r)];

@@ -14,6 +14,7 @@
 #include "harness/process.h"
 #include "harness/thread_world.h"
 #include "backends/native/algorithms/algorithms.h"
+#include "backends/native/selection/selection.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm {
@@ -55,7 +56,7 @@ TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {
     auto r = testing::run_command(std::string(MPCOMM_CLI) + " tune --ranks " + std::to_string(ranks) +
                                   " --ops allreduce,broadcast,allgather,reduce_scatter -b 8 -e 256K -f 8 -n 3 -w 1 --timeout 60 -o " + path);
     ASSERT_EQ(r.status, 0) << r.output;
-    const tuning::Table t = tuning::load_table(path, "native", native::algorithm_names);
+    const tuning::Table t = tuning::load_table(path, "native", native::vocabulary());
     std::ifstream f(path);
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_TRUE(contains(text, "# mpcomm tune --ranks " + std::to_string(ranks))) << text;
@@ -97,18 +98,25 @@ TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {
 
 TEST(Tune, InfoNamesTheTableInUse) {
   auto r = testing::run_command(std::string(MPCOMM_CLI) + " info");
-  EXPECT_TRUE(contains(r.output, "native algorithm choice: the built-in table (")) << r.output;
+  EXPECT_TRUE(contains(r.output, "native selection: the built-in table (")) << r.output;
   const std::string path = ::testing::TempDir() + "mpcomm-info-table.txt";
   std::ofstream(path) << "mpcomm-tuning 1 backend=native\nallreduce ranks=2 -> ring\n";
   r = testing::run_command("MPCOMM_TUNING=" + path + " MPCOMM_ALGO=broadcast=flat " + MPCOMM_CLI + " info");
-  EXPECT_TRUE(contains(r.output, "native algorithm choice: tuning file " + path + ", then the built-in table (1 + ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "native selection: tuning file " + path + ", then the built-in table (1 + ")) << r.output;
   EXPECT_TRUE(contains(r.output, "MPCOMM_ALGO forces broadcast=flat")) << r.output;
   r = testing::run_command("MPCOMM_TUNING=" + path + " " + MPCOMM_CLI + " info --table");
   EXPECT_TRUE(contains(r.output, "  allreduce ranks=2 -> ring   # line 2")) << r.output;
   EXPECT_TRUE(contains(r.output, "  # the built-in table")) << r.output;
-  std::ofstream(path) << "mpcomm-tuning 1 backend=gloo\n";
+  // What rows choose, and the rows whose calls agree facts in frames, named.
+  EXPECT_TRUE(contains(r.output, "  #   send.path -> ring | single_copy: how a send to a rank of this host travels")) << r.output;
+  EXPECT_TRUE(contains(r.output, "  send.path placement=far bytes=[64K,inf) -> single_copy   # line ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "in_place=no placement_now=near -> two_copy   # line ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "; agreed at the call: in_place, placement_now (one round of 8-byte frames)")) << r.output;
+  // Another backend's section only: no rows for native, and info says so.
+  std::ofstream(path) << "mpcomm-tuning 1 backend=mpi\nallreduce -> blocking\n";
   r = testing::run_command("MPCOMM_TUNING=" + path + " " + MPCOMM_CLI + " info");
-  EXPECT_TRUE(contains(r.output, "native algorithm choice: refused: mpcomm: tuning file " + path + ", line 1: field 'backend'")) << r.output;
+  EXPECT_TRUE(contains(r.output, "native selection: tuning file " + path +
+                                     " (no section for backend native; it has: mpi), then the built-in table (0 + ")) << r.output;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // proven to choose what the if-ladder it replaced ran, over 7.6 million cases: commit 213926e.)
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,7 @@ using tuning::Placement;
 
 const tuning::Table& builtin() {
   static const tuning::Table t =
-      tuning::parse_table(native::builtin_table_text(), "the built-in table", "native", native::algorithm_names);
+      tuning::parse_table(native::builtin_table_text(), "the built-in table", "native", native::vocabulary());
   return t;
 }
 
@@ -38,9 +39,9 @@ tuning::Shape shape(int ranks, long cpus, std::vector<int> host_of = {}, bool si
 
 // What the table chooses for `bytes` per rank (uint8), with the per-call facts given.
 std::string chosen(const tuning::Shape& s, OpKind op, size_t bytes, bool in_place = false, Placement now = Placement::near) {
-  const tuning::ShapeRows rows({&builtin()}, s);
+  const tuning::ShapeRows rows({&builtin()}, s, native::vocabulary().size());
   const tuning::CallFacts facts{in_place, now};
-  const auto* e = rows.find(tuning::make_call(op, DataType::uint8, bytes, s.ranks), [&] { return facts; },
+  const auto* e = rows.find(native::subject_of(op), tuning::make_call(op, DataType::uint8, bytes, s.ranks), [&] { return facts; },
                             [](const tuning::Row&) { return true; });
   return e != nullptr ? e->row->choice : "(none)";
 }
@@ -53,7 +54,7 @@ TEST(BuiltinTable, EveryOpEndsWithARowForEveryCall) {
     if (native::algorithm_names(op).empty()) continue;
     const tuning::Row* last = nullptr;
     for (const auto& r : builtin().rows)
-      if (r.op == op) last = &r;
+      if (r.subject == native::subject_of(op)) last = &r;
     ASSERT_NE(last, nullptr) << to_string(op);
     EXPECT_EQ(tuning::format_row(*last), std::string(to_string(op)) + " -> " + last->choice) << "a catch-all row";
     EXPECT_EQ(native::find_algorithm(op, last->choice)->needs, 0u) << "the catch-all runs everywhere";
@@ -192,6 +193,75 @@ TEST(BuiltinTable, AllgatherAndReduceScatter) {
   EXPECT_EQ(chosen(shape(4, 2), OpKind::reduce_scatter, 32 * K), "direct");
   EXPECT_EQ(chosen(shape(4, 2, {0, 1, 2, 3}), OpKind::reduce_scatter, 64 * M), "ring");
   EXPECT_EQ(chosen(shape(2, 2, {}, false), OpKind::reduce_scatter, 64 * M), "ring");
+}
+
+// The message paths, as the engine gets them (Selection::paths: the send.path and collective.path rows
+// made into the spans of sizes that go by single copy): sends from 64 KiB by single copy on a crowded
+// host and with the CPUs far apart, through the ring with them near or on several hosts; a collective's
+// messages by single copy from 256 KiB. A tuning file's rows come first, also where they cut a span in
+// two.
+TEST(BuiltinTable, MessagePaths) {
+  using native::PathPolicy;
+  auto paths = [](tuning::Shape s, const std::string& table = "") {
+    Options o;
+    std::string path;
+    if (!table.empty()) {
+      path = ::testing::TempDir() + "mpcomm-paths-table.txt";
+      std::ofstream(path) << "mpcomm-tuning 1 backend=native\n" << table;
+      o.params["MPCOMM_TUNING"] = path;
+    }
+    native::Selection sel(o);
+    sel.fit(s);
+    return sel.paths();
+  };
+  auto far = shape(2, 2), crowded = shape(4, 2), near = shape(2, 2);
+  far.placement = Placement::far;
+  near.placement = Placement::near;
+  for (const auto& s : {far, crowded}) {
+    const PathPolicy p = paths(s);
+    EXPECT_FALSE(p.single_copy(PathPolicy::p2p, 64 * K - 1));
+    EXPECT_TRUE(p.single_copy(PathPolicy::p2p, 64 * K));
+    EXPECT_TRUE(p.single_copy(PathPolicy::p2p, SIZE_MAX));
+  }
+  for (const auto& s : {near, shape(4, 4, {0, 0, 1, 1})}) {
+    const PathPolicy p = paths(s);
+    EXPECT_FALSE(p.single_copy(PathPolicy::p2p, 64 * K));
+    EXPECT_FALSE(p.single_copy(PathPolicy::p2p, 64 * M));
+    EXPECT_TRUE(p.spans(PathPolicy::p2p).empty());
+  }
+  const PathPolicy p = paths(near);
+  EXPECT_FALSE(p.single_copy(PathPolicy::collective, 256 * K - 1));
+  EXPECT_TRUE(p.single_copy(PathPolicy::collective, 256 * K));
+  const PathPolicy cut = paths(far, "send.path bytes=(1M,4M] -> ring\nsend.path bytes=8 -> single_copy\n");
+  EXPECT_TRUE(cut.single_copy(PathPolicy::p2p, 8));
+  EXPECT_FALSE(cut.single_copy(PathPolicy::p2p, 9));
+  EXPECT_TRUE(cut.single_copy(PathPolicy::p2p, 1 * M));
+  EXPECT_FALSE(cut.single_copy(PathPolicy::p2p, 1 * M + 1));
+  EXPECT_FALSE(cut.single_copy(PathPolicy::p2p, 4 * M));
+  EXPECT_TRUE(cut.single_copy(PathPolicy::p2p, 4 * M + 1));
+  ASSERT_EQ(cut.spans(PathPolicy::p2p).size(), 3u);
+}
+
+// The algorithms' protocol choices: streaming stores into outputs too large for the cache, and the
+// hierarchical broadcast flat inside each host from 256 KiB.
+TEST(BuiltinTable, AlgorithmChoices) {
+  native::Selection sel{Options{}};
+  sel.fit(shape(4, 2));
+  auto pick = [&](native::Choice c, OpKind op, size_t count) {
+    detail::Op o;
+    o.kind = op;
+    o.count = count;
+    o.dtype = DataType::uint8;
+    return sel.pick(c, o);
+  };
+  EXPECT_EQ(pick(native::Choice::allgather_direct_stores, OpKind::allgather, 4 * M - 1), native::kPlainStores);
+  EXPECT_EQ(pick(native::Choice::allgather_direct_stores, OpKind::allgather, 4 * M), native::kStreamingStores);
+  EXPECT_EQ(pick(native::Choice::allgather_staged_stores, OpKind::allgather, M / 2 - 1), native::kPlainStores);  // 4 blocks
+  EXPECT_EQ(pick(native::Choice::allgather_staged_stores, OpKind::allgather, M / 2), native::kStreamingStores);
+  EXPECT_EQ(pick(native::Choice::broadcast_staged_stores, OpKind::broadcast, 2 * M), native::kStreamingStores);
+  EXPECT_EQ(pick(native::Choice::allreduce_staged_stores, OpKind::allreduce, 2 * M - 1), native::kPlainStores);
+  EXPECT_EQ(pick(native::Choice::broadcast_hierarchical_local, OpKind::broadcast, 256 * K - 1), 0);  // binomial
+  EXPECT_EQ(pick(native::Choice::broadcast_hierarchical_local, OpKind::broadcast, 256 * K), 1);      // flat
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 namespace mpcomm {
 namespace {
 
-tuning::Table parse(const std::string& text) { return tuning::parse_table(text, "tuning file t.txt", "native", native::algorithm_names); }
+tuning::Table parse(const std::string& text) { return tuning::parse_table(text, "tuning file t.txt", "native", native::vocabulary()); }
 
 // The message of the InvalidArgument that parsing `text` throws ("" when it does not).
 std::string refusal(const std::string& text) {
@@ -77,8 +77,12 @@ TEST(TableFormat, BadInputNamesTheFileTheLineTheFieldAndWhatWasExpected) {
       {"", "tuning file t.txt, line 1: expected the header 'mpcomm-tuning 1 backend=native', got the end of the file"},
       {"allreduce -> flat\n", "line 1: expected the header 'mpcomm-tuning 1 backend=native' before any row"},
       {"mpcomm-tuning 2 backend=native\n", "line 1: field 'version': expected format version 1"},
-      {"mpcomm-tuning 1 backend=gloo\n", "line 1: field 'backend': this table is for backend 'gloo', expected 'native'"},
-      {kHeader + "allreduse -> flat\n", "line 2: field 'op': expected an op (allreduce"},
+      {"mpcomm-tuning 1 backend\n", "line 1: field 'backend': expected backend=NAME, got 'backend'"},
+      {kHeader + "allreduse -> flat\n", "line 2: field 'subject': expected what backend native's rows choose for (allreduce, broadcast"},
+      {kHeader + "send.path dtype=int -> ring\n", "line 2: field 'dtype' does not apply to send.path rows (they decide per message, by its size)"},
+      {kHeader + "allgather.direct.stores placement_now=far -> plain\n",
+       "line 2: field 'placement_now' does not apply to allgather.direct.stores rows (they are decided without a round of frames"},
+      {kHeader + "send.path -> streaming\n", "line 2: field 'choice': expected one of backend native's choices for send.path (ring, single_copy), got 'streaming'"},
       {kHeader + "allreduce bytez=4 -> flat\n", "line 2: field 'bytez': no such field (expected one of dtype, ranks"},
       {kHeader + "allreduce bytes=64K-8M -> flat\n",
        "line 2: field 'bytes': expected an interval of sizes such as [64K,8M) or (0,32K], or one size such as 4K, got '64K-8M'"},
@@ -88,11 +92,11 @@ TEST(TableFormat, BadInputNamesTheFileTheLineTheFieldAndWhatWasExpected) {
       {kHeader + "allreduce placement_now=close -> flat\n", "field 'placement_now': expected near or far, got 'close'"},
       {kHeader + "allreduce dtype=bfloat16 -> flat\n", "field 'dtype': expected int, float or half"},
       {kHeader + "allreduce ranks=2 ranks=3 -> flat\n", "line 2: field 'ranks' is given twice"},
-      {kHeader + "\nallreduce ranks=2\n", "line 3: expected '-> ALGORITHM' after the conditions"},
+      {kHeader + "\nallreduce ranks=2\n", "line 3: expected '-> CHOICE' after the conditions"},
       {kHeader + "allreduce -> fastest\n",
-       "line 2: field 'algorithm': expected one of backend native's allreduce algorithms (flat, ring, ring_shm, direct"},
-      {kHeader + "broadcast -> ring\n", "field 'algorithm': expected one of backend native's broadcast algorithms (binomial"},
-      {kHeader + "allreduce -> flat fast=yes\n", "line 2: after the algorithm, expected at=SIZE"},
+       "line 2: field 'choice': expected one of backend native's choices for allreduce (flat, ring, ring_shm, direct"},
+      {kHeader + "broadcast -> ring\n", "field 'choice': expected one of backend native's choices for broadcast (binomial"},
+      {kHeader + "allreduce -> flat fast=yes\n", "line 2: after the choice, expected at=SIZE"},
   };
   for (const Bad& b : bad) {
     const std::string got = refusal(b.text);
@@ -101,9 +105,32 @@ TEST(TableFormat, BadInputNamesTheFileTheLineTheFieldAndWhatWasExpected) {
   }
 }
 
+// One text may hold several backends' sections: each backend reads its own rows (with their line numbers
+// in the whole text) and skips the others' unread; a text without a section for it has no rows for it.
+// Protocol rows name their subject and keep its index in the vocabulary.
+TEST(TableFormat, SectionsOfSeveralBackendsAndProtocolRows) {
+  const std::string text = "mpcomm-tuning 1 backend=mpi\nallreduce bytes=[32M,inf) -> nonblocking\n" + kHeader +
+                           "send.path placement=far bytes=[64K,inf) -> single_copy\nallreduce -> ring\n"
+                           "mpcomm-tuning 1 backend=gloo\nanything at all -> goes here\n";
+  const tuning::Table t = parse(text);
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(t.sections, (std::vector<std::string>{"mpi", "native", "gloo"}));
+  EXPECT_TRUE(t.has_section());
+  EXPECT_EQ(t.rows[0].line, 4);
+  EXPECT_EQ(t.rows[0].subject_name, "send.path");
+  EXPECT_EQ(t.rows[0].subject, native::subject_of(native::PathPolicy::p2p));
+  EXPECT_EQ(t.rows[0].op, OpKind::send);
+  EXPECT_EQ(t.rows[0].placement, tuning::Placement::far);
+  EXPECT_EQ(tuning::format_row(t.rows[0]), "send.path placement=far bytes=[64K,inf) -> single_copy");
+  EXPECT_EQ(t.rows[1].subject, native::subject_of(OpKind::allreduce));
+  const tuning::Table none = parse("mpcomm-tuning 1 backend=mpi\nallreduce -> blocking\n");
+  EXPECT_TRUE(none.rows.empty());
+  EXPECT_FALSE(none.has_section());
+}
+
 TEST(TableFormat, AFileThatCannotBeReadIsNamed) {
   try {
-    tuning::load_table("/nonexistent/mpcomm-table.txt", "native", native::algorithm_names);
+    tuning::load_table("/nonexistent/mpcomm-table.txt", "native", native::vocabulary());
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("tuning file /nonexistent/mpcomm-table.txt: cannot be read"), std::string::npos) << e.what();

@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "backends/native/constants.h"
 #include "backends/native/selection/selection.h"
 #include "commands.h"
 #include "device/device.h"
@@ -64,10 +65,21 @@ std::string nccl_headers() {
   return " " + major + "." + minor + "." + patch + " (headers in /usr/local/cuda)";
 }
 
+// A row as `mpcomm info --table` shows it: its text, where it is, and what a call that reaches it pays.
+std::string row_text(const tuning::Row& r) {
+  std::string s = "  " + tuning::format_row(r) + "   # line " + std::to_string(r.line);
+  std::string asks;
+  if (r.in_place != tuning::Want::any) asks = "in_place";
+  if (r.placement_now != tuning::Placement::unknown) asks += std::string(asks.empty() ? "" : ", ") + "placement_now";
+  if (!asks.empty()) s += "; agreed at the call: " + asks + " (one round of 8-byte frames)";
+  return s + "\n";
+}
+
 // Which selection table the native backend uses with this environment (MPCOMM_TUNING, MPCOMM_ALGO), and
-// with `rows` every row of it, in the order they are tried. A bad file or name is shown, not thrown.
+// with `rows` what its rows choose and every row, in the order they are tried. A bad file or name is
+// shown, not thrown.
 std::string selection_text(bool rows) {
-  std::string out = "native algorithm choice: ";
+  std::string out = "native selection: ";
   try {
     const native::Selection sel(Options{});
     const std::string forced = param_string("MPCOMM_ALGO");
@@ -76,10 +88,17 @@ std::string selection_text(bool rows) {
     if (sel.file() != nullptr) out += std::to_string(sel.file()->rows.size()) + " + ";
     out += std::to_string(builtin.rows.size()) + " rows)" + (forced.empty() ? "" : "; MPCOMM_ALGO forces " + forced) + "\n";
     if (rows) {
+      out += "  # what rows choose (SUBJECT -> CHOICE); rows of one subject are tried in order, the first that fits chooses:\n";
+      for (const tuning::Subject& s : native::vocabulary()) {
+        if (s.name.empty()) continue;
+        std::string choices;
+        for (const auto& c : s.choices) choices += (choices.empty() ? "" : " | ") + c;
+        out += "  #   " + s.name + " -> " + choices + ": " + s.doc + "\n";
+      }
       for (const tuning::Table* t : {sel.file(), &builtin}) {
         if (t == nullptr) continue;
         out += "  # " + t->source + "\n";
-        for (const auto& r : t->rows) out += "  " + tuning::format_row(r) + "   # line " + std::to_string(r.line) + "\n";
+        for (const auto& r : t->rows) out += row_text(r);
       }
     }
   } catch (const Error& e) {
@@ -132,6 +151,8 @@ std::string info_text() {
   line("host: %s, %u cores (%s), %.1f GiB memory, reduction kernels: %s\n", host, std::thread::hardware_concurrency(),
        cpu.c_str(), static_cast<double>(pages) * page / (1 << 30), reduce_kernel_isa());
   out += selection_text(false);
+  line("native constants (every other choice is a row of the selection table: mpcomm info --table):\n");
+  for (const auto& c : native::constants()) line("  %-20s %-10s %s\n", c.name.c_str(), c.value.c_str(), c.doc.c_str());
   line("environment:\n");
   for (const auto& p : all_params()) {
     std::string v = param_string(p.name);
@@ -142,7 +163,7 @@ std::string info_text() {
 
 Runner add_info(CLI::App& app) {
   auto table = std::make_shared<bool>(false);
-  app.add_flag("--table", *table, "print only the native selection table in use, every row in the order rows are tried");
+  app.add_flag("--table", *table, "print only the native selection table in use: what its rows choose, and every row in the order rows are tried");
   return [table] {
     std::fputs(*table ? selection_text(true).c_str() : info_text().c_str(), stdout);
     return 0;

@@ -117,6 +117,8 @@ std::string table_text(const Shape& s, const std::vector<bench::Row>& rows, cons
       const Point* pl = it->second;
       tuning::Row row = base;
       row.op = key.first;
+      row.subject = static_cast<int>(key.first);
+      row.subject_name = std::string(to_string(key.first));
       row.dtypes = 1 << static_cast<int>(key.second);
       row.bytes = range(lo, hi);
       const std::string out_best = pl[0].best(), in_best = pl[1].best();

@@ -41,15 +41,10 @@ class NativeBackend final : public detail::Backend {
 
   ~NativeBackend() override { engine_->close(); }
 
-  // Engine::Describe: how errors name the op.
-  static std::string describe_op(const void* self, const detail::Op& op) {
-    return static_cast<const NativeBackend*>(self)->describe(op);
-  }
-
   void run(const detail::Op& op) override {
-    engine_->begin(&op, &describe_op, this);
+    engine_->begin(&op);
     engine_->entered(op.seq);
-    AlgoCtx ctx{*engine_, op, rank(), size(), scratch_, topology()};
+    AlgoCtx ctx{*engine_, op, rank(), size(), scratch_, topology(), selection_};
     struct Notify {  // the frames the op left in links wake their receivers, however the op ends
       Engine& e;
       ~Notify() { e.notify_deferred(); }
@@ -72,38 +67,36 @@ class NativeBackend final : public detail::Backend {
   std::vector<char> scratch_;
 };
 
-// A send or receive in flight. Its errors name it as the backend would (the same rank, size and name),
-// without the backend, which need not outlive it.
+// A send or receive in flight. Its errors name it as the backend would (the engine names the op the
+// same way), without the backend, which need not outlive it.
 class P2PRequest : public detail::RequestState {
  public:
-  P2PRequest(std::shared_ptr<Engine> e, Handle h, detail::Op op, int rank, int size)
-      : e_(std::move(e)), h_(std::move(h)), op_(op), rank_(rank), size_(size) {}
+  P2PRequest(std::shared_ptr<Engine> e, Handle h, detail::Op op) : e_(std::move(e)), h_(std::move(h)), op_(op) {}
   void wait() override {
-    e_->begin(&op_, &describe_op, this);
+    e_->begin(&op_);
     e_->wait(h_);
   }
   bool test() override {
-    e_->begin(&op_, &describe_op, this);
+    e_->begin(&op_);
     return e_->test(h_);
   }
 
  private:
-  static std::string describe_op(const void* self, const detail::Op& op) {
-    const auto* r = static_cast<const P2PRequest*>(self);
-    return detail::describe(op, r->rank_, r->size_, "native");
-  }
   std::shared_ptr<Engine> e_;
   Handle h_;
   detail::Op op_;
-  int rank_, size_;
 };
 
 std::shared_ptr<detail::RequestState> NativeBackend::start(const detail::Op& op) {
-  op.algorithm = "frames";
-  engine_->begin(&op, &describe_op, this);
+  engine_->begin(&op);
   Handle h = op.kind == OpKind::send ? engine_->send_p2p(op.peer, op.tag, op.send, op.bytes())
                                      : engine_->recv_p2p(op.peer, op.tag, op.recv, op.bytes());
-  return std::make_shared<P2PRequest>(engine_, std::move(h), op, rank(), size());
+  // What the flight record shows: a send's path (the table's send.path rows), a receive's frames.
+  op.algorithm = op.kind == OpKind::recv                          ? "frames"
+                 : h->single_copy                                 ? "single_copy"
+                 : topology().host_of_rank[static_cast<size_t>(op.peer)] != topology().host ? "tcp"
+                                                                  : "ring";
+  return std::make_shared<P2PRequest>(engine_, std::move(h), op);
 }
 
 }  // namespace
@@ -184,6 +177,7 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
   // 4. The facts the algorithm choice depends on, the same on every rank; the tables and MPCOMM_ALGO.
   const WorldFacts facts = agree_world_facts(*store, *engine, topo, settings.cpus, selection.far_ns(), deadline, who);
   selection.fit(facts.shape);
+  engine->set_paths(selection.paths());
   MPCOMM_LOG(info, "native rank %d/%d up: host %d of %d, %d local ranks, %zu tcp peers; algorithms from %s", rank, size,
              topo.host, topo.num_hosts(), topo.local_size, remote.size(), selection.describe().c_str());
   return std::make_unique<NativeBackend>(rank, size, std::move(topo), std::move(opts), std::move(store),

@@ -49,6 +49,22 @@ const std::vector<Algorithm>& all_algorithms() {
   return algos;
 }
 
+const std::vector<ChoicePoint>& choice_points() {
+  static const std::vector<ChoicePoint> points = {
+      {Choice::allgather_direct_stores, OpKind::allgather, "allgather.direct.stores", {"plain", "streaming"},
+       "how the direct allgather copies this rank's block into its slot of the result (out of place)"},
+      {Choice::allgather_staged_stores, OpKind::allgather, "allgather.staged.stores", {"plain", "streaming"},
+       "how the staged allgather's readers copy the blocks out of the stages"},
+      {Choice::broadcast_staged_stores, OpKind::broadcast, "broadcast.staged.stores", {"plain", "streaming"},
+       "how the staged broadcast's receivers copy the root's buffer out of its stage"},
+      {Choice::allreduce_staged_stores, OpKind::allreduce, "allreduce.staged.stores", {"plain", "streaming"},
+       "how the staged allreduce copies the results into the output"},
+      {Choice::broadcast_hierarchical_local, OpKind::broadcast, "broadcast.hierarchical.local", {"binomial", "flat"},
+       "how the hierarchical broadcast goes on inside each host, from the host's leader"},
+  };
+  return points;
+}
+
 std::vector<std::string> algorithm_names(OpKind kind) {
   std::vector<std::string> out;
   for (const auto& a : all_algorithms())
@@ -69,7 +85,7 @@ const char* cannot_run(const Algorithm& a, const AlgoCtx& c) {
     return "it needs every rank on one host (their shared memory)";
   if ((a.needs & kNeedsSingleCopy) != 0 && !h->single_copy())
     return "it needs every rank to read and write the others' memory (single copy: MPCOMM_SINGLE_COPY=1, "
-           "MPCOMM_SINGLE_COPY_KB > 0, and a kernel that lets the ranks use process_vm_readv on each other)";
+           "and a kernel that lets the ranks use process_vm_readv on each other)";
   if ((a.needs & kNeedsTwoRanks) != 0 && c.size != 2) return "it runs on exactly 2 ranks";
   if ((a.needs & kNeedsBoardSize) != 0 && c.op.bytes() > HostLocal::kBoardBytes)
     return "it holds at most 64 KiB per rank on the board";

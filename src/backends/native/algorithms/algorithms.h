@@ -17,6 +17,40 @@
 
 namespace mpcomm::native {
 
+// The protocol choices inside algorithms that the selection table makes, per call, from the call's size
+// and the communicator's facts (rows OP.ALGORITHM.ASPECT; choice_points() lists each with its choices):
+// an algorithm asks for one instead of deciding by a size of its own. The value is the index of the
+// choice in its ChoicePoint's list.
+enum class Choice : uint8_t {
+  allgather_direct_stores,       // our own block into our slot of the result: 0 plain, 1 streaming stores
+  allgather_staged_stores,       // the readers' copies out of the stages: 0 plain, 1 streaming
+  broadcast_staged_stores,       // the same, for the staged broadcast
+  allreduce_staged_stores,       // the results into the output: 0 plain, 1 streaming
+  broadcast_hierarchical_local,  // inside each host: 0 binomial, 1 flat (the host's ranks read the leader's buffer)
+};
+inline constexpr int kNumChoices = 5;
+struct ChoicePoint {
+  Choice id;
+  OpKind op;
+  const char* name;  // the table's subject
+  std::vector<std::string> choices;
+  const char* doc;
+};
+// Every choice point, in Choice order (algorithms.cc).
+const std::vector<ChoicePoint>& choice_points();
+// Streaming stores write lines without reading them first and leave them out of the cache: for outputs
+// too large to stay there.
+inline constexpr int kPlainStores = 0, kStreamingStores = 1;
+
+// What answers an algorithm's protocol choices: the communicator's selection.
+class Choices {
+ public:
+  virtual int pick(Choice which, const detail::Op& op) const = 0;
+
+ protected:
+  ~Choices() = default;
+};
+
 struct AlgoCtx {
   Engine& e;
   const detail::Op& op;
@@ -24,6 +58,8 @@ struct AlgoCtx {
   int size;
   std::vector<char>& scratch_buf;
   const Topology& topo;  // which host each rank is on
+  const Choices& choices;
+  int pick(Choice which) const { return choices.pick(which, op); }
   // At least n bytes of scratch, reused across calls.
   char* scratch(size_t n) {
     if (scratch_buf.size() < n) scratch_buf.resize(n);
@@ -57,6 +93,9 @@ struct Algorithm {
 void allreduce_flat(AlgoCtx& c);
 void allreduce_ring(AlgoCtx& c);
 void allreduce_direct(AlgoCtx& c);
+// Results of the arrival allreduce larger than this are reduced in chunks of it, claimed by every rank that
+// waits; smaller ones by the last rank to arrive alone.
+inline constexpr size_t kArrivalChunkBytes = size_t{4} << 10;
 // One host whose ranks outnumber its CPUs, large: every block reduced by its owner from pieces the others
 // leave in their stages, the results left in the owner's stage for the others (allreduce_staged.cc).
 void allreduce_staged(AlgoCtx& c);
@@ -137,8 +176,6 @@ struct StageCount {
   // What a word that counts k pieces holds.
   uint64_t word(size_t k) const { return mark << kStagePieceBits | k; }
 };
-// The staged algorithms' readers write with streaming stores from this many bytes of output.
-inline constexpr size_t kStagedStreamFrom = size_t{2} << 20;
 void broadcast_binomial(AlgoCtx& c);
 void broadcast_direct(AlgoCtx& c);
 // The root copies its buffer once into its stage, and every receiver copies it out (staged_flow).

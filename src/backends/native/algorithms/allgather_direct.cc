@@ -4,8 +4,8 @@
 // Needs: single copy (HostLocal::write: every rank on this host, each reaching the others' memory).
 //
 //   1. every rank sends every other its output address (one round of small frames);
-//   2. our block, in pieces: copy the piece into our own slot (out of place; streamed from 4 MiB
-//      blocks), then write it into slot r of every other rank's result (ranks r+1, r+2, ...: the n
+//   2. our block, in pieces: copy the piece into our own slot (out of place; with streaming stores
+//      where the table's allgather.direct.stores says: large blocks), then write it into slot r of every other rank's result (ranks r+1, r+2, ...: the n
 //      ranks start on n different targets);
 //   3. every rank tells every other that it is done (one round of small frames): no rank returns while
 //      another still writes its result.
@@ -41,11 +41,9 @@ void allgather_direct(AlgoCtx& c) {
   // 2. Our block, piece by piece: once from memory, n times out of the cache.
   const char* src = static_cast<const char*>(op.send);
   const size_t piece = size_t{256} << 10;
-  // Out of place from 4 MiB blocks our own slot is written with streaming stores (its lines are not read
-  // first). Medians of interleaved runs against commit 3d48c55, out of place, by total size: 2 ranks 8 MiB
-  // 1.08 -> 0.86 ms, 16 MiB 4.22 -> 3.69 ms, 32 MiB 8.30 -> 7.50 ms, but 4 MiB 386 -> 421 us; 4 ranks on 2
-  // CPUs 32 MiB 15.4 -> 14.3 ms, but 8 MiB 3.54 -> 3.84 ms.
-  const bool stream = src != slot && b >= (size_t{4} << 20);
+  // Streaming stores into our own slot skip reading its lines first, which pays once the block is too
+  // large to stay in the cache (docs/performance.md, "Why the defaults are what they are").
+  const bool stream = src != slot && c.pick(Choice::allgather_direct_stores) == kStreamingStores;
   for (size_t at = 0; at < b; at += piece) {
     const size_t len = std::min(piece, b - at);
     const char* from = slot + at;  // what we write into the others' results: a piece in our cache

@@ -8,8 +8,9 @@
 // on n different sources.
 // Bytes per rank: (n-1)·B out and in (B = one block), each copied once; one round; no scratch.
 // The built-in table does not choose it (on one host the direct allgather moves each block through
-// memory once); MPCOMM_ALGO=allgather=flat or a measured table can. Its frames go by single copy from
-// kDirectFrom (128 KiB); below, through the rings, where every rank writes its block n-1 times.
+// memory once); MPCOMM_ALGO=allgather=flat or a measured table can. Its frames go as the table's
+// collective.path rows say (by single copy from 256 KiB); below, through the rings, where every rank
+// writes its block n-1 times.
 #include "backends/native/algorithms/algorithms.h"
 
 namespace mpcomm::native {
@@ -27,7 +28,7 @@ void allgather_flat(AlgoCtx& c) {
     hs.push_back(c.e.recv(q, out + static_cast<size_t>(q) * b, b));
   }
   // Offered from our own slot of the result: readers copy it from there while we fill the others.
-  for (int k = 1; k < n; ++k) hs.push_back(c.e.send(mod(r - k, n), mine, b, Route::direct));
+  for (int k = 1; k < n; ++k) hs.push_back(c.e.send(mod(r - k, n), mine, b));
   c.e.wait_all(hs);
 }
 

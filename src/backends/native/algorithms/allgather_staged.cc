@@ -7,8 +7,8 @@
 //
 //   1. our block into our own slot of the result (out of place);
 //   2. the staged flow: we publish our block, and copy every other rank's block out of its stage into
-//      its slot (ranks r+1, r+2, ...: the n ranks start on n different stages; streamed from
-//      kStagedStreamFrom bytes in all).
+//      its slot (ranks r+1, r+2, ...: the n ranks start on n different stages; with streaming stores
+//      where the table's allgather.staged.stores says).
 // Bytes per rank (B = one block): B into our slot, B into our stage, (n-1)·B out of the others' stages.
 #include "backends/native/algorithms/algorithms.h"
 
@@ -32,7 +32,7 @@ void allgather_staged(AlgoCtx& c) {
     readers.push_back(q);
     in.push_back({q, out + static_cast<size_t>(q) * b, b});
   }
-  staged_flow(c, out + static_cast<size_t>(r) * b, b, readers, in, b * static_cast<size_t>(n) >= kStagedStreamFrom);
+  staged_flow(c, out + static_cast<size_t>(r) * b, b, readers, in, c.pick(Choice::allgather_staged_stores) == kStreamingStores);
 }
 
 }  // namespace mpcomm::native

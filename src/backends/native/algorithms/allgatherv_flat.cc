@@ -25,7 +25,7 @@ void allgatherv_flat(AlgoCtx& c) {
     hs.push_back(c.e.recv(q, allgatherv_block(c, q), v.recv_counts[static_cast<size_t>(q)] * es));
   }
   // Offered from our own block of the result: readers copy it from there while we fill the others.
-  for (int k = 1; k < n; ++k) hs.push_back(c.e.send(mod(r - k, n), mine, c.op.count * es, Route::direct));
+  for (int k = 1; k < n; ++k) hs.push_back(c.e.send(mod(r - k, n), mine, c.op.count * es));
   c.e.wait_all(hs);
 }
 

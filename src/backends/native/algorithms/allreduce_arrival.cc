@@ -36,8 +36,7 @@ namespace mpcomm::native {
 
 static_assert(sizeof(detail::Fingerprint) <= sizeof(BoardTag::words));
 
-// Results of more than this are reduced in chunks of it, claimed by every rank that waits.
-static constexpr size_t kChunkBytes = size_t{4} << 10;
+static constexpr size_t kChunkBytes = kArrivalChunkBytes;
 static_assert(HostLocal::kBoardBytes / kChunkBytes < (1u << 16));
 
 void allreduce_arrival(AlgoCtx& c) {

@@ -84,9 +84,9 @@ void allreduce_staged(AlgoCtx& c) {
 
   const char* in = static_cast<const char*>(op.send);
   char* out = static_cast<char*>(op.recv);
-  // Into our output: streamed once it is too large to stay in the cache.
+  // Into our output: streamed once it is too large to stay in the cache (allreduce.staged.stores).
   auto to_output = [&](char* dst, const char* src, size_t bytes) {
-    if (op.bytes() >= kStagedStreamFrom) {
+    if (c.pick(Choice::allreduce_staged_stores) == kStreamingStores) {
       copy_streamed(dst, src, bytes);
     } else {
       std::memcpy(dst, src, bytes);

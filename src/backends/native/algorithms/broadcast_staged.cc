@@ -5,8 +5,8 @@
 // every receiver copies it out, all of them at once (staged_flow.cc).
 // Needs: shared memory (HostLocal: the root's stage and the board's tags, and waiting for them).
 //
-//   1. the staged flow: the root publishes its buffer, every other rank copies it out (streamed from
-//      kStagedStreamFrom bytes).
+//   1. the staged flow: the root publishes its buffer, every other rank copies it out (with streaming
+//      stores where the table's broadcast.staged.stores says).
 // Bytes: B into the root's stage, B out of it into every receiver. No rank waits for a particular
 // other but the root.
 #include "backends/native/algorithms/algorithms.h"
@@ -25,7 +25,7 @@ void broadcast_staged(AlgoCtx& c) {
     for (int k = 1; k < n; ++k) readers.push_back(mod(root + k, n));
     staged_flow(c, buf, bytes, readers, {}, false);
   } else {
-    staged_flow(c, nullptr, 0, {}, {{root, buf, bytes}}, bytes >= kStagedStreamFrom);
+    staged_flow(c, nullptr, 0, {}, {{root, buf, bytes}}, c.pick(Choice::broadcast_staged_stores) == kStreamingStores);
   }
 }
 

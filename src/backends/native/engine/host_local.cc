@@ -8,11 +8,10 @@
 #include <limits>
 #include <thread>
 
-#include "backends/native/engine/engine.h"
 
 namespace mpcomm::native {
 
-HostLocal::HostLocal(Engine& e, const ShmSegment& seg, std::vector<int> local_of, bool crowded)
+HostLocal::HostLocal(Owner& e, const ShmSegment& seg, std::vector<int> local_of, bool crowded)
     : e_(e), seg_(seg), local_of_(std::move(local_of)), crowded_(crowded), e_rank_(e.rank()),
       seen_(local_of_.size(), 0) {}
 
@@ -137,13 +136,14 @@ bool HostLocal::probe_single_copy(std::chrono::steady_clock::time_point deadline
   bool all = true;
   for (int r = 0; r < static_cast<int>(local_of_.size()); ++r) {
     if (r == e_.rank()) continue;
-    Engine::Peer& p = e_.peers_[static_cast<size_t>(r)];
     // Not known until the peer's engine has published its probe word.
-    for (uint32_t spins = 1; !e_.can_single_copy(r, p) && p.single_copy_ok == 0; ++spins) {
+    int state = e_.single_copy_state(r);
+    for (uint32_t spins = 1; state == 0; ++spins) {
       if (std::chrono::steady_clock::now() > deadline || ((spins & 1023) == 0 && !e_.peer_alive(r))) return false;
       std::this_thread::yield();
+      state = e_.single_copy_state(r);
     }
-    all = all && p.single_copy_ok > 0;
+    all = all && state > 0;
   }
   return all;
 }

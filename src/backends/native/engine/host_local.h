@@ -12,7 +12,8 @@
 //                allgather (staged_flow.cc), the staged and the two-copy allreduce
 //   waiting      for what local ranks write into the board and the stages (bounded, watched, like frames)
 //   placement    how far apart two ranks' CPUs are now (a cache line's round trip): the selection's
-//                placement facts (agree.cc), measured at creation and at the calls whose row asks
+//                placement facts (selection/world_facts.cc at creation, selection/call_facts.cc at the
+//                calls whose row asks)
 //
 // Ranks are the communicator's ranks throughout.
 #pragma once
@@ -28,11 +29,27 @@
 
 namespace mpcomm::native {
 
-class Engine;
-
 class HostLocal {
  public:
-  HostLocal(Engine& e, const ShmSegment& seg, std::vector<int> local_of, bool crowded);
+  // What HostLocal asks of the engine that owns it (the engine implements it).
+  class Owner {
+   public:
+    virtual int rank() const = 0;
+    // Single copy with a rank's memory; errors name the op, the rank and why (a dead rank: PeerFailure).
+    virtual void copy_with_peer(int rank, char* local_buf, uint64_t remote, size_t n, bool write) = 0;
+    // Whether this rank may read `rank`'s memory: 1 yes, -1 no, 0 not known yet (SingleCopy::probe).
+    virtual int single_copy_state(int rank) = 0;
+    // HostLocal::wait's engine side: frames keep moving while it waits, and every wait is bounded.
+    virtual void wait_shared(const std::function<bool()>& done, const std::function<std::vector<int>()>& pending,
+                             const std::function<std::string()>& what) = 0;
+    virtual bool peer_alive(int rank) const = 0;
+    virtual void wake_local_peers() const = 0;
+
+   protected:
+    ~Owner() = default;
+  };
+
+  HostLocal(Owner& owner, const ShmSegment& seg, std::vector<int> local_of, bool crowded);
 
   // ---- facts, the same on every rank ----
   // Every rank may read and write every other rank's memory: MPCOMM_SINGLE_COPY is on and the kernel
@@ -107,7 +124,7 @@ class HostLocal {
 
  private:
   int local(int rank) const { return local_of_[static_cast<size_t>(rank)]; }
-  Engine& e_;
+  Owner& e_;
   const ShmSegment& seg_;
   std::vector<int> local_of_;  // segment index of every rank
   bool crowded_;               // the host's ranks outnumber its CPUs: meeting yields the CPU

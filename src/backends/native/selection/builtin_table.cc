@@ -1,6 +1,7 @@
-// The native backend's built-in selection table: which algorithm runs for each call when no
-// MPCOMM_TUNING row applies. Data only; the rules' measurements are in docs/performance.md ("Why the
-// defaults are what they are"), the algorithms in docs/native.md.
+// The native backend's built-in selection table: which algorithm runs for each call, and every protocol
+// choice (how messages travel, which stores the algorithms use), when no MPCOMM_TUNING row applies. Data
+// only; the rules' measurements are in docs/performance.md ("Why the defaults are what they are"), the
+// algorithms in docs/native.md.
 #include "backends/native/selection/selection.h"
 
 namespace mpcomm::native {
@@ -83,6 +84,35 @@ allgatherv -> ring
 barrier hosts=1 ranks=[2,inf) cpus_per_rank=[1,inf) -> board
 barrier hosts=1 ranks=[3,inf) cpus_per_rank=(0,1) -> linear
 barrier -> dissemination
+
+# ---- how messages to ranks of this host travel: through the shared-memory ring (the sender copies in,
+# the receiver out: fast while the two CPUs share a cache), or by single copy (the receiver reads the
+# sender's buffer with process_vm_readv: through memory, about as fast wherever the CPUs are). Decided at
+# creation, per message size. Sends from 64 KiB: by single copy on a crowded host (through the ring the
+# sender and the receiver take turns on the CPUs for every ring's worth) and with the CPUs far apart;
+# else through the ring.
+send.path cpus_per_rank=(0,1) bytes=[64K,inf) -> single_copy
+send.path placement=far bytes=[64K,inf) -> single_copy
+send.path -> ring
+# A collective's messages from 256 KiB by single copy (algorithms that are the ring, ring_shm and
+# two_copy, never).
+collective.path bytes=[256K,inf) -> single_copy
+collective.path -> ring
+
+# ---- stores: streaming stores write an output's lines without reading them first and leave them out of
+# the cache, which pays once the output is too large to stay there
+allgather.direct.stores bytes=[4M,inf) -> streaming
+allgather.direct.stores -> plain
+allgather.staged.stores total=[2M,inf) -> streaming
+allgather.staged.stores -> plain
+broadcast.staged.stores bytes=[2M,inf) -> streaming
+broadcast.staged.stores -> plain
+allreduce.staged.stores bytes=[2M,inf) -> streaming
+allreduce.staged.stores -> plain
+# ---- the hierarchical broadcast inside each host: flat from 256 KiB (the host's ranks read the leader's
+# buffer by single copy), else binomial
+broadcast.hierarchical.local bytes=[256K,inf) -> flat
+broadcast.hierarchical.local -> binomial
 )";
 
 }  // namespace

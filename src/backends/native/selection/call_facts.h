@@ -1,8 +1,9 @@
-// What the ranks of a communicator agree on beyond their arguments, for the algorithm choice: where
-// the CPUs of ranks 0 and 1 are (a cache line's round trip between them, measured by rank 0 against
-// MPCOMM_FAR_NS), and whether some rank runs a call in place. At creation through the store
-// (backends/native); at a call, when the selection table's row asks, here, in one round of small
-// frames of that call (so timeouts, dead peers and mismatched calls are reported as for any frame).
+// The facts an algorithm row may ask at the call (tuning/selection_table.h: placement_now, in_place),
+// agreed by the ranks in one round of small frames of that call (so timeouts, dead peers and mismatched
+// calls are reported as for any frame): where the CPUs of ranks 0 and 1 are now (a cache line's round
+// trip between them, measured by rank 0 against MPCOMM_FAR_NS), and whether some rank runs the call in
+// place. Only calls that reach such a row pay it; `mpcomm info --table` marks those rows. The facts
+// agreed once, at creation, are world_facts.h's.
 #pragma once
 
 #include <cstdint>

@@ -1,13 +1,20 @@
-// How a native communicator chooses the algorithm of each call: an algorithm MPCOMM_ALGO forces for the
-// op; else the first row that fits of its MPCOMM_TUNING file, then of the built-in table
-// (src/tuning/native_defaults.cc). A row fits when its conditions hold for the communicator's facts
-// (agreed at creation: world_facts.h) and the call, and its algorithm can run here (its needs,
-// algorithms.h). Everything is read and checked when the communicator is created: an unknown
-// MPCOMM_ALGO name, a malformed or foreign tuning file are an InvalidArgument then.
+// How a native communicator makes every per-call choice: from its selection table, whose rows are data
+// (tuning/selection_table.h), read once at creation. What rows choose (the vocabulary):
+//  - an op's algorithm ("allreduce -> ring"): an algorithm MPCOMM_ALGO forces for the op, else the first
+//    row that fits of the MPCOMM_TUNING file, then of the built-in table (builtin_table.cc). A row fits
+//    when its conditions hold for the communicator's facts (agreed at creation: world_facts.h) and the
+//    call, and its algorithm can run here (its needs, algorithms.h);
+//  - the algorithms' protocol choices ("allgather.direct.stores -> streaming"; algorithms.h, Choice),
+//    from the call's size and the facts;
+//  - how messages to ranks of this host travel ("send.path", "collective.path": ring or single_copy),
+//    made into the engine's PathPolicy once, at creation.
+// Everything is read and checked when the communicator is created: an unknown MPCOMM_ALGO name, a
+// malformed tuning file are an InvalidArgument then.
 //
-// Per call it costs a lookup in a one-entry cache per op kind (size and data type class); a row that
-// depends on in-place or placement facts costs the round of small frames that agrees them (agree.h).
-// With MPCOMM_DEBUG=INFO each choice is logged once per (op, size bucket, algorithm) with its reason.
+// Per call an algorithm choice costs a lookup in a one-entry cache per op kind (size and data type
+// class). An algorithm row that asks the per-call facts (in_place, placement_now) costs the round of
+// small frames that agrees them (call_facts.h); `mpcomm info --table` marks such rows. With
+// MPCOMM_DEBUG=INFO each choice is logged once per (op, size bucket, algorithm) with its reason.
 #pragma once
 
 #include <array>
@@ -15,18 +22,27 @@
 #include <memory>
 #include <string>
 
-#include "backends/native/selection/world_facts.h"
 #include "backends/native/algorithms/algorithms.h"
+#include "backends/native/engine/path_policy.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm::native {
+
+// The subjects of the native backend's rows: index k < kNumOpKinds is op k's algorithm (unnamed for an
+// op without algorithms), then the algorithms' choice points in Choice order, then the two paths.
+const tuning::Vocabulary& vocabulary();
+inline int subject_of(OpKind op) { return static_cast<int>(op); }
+inline int subject_of(Choice c) { return kNumOpKinds + static_cast<int>(c); }
+inline int subject_of(PathPolicy::Kind k) { return kNumOpKinds + kNumChoices + static_cast<int>(k); }
+// "send.path" and "collective.path": their choices, in this order.
+inline constexpr int kPathRing = 0, kPathSingleCopy = 1;
 
 // The built-in table: its text (builtin_table.cc), and the table read from it once (it is part of the
 // program).
 std::string_view builtin_table_text();
 const tuning::Table& builtin_table();
 
-class Selection {
+class Selection final : public Choices {
  public:
   // Reads MPCOMM_ALGO, MPCOMM_FAR_NS and the MPCOMM_TUNING file of `opts` (before the communicator's
   // setup, so that bad input fails at once), ...
@@ -43,6 +59,10 @@ class Selection {
     if (m.algorithm != nullptr && m.count == c.op.count && m.dtype == c.op.dtype) return *m.algorithm;
     return choose_anew(c, c.op.count);
   }
+  // Choices: an algorithm's protocol choice for this call (the index of the chosen one).
+  int pick(Choice which, const detail::Op& op) const override;
+  // Which messages go by single copy, from the send.path and collective.path rows (the engine's).
+  PathPolicy paths() const;
 
   // Which tables answer, for `mpcomm info` and the log: "tuning file PATH, then the built-in table".
   std::string describe() const;
@@ -63,6 +83,7 @@ class Selection {
   std::array<const Algorithm*, kNumOpKinds> forced_{};
   std::unique_ptr<tuning::Table> file_;
   tuning::ShapeRows rows_;
+  int ranks_ = 1;
   std::array<bool, kNumOpKinds> asks_in_place_{}, asks_placement_{};
   double far_ns_ = 0;
   // The last choice per op kind that no per-call fact decided.

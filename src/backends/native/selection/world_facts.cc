@@ -33,7 +33,7 @@ WorldFacts agree_world_facts(Store& store, Engine& engine, const Topology& topo,
   bool reach = false;
   double rt = std::numeric_limits<double>::quiet_NaN();
   if (host != nullptr) {
-    reach = engine.single_copy_from() != SIZE_MAX && host->probe_single_copy(deadline);
+    reach = engine.settings().single_copy && host->probe_single_copy(deadline);
     if (rank <= 1) rt = host->round_trip_ns(1 - rank, 16, kCreationStamp, deadline);
   }
 

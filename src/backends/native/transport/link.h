@@ -36,16 +36,6 @@ class Link {
   virtual int poll_fd() const { return -1; }
   // The descriptor to poll() for room to write (a link of several connections waits on one of them).
   virtual int poll_fd_out() const { return poll_fd(); }
-  // Copy rates of large point-to-point payloads from this peer, as the receiver measured them (MB/s; 0:
-  // none yet), by path: through the link (kThroughLink) or read by single copy from the sender's
-  // buffer (kSingleCopy), and by size class (rate_class()): a 64 KiB single copy pays a system call
-  // that a 4 MiB one spreads thin. The receiver publishes its own for the peer; the sender reads the
-  // peer's for itself. Only transports through shared memory keep them.
-  static constexpr int kThroughLink = 0, kSingleCopy = 1;
-  static constexpr int kRateClasses = 3;
-  static int rate_class(size_t bytes) { return bytes < (size_t{256} << 10) ? 0 : bytes < (size_t{4} << 20) ? 1 : 2; }
-  virtual void publish_rx_rate(int cls, int path, uint32_t mb_per_s) {}
-  virtual uint32_t peer_rx_rate(int cls, int path) const { return 0; }
 };
 
 }  // namespace mpcomm::native

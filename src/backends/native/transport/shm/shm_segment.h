@@ -40,9 +40,6 @@ struct alignas(64) Doorbell {
 struct alignas(64) RingCtl {
   alignas(64) std::atomic<uint64_t> head{0};  // bytes ever written (producer)
   alignas(64) std::atomic<uint64_t> tail{0};  // bytes ever read (consumer)
-  // The consumer's last measured copy rates of large p2p payloads by size class and path
-  // (Link::publish_rx_rate).
-  alignas(64) std::atomic<uint32_t> rx_rate[Link::kRateClasses][2] = {};
 };
 
 // The board: two sets (by parity of the op's sequence number) of one input slot per local rank and
@@ -185,10 +182,6 @@ class ShmLink : public Link {
   void consume(size_t n) override;
   void notify() override { seg_->ring(peer_); }
   int write_offset() const override { return static_cast<int>(tx_head_ & 63); }
-  void publish_rx_rate(int cls, int path, uint32_t mb_per_s) override {
-    rx_->rx_rate[cls][path & 1].store(mb_per_s, std::memory_order_relaxed);
-  }
-  uint32_t peer_rx_rate(int cls, int path) const override { return tx_->rx_rate[cls][path & 1].load(std::memory_order_relaxed); }
 
  private:
   const ShmSegment* seg_;
