@@ -143,7 +143,7 @@ namespace detail {
 struct Op;
 class RequestState;
 class Backend;
-class Core;
+class FrontDoor;
 }  // namespace detail
 
 // A non-blocking operation. wait() blocks (bounded by the timeout) until it completes and rethrows its
@@ -255,9 +255,9 @@ class MPCOMM_API Communicator final {
   std::string flight_record() const;
 
  private:
-  friend class detail::Core;
-  MPCOMM_HIDDEN explicit Communicator(std::shared_ptr<detail::Core> core);  // made by the library only
-  std::shared_ptr<detail::Core> core_;
+  friend class detail::FrontDoor;
+  MPCOMM_HIDDEN explicit Communicator(std::shared_ptr<detail::FrontDoor> core);  // made by the library only
+  std::shared_ptr<detail::FrontDoor> core_;
   // Copies of the backend's, for the inline accessors.
   std::string backend_;
   int rank_;

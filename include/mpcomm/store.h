@@ -37,6 +37,11 @@ class MPCOMM_API Store {
   // Convenience for text values.
   void set_string(const std::string& key, const std::string& value);
   std::string get_string(const std::string& key, Millis timeout);
+
+  // The host (a name or an address) of the server this store talks to: what every rank reaches, so the
+  // address a rank advertises to the others is the one that routes there. "" for a store without a
+  // server (in this process, in a file); a PrefixStore answers for the store under it.
+  virtual std::string server_host() const { return ""; }
 };
 
 // In-process store for ranks that are threads of one process (tests, benchmarks).
@@ -85,6 +90,7 @@ class MPCOMM_API PrefixStore : public Store {
   bool remove(const std::string& key) override;
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<Store>& base() const { return base_; }
+  std::string server_host() const override { return base_->server_host(); }
 
  private:
   std::string prefix_;
@@ -130,6 +136,7 @@ class MPCOMM_API TcpStore : public Store {
   uint16_t port() const;
   // The server's host as given (a name or an address).
   const std::string& host() const;
+  std::string server_host() const override { return host(); }
 
  private:
   struct MPCOMM_HIDDEN Impl;

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "backends/registry.h"
+#include "bootstrap/bind_address.h"
 
 #include "backends/native/backend.h"
 #ifdef MPCOMM_HAVE_GLOO
@@ -120,7 +121,7 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
   if (!store && b.needs_store) throw InvalidArgument("mpcomm: " + std::string(backend) + ": a store is required");
   if (b.needs_gpu) device::require_cuda("backend " + std::string(backend));
   Options o = opts;
-  if (o.bind_addr.empty()) o.bind_addr = detail::choose_bind_address(o, store.get());
+  if (o.bind_addr.empty()) o.bind_addr = choose_bind_address(o, store.get());
   return detail::make_communicator(b.make(std::move(store), rank, size, o), b.make);
 }
 
@@ -158,7 +159,7 @@ EnvWorld env_world(const Options& in) {
     w.store = open_store(env.store_url, w.opts.token, w.opts.timeout);
   }
   // The address this rank advertises routes to the store's host (resolved() could not know it).
-  if (in.bind_addr.empty()) w.opts.bind_addr = detail::choose_bind_address(w.opts, w.store.get());
+  if (in.bind_addr.empty()) w.opts.bind_addr = choose_bind_address(w.opts, w.store.get());
   return w;
 }
 

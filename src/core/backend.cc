@@ -14,7 +14,7 @@ Backend::Backend(std::string name, int rank, int size, Topology topo, Options op
 
 Backend::~Backend() = default;
 
-std::string What::str() const { return op_ != nullptr ? b_->describe(*op_) : text_; }
+std::string ErrorSubject::str() const { return op_ != nullptr ? b_->describe(*op_) : text_; }
 
 std::unique_ptr<Backend> Backend::split(const SplitPlan& plan) {
   if (plan.color < 0) return nullptr;

@@ -51,10 +51,10 @@ class Backend;
 
 // What an error message names, built only when a message is: an op on a backend ("allreduce #3 (...) on
 // rank 1 of 4 [mpi]"), or a fixed text (setup, split). Keeps strings off the paths of ops that succeed.
-class What {
+class ErrorSubject {
  public:
-  What(const Op& op, const Backend& b) : op_(&op), b_(&b) {}
-  explicit What(std::string text) : text_(std::move(text)) {}
+  ErrorSubject(const Op& op, const Backend& b) : op_(&op), b_(&b) {}
+  explicit ErrorSubject(std::string text) : text_(std::move(text)) {}
   std::string str() const;
 
  private:
@@ -96,7 +96,7 @@ class Backend {
 
   // Whether the backend fails every receive that gets another size than it expects (native frames carry
   // their size). Where it does not, the front door checks the counts of every alltoallv and allgatherv
-  // against the other ranks' first (one small allgather, Core::verify_counts); MPCOMM_CHECK does it on
+  // against the other ranks' first (one small allgather, FrontDoor::verify_counts); MPCOMM_CHECK does it on
   // every backend.
   virtual bool checks_sizes() const { return false; }
 

@@ -1,6 +1,12 @@
-// The front door's machinery behind the public Communicator: argument checks, sequence numbers,
-// fingerprints, statistics, the flight recorder, abort fan-out, staging and the stream that orders
-// blocking and non-blocking calls — once, for every backend (NCCL's ncclEnqueueCheck idea).
+// The front door behind the public Communicator: argument checks, sequence numbers, fingerprints,
+// statistics, the flight recorder, abort fan-out, device staging and the stream that orders blocking and
+// non-blocking calls — once, for every backend (NCCL's ncclEnqueueCheck idea). Its parts, a file each:
+//   front_door.cc       construction, running an op on the backend with its bookkeeping, failures
+//   stream.cc           the stream below: issuing, queuing, the progress thread, waiting and testing
+//   argument_checks.cc  every argument, before any traffic
+//   split.cc            split(): the groups, worked out once for every backend
+//   stats.h             time and bytes per op kind
+//   device_staging.cc   buffers in other memory than the backend's, copied through its kind
 //
 // The stream (a CUDA stream's rule): ops run in issue order. Without a progress thread every op runs on
 // the caller's thread as it is called. The first non-blocking call starts the communicator's progress
@@ -10,14 +16,13 @@
 //    and then completes as its peer allows: while nobody waits on it the progress thread tests it between
 //    naps (50 us growing to 1 ms), and a caller that waits drives it to completion itself. Nobody wakes
 //    the progress thread for it (only for one with a completion callback): it finds it within 1 ms by
-//    itself, and a wake-up per send or receive cost a context switch each (2 ranks, isend/irecv of 8 B:
-//    60 us a call, not 3);
+//    itself, since a wake-up per send or receive would cost a context switch each;
 //  - a blocking call runs on the caller's thread when nothing is queued, else it is queued and waited for.
 //  - a thread that waits on the op next in line while nobody drives runs it itself (issue-then-wait costs
 //    what a blocking call costs: no hand-over to the progress thread and back).
 //    The progress thread leaves a just-queued op (without a completion callback) to its caller for
 //    100 us before it starts it, and while non-blocking calls come it polls the queue instead of being
-//    woken for each (core.cc: kLeaveToCaller, kPoll).
+//    woken for each (stream.cc: kLeaveToCaller, kPoll).
 // Exactly one thread "drives" the backend at any time (the caller or the progress thread: `driver_`),
 // so backends are never entered twice at once; the same rule guards the statistics and the recorder.
 #pragma once
@@ -38,6 +43,7 @@
 #include "core/backend.h"
 #include "core/flight_recorder.h"
 #include "core/op.h"
+#include "core/stats.h"
 
 namespace mpcomm::detail {
 
@@ -46,18 +52,18 @@ std::unique_ptr<Communicator> make_communicator(std::unique_ptr<Backend> backend
 
 class OpRequest;
 
-class Core : public std::enable_shared_from_this<Core> {
+class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
  public:
-  Core(std::unique_ptr<Backend> backend, BackendFactory recreate);
-  ~Core();
-  Core(const Core&) = delete;
-  Core& operator=(const Core&) = delete;
+  FrontDoor(std::unique_ptr<Backend> backend, BackendFactory recreate);
+  ~FrontDoor();
+  FrontDoor(const FrontDoor&) = delete;
+  FrontDoor& operator=(const FrontDoor&) = delete;
 
-  static std::unique_ptr<Communicator> wrap(std::shared_ptr<Core> core);
+  static std::unique_ptr<Communicator> wrap(std::shared_ptr<FrontDoor> core);
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }
 
-  // The public calls (op filled by the caller; validated and numbered here).
+  // The public calls (op filled by the caller; checked and numbered here).
   void collective(Op& op);
   Request icollective(Op& op);
   void p2p(Op& op);                                 // blocking send or recv
@@ -78,13 +84,28 @@ class Core : public std::enable_shared_from_this<Core> {
 
  private:
   enum class Driver : uint8_t { none, caller, worker };
-  struct Stat {
-    std::atomic<uint64_t> calls{0}, bytes{0}, ticks{0};  // ticks: OpClock
+  // With a progress thread, the caller waits (take_driver) until the ops issued before have started,
+  // then runs the op itself: a blocking call never costs a hand-over between threads.
+  class Driving {
+   public:
+    Driving(FrontDoor& c, const Op& op) : c_(c) {
+      if (!c_.has_worker_) return;
+      std::unique_lock<std::mutex> lk(c_.mu_);
+      c_.take_driver(lk, op);
+      held_ = true;
+    }
+    ~Driving() {
+      if (held_) c_.release_driver();
+    }
+    Driving(const Driving&) = delete;
+    Driving& operator=(const Driving&) = delete;
+
+   private:
+    FrontDoor& c_;
+    bool held_ = false;
   };
 
   void throw_if_aborted(const Op& op) const;
-  BufferSpans validate(const Op& op) const;
-  BufferSpans validate_uneven(const Op& op) const;
   // Runs a collective to completion (the driver only). Throws its error after the failure is handled.
   void execute(const Op& op, const BufferSpans& spans, uint64_t ticket, uint64_t t0);
   void run_on_backend(const Op& op, const BufferSpans& spans);
@@ -103,7 +124,6 @@ class Core : public std::enable_shared_from_this<Core> {
   void fail_pending();
   std::string aborted_message(const Op& op) const;
 
-  class Driving;
   std::shared_ptr<OpRequest> issue(Op& op, uint64_t& counter);
   Request enqueue(const std::shared_ptr<OpRequest>& r);
   void start_inline(OpRequest& r);
@@ -114,14 +134,14 @@ class Core : public std::enable_shared_from_this<Core> {
   // Caller side: becomes the driver once nothing is queued and nobody drives (with a progress thread).
   void take_driver(std::unique_lock<std::mutex>& lk, const Op& for_op);
   void release_driver();
-  // Waits (bounded) until the progress thread does not drive (see core.cc).
+  // Waits (bounded) until the progress thread does not drive (stream.cc).
   void settle_driver(std::unique_lock<std::mutex>& lk);
   void add_inflight(const std::shared_ptr<OpRequest>& r);
   bool worth_testing_locked() const;
   bool callback_in_flight_locked() const;  // a send or receive in flight has a completion callback
   // Whether the progress thread must be woken now that the driver changed or an op ended: ops queued for
   // it, a request in flight whose completion callback nobody else would call, or the end. Sends and
-  // receives in flight without one it finds by itself, at most kMaxNap later (core.cc): waking it for
+  // receives in flight without one it finds by itself, at most kMaxNap later (stream.cc): waking it for
   // each cost a context switch per call, and a caller that waits for them drives them itself.
   bool worker_must_wake_locked() const;
   // Wakes the callers waiting on cv_, and the progress thread when it has work (mu_ held).
@@ -137,7 +157,7 @@ class Core : public std::enable_shared_from_this<Core> {
   const bool check_counts_;  // verify_counts() before every alltoallv and allgatherv
   std::string recorder_who_, recorder_tag_;
   FlightRecorder recorder_;
-  std::array<Stat, kNumOpKinds> stats_;
+  OpStatsTable stats_;
   uint64_t seq_ = 0, p2p_seq_ = 0;  // the issuing thread's
 
   std::atomic<bool> aborted_{false};
@@ -155,7 +175,7 @@ class Core : public std::enable_shared_from_this<Core> {
   int waiters_ = 0;
   uint64_t endings_ = 0;  // ops ended by the progress thread (a waiter's deadline restarts on each)
   bool stop_ = false;
-  bool worker_polling_ = false;  // the progress thread looks at the queue by itself (kPoll in core.cc)
+  bool worker_polling_ = false;  // the progress thread looks at the queue by itself (kPoll in stream.cc)
   bool worker_asleep_ = false;   // the progress thread sleeps until woken (nothing issued for kActive)
   std::chrono::steady_clock::time_point last_issue_{};  // the last op queued, or send or receive issued
   std::thread worker_;

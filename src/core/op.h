@@ -61,7 +61,7 @@ BufferSpans buffer_spans(const Op& op, int rank, int size);
 // What two ranks must agree on for a collective. Carried in every native frame; exchanged up front
 // (MPCOMM_CHECK=1) by backends that cannot check it themselves. count: the op's count, but for
 // allgatherv the sum of recv_counts and for alltoallv 0 (its ranks share no size; the pairwise counts
-// are checked apart: Core::verify_counts, or native frames, which carry their size).
+// are checked apart: FrontDoor::verify_counts, or native frames, which carry their size).
 struct Fingerprint {
   uint8_t kind = 0;
   uint8_t dtype = 0;

@@ -34,11 +34,4 @@ double param_double(const Options& opts, const char* name);
 // Throws InvalidArgument naming the first of opts.params that is not a declared knob.
 void check_params(const Options& opts);
 
-namespace detail {
-// The address a communicator's listeners bind to and advertise when Options::bind_addr is empty (see
-// there): MPCOMM_ADDR, MPCOMM_IFNAME, the route to `store`'s host (a TcpStore, possibly under
-// PrefixStores; may be null) or MASTER_ADDR, else 127.0.0.1.
-std::string choose_bind_address(const Options& opts, const Store* store);
-}  // namespace detail
-
 }  // namespace mpcomm

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "net/socket.h"
+#include "bootstrap/bind_address.h"
 #include "settings/settings.h"
 #include "mpcomm/communicator.h"
 #include "mpcomm/error.h"
@@ -124,7 +125,7 @@ TEST_F(AddressTest, OwnNameOnLoopbackAdvertisesANetworkAddress) {
   const std::string other = first_non_loopback_ipv4(&ifname);
   if (other.empty()) GTEST_SKIP() << "this machine has no IPv4 interface besides lo";
   ::setenv("MASTER_ADDR", name, 1);
-  EXPECT_EQ(detail::choose_bind_address(Options{}, nullptr), other);
+  EXPECT_EQ(choose_bind_address(Options{}, nullptr), other);
   // A store served by that name listens on every interface, so the others reach it.
   TcpStore served(name, 0, "t", Millis(5000), /*start_server=*/true);
   TcpStore by_address(other, served.port(), "t", Millis(5000));
@@ -137,14 +138,14 @@ TEST_F(AddressTest, ChosenAddress) {
   auto store = std::make_shared<TcpStore>("127.0.0.1", 0, "t", Millis(5000), /*start_server=*/true);
   auto prefixed = std::make_shared<PrefixStore>("x", store);
   // A store on loopback: the job is on this machine.
-  EXPECT_EQ(detail::choose_bind_address(opts, prefixed.get()), "127.0.0.1");
-  EXPECT_EQ(detail::choose_bind_address(opts, nullptr), "127.0.0.1");
+  EXPECT_EQ(choose_bind_address(opts, prefixed.get()), "127.0.0.1");
+  EXPECT_EQ(choose_bind_address(opts, nullptr), "127.0.0.1");
   ::setenv("MPCOMM_IFNAME", "lo", 1);
-  EXPECT_EQ(detail::choose_bind_address(opts, nullptr), "127.0.0.1");
+  EXPECT_EQ(choose_bind_address(opts, nullptr), "127.0.0.1");
   ::setenv("MPCOMM_ADDR", "10.9.8.7", 1);  // said outright: taken as it is
-  EXPECT_EQ(detail::choose_bind_address(opts, nullptr), "10.9.8.7");
+  EXPECT_EQ(choose_bind_address(opts, nullptr), "10.9.8.7");
   opts.params["MPCOMM_ADDR"] = "10.9.8.6";
-  EXPECT_EQ(detail::choose_bind_address(opts, nullptr), "10.9.8.6");
+  EXPECT_EQ(choose_bind_address(opts, nullptr), "10.9.8.6");
   ::unsetenv("MPCOMM_ADDR");
   ::unsetenv("MPCOMM_IFNAME");
   opts.params.clear();
@@ -153,7 +154,7 @@ TEST_F(AddressTest, ChosenAddress) {
   if (other.empty()) GTEST_SKIP() << "this machine has no IPv4 interface besides lo";
   // MASTER_ADDR on a network address: the address that routes there, never loopback.
   ::setenv("MASTER_ADDR", other.c_str(), 1);
-  EXPECT_EQ(detail::choose_bind_address(opts, nullptr), other);
+  EXPECT_EQ(choose_bind_address(opts, nullptr), other);
 }
 
 }  // namespace

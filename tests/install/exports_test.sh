@@ -32,7 +32,7 @@ internal=$(sed -E 's/\(.*//' <<<"$symbols" | grep -E '::(Impl|State)::' || true)
 if [[ -n "$internal" ]]; then
   echo "FAIL: private Impl structs of exported classes are exported:"; echo "$internal"; exit 1
 fi
-# Nor a member that takes or returns an internal type (e.g. Communicator's constructor from a detail::Core).
+# Nor a member that takes or returns an internal type (e.g. Communicator's constructor from a detail::FrontDoor).
 internal=$(grep -F 'mpcomm::detail::' <<<"$symbols" || true)
 if [[ -n "$internal" ]]; then
   echo "FAIL: exported symbols that use mpcomm::detail:"; echo "$internal"; exit 1

@@ -134,7 +134,7 @@ TEST(ReduceKernels, EveryKernelSetGivesTheGenericBits) {
 }
 
 // The bitwise reductions of the integer types against a plain loop over the sources' bits, every
-// kernel set, plain and streamed; a floating-point type is refused (Core::validate refuses it first).
+// kernel set, plain and streamed; a floating-point type is refused (FrontDoor::validate refuses it first).
 template <class T>
 void expect_bitwise(Kernels k, ReduceOp op, int nsrc, size_t count, std::mt19937& rng, DataType dt) {
   std::vector<std::vector<T>> src(static_cast<size_t>(nsrc), std::vector<T>(count));

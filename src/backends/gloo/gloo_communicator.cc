@@ -60,7 +60,7 @@ class StoreAdapter : public ::gloo::rendezvous::Store {
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
-// Gloo has no bitwise reductions: mpcomm's kernels (integer types only; Core::validate refuses others).
+// Gloo has no bitwise reductions: mpcomm's kernels (integer types only; FrontDoor::validate refuses others).
 template <ReduceOp Op, DataType Dt>
 void bitwise_fn(void* c, const void* a, const void* b, size_t n) {
   const void* srcs[2] = {a, b};
@@ -429,7 +429,7 @@ class GlooBackend final : public detail::Backend {
 
   // The uneven ops, on Gloo's unbound buffers as gloo::alltoallv and gloo::allgatherv use them, but with
   // displacements: those two take packed blocks only (each block's offset the sum of the counts before
-  // it). The front door has checked every rank's counts against the others' first (Core::verify_counts):
+  // it). The front door has checked every rank's counts against the others' first (FrontDoor::verify_counts):
   // Gloo would take a shorter message for a longer receive without a word, and fail a longer one on its
   // own thread.
   std::unique_ptr<::gloo::transport::UnboundBuffer> unbound(const void* p, size_t bytes) {

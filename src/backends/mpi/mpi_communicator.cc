@@ -70,7 +70,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using detail::Op;
-using detail::What;
+using detail::ErrorSubject;
 
 // How long bursts go back to back (sched_yield between): MPCOMM_MPI_SPIN_MS, at most an hour.
 std::chrono::milliseconds spin_setting(const Options& o) {
@@ -328,13 +328,13 @@ class CommState {
   size_t chunk_elements(size_t elem_size) const { return mpi::chunk_elements(elem_size, chunk_); }
 
   // Throws Internal (or `code`) in the format every MPI failure has.
-  void check(int rc, const What& what, const char* call, ErrorCode code = ErrorCode::internal) const {
+  void check(int rc, const ErrorSubject& what, const char* call, ErrorCode code = ErrorCode::internal) const {
     if (rc != MPI_SUCCESS) throw_mpi(code, what.str(), call, rc);
   }
 
   // Starts one non-blocking MPI call (`post` fills the request) and appends its request to `reqs`.
   template <class Post>
-  void post(std::vector<MPI_Request>& reqs, const What& what, const char* call, Post&& post_call) {
+  void post(std::vector<MPI_Request>& reqs, const ErrorSubject& what, const char* call, Post&& post_call) {
     MPI_Request r = MPI_REQUEST_NULL;
     int rc;
     {
@@ -348,7 +348,7 @@ class CommState {
 
   // One MPI_Testall over `reqs` (posted with post()): true when all completed. An MPI error is a
   // PeerFailure (Mismatch for a truncated receive).
-  bool test(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const What& what, const char* call) {
+  bool test(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const ErrorSubject& what, const char* call) {
     int flag = 0, rc;
     {
       auto g = Runtime::get().guard();
@@ -375,7 +375,7 @@ class CommState {
 
   // Completes `reqs` or throws: Timeout past the deadline, PeerFailure when the job's abort key appears
   // (how mpcomm launch reports a dead rank) or MPI reports an error.
-  void wait(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const What& what, const char* call) {
+  void wait(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>* statuses, const ErrorSubject& what, const char* call) {
     const PollPace pace{.spin_for = spin_, .first_nap = std::chrono::microseconds(50),
                         .max_nap = std::chrono::microseconds(1000), .polls_per_round = kTestsPerBurst};
     poll_until([&] { return test(reqs, statuses, what, call); }, pace, Clock::now() + timeout_, timeout_, &abort_watch_,
@@ -417,7 +417,7 @@ class CommState {
 
 class MpiRequest : public detail::RequestState {
  public:
-  MpiRequest(std::shared_ptr<CommState> st, const Op& op, What what)
+  MpiRequest(std::shared_ptr<CommState> st, const Op& op, ErrorSubject what)
       : st_(std::move(st)),
         op_(op),
         what_(std::move(what)),
@@ -512,7 +512,7 @@ class MpiRequest : public detail::RequestState {
 
   std::shared_ptr<CommState> st_;
   Op op_;
-  What what_;
+  ErrorSubject what_;
   const char* call_;
   std::vector<MPI_Request> reqs_;
   std::vector<MPI_Status> statuses_;
@@ -592,7 +592,7 @@ class MpiBackend final : public detail::Backend {
     if (op.tag > st_->tag_ub)
       throw Unsupported("mpcomm: " + describe(op) + ": tag " + std::to_string(op.tag) + " is above this MPI's MPI_TAG_UB " +
                         std::to_string(st_->tag_ub));
-    auto req = std::make_shared<MpiRequest>(st_, op, What(describe(op)));
+    auto req = std::make_shared<MpiRequest>(st_, op, ErrorSubject(describe(op)));
     req->start();
     return req;
   }
@@ -880,7 +880,7 @@ void MpiBackend::blocked_too_long(ErrorCode code, const std::string& why, uint64
 
 // Every call posted, then completed by polling (CommState::wait).
 void MpiBackend::run_nonblocking(const Op& op) {
-  const What what(op, *this);
+  const ErrorSubject what(op, *this);
   const char* call = call_name(op.kind, /*blocking=*/false);
   op.algorithm = call;
   std::vector<MPI_Request> reqs;
@@ -894,7 +894,7 @@ void MpiBackend::run_nonblocking(const Op& op) {
 // of every rank's (color, key) has shown that every rank is entering it too; the same allgather gave the
 // new group's members, hence its topology (SplitPlan).
 std::unique_ptr<detail::Backend> MpiBackend::split(const detail::SplitPlan& plan) {
-  const What what("split (color " + std::to_string(plan.color) + ", key " + std::to_string(plan.key) + ") on rank " +
+  const ErrorSubject what("split (color " + std::to_string(plan.color) + ", key " + std::to_string(plan.key) + ") on rank " +
                   std::to_string(rank()) + " of " + std::to_string(size()) + " [mpi]");
   MPI_Comm child = MPI_COMM_NULL;
   {
@@ -929,14 +929,14 @@ std::unique_ptr<detail::Backend> MpiBackend::split(const detail::SplitPlan& plan
 
 // Starts one non-blocking call and waits for it (setup has no Op to describe).
 template <class Post>
-void call_and_wait(CommState& st, const What& what, const char* call, Post&& post) {
+void call_and_wait(CommState& st, const ErrorSubject& what, const char* call, Post&& post) {
   std::vector<MPI_Request> reqs;
   st.post(reqs, what, call, post);
   st.wait(reqs, nullptr, what, call);
 }
 
 // Duplicates MPI_COMM_WORLD into st.comm (errors returned, not fatal) and learns every rank's host id.
-Topology setup_world(CommState& st, const std::string& host_id, const What& what) {
+Topology setup_world(CommState& st, const std::string& host_id, const ErrorSubject& what) {
   call_and_wait(st, what, "MPI_Comm_idup", [&](MPI_Request* r) { return MPI_Comm_idup(MPI_COMM_WORLD, &st.comm, r); });
   {
     auto g = Runtime::get().guard();
@@ -971,7 +971,7 @@ Topology setup_world(CommState& st, const std::string& host_id, const What& what
 // Whether some host's ranks outnumber its cores, the same answer on every rank (each host judges its own:
 // hosts may differ in cores), so that every rank makes the same kind of call for an op (a blocking and a
 // non-blocking collective never match).
-bool any_host_crowded(CommState& st, const Topology& topo, const What& what) {
+bool any_host_crowded(CommState& st, const Topology& topo, const ErrorSubject& what) {
   int mine = topo.local_size > static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)) ? 1 : 0, any = 0;
   call_and_wait(st, what, "MPI_Iallreduce",
                 [&](MPI_Request* r) { return MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, st.comm, r); });
@@ -1000,7 +1000,7 @@ std::unique_ptr<detail::Backend> create_mpi(std::shared_ptr<Store> store, int ra
                           " of " + std::to_string(world_size) +
                           " (start the ranks with mpirun, e.g. mpcomm launch --backend mpi)");
 
-  const What what("mpi communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size));
+  const ErrorSubject what("mpi communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size));
   auto st = std::make_shared<CommState>(rank, size, opts, store);
   try {
     Topology topo = setup_world(*st, opts.host_id, what);

@@ -127,7 +127,7 @@ const char* nccl_call(OpKind k) {
   }
 }
 
-using detail::What;
+using detail::ErrorSubject;
 
 // One posted send or receive. `done` is set when it is handed to NCCL, and completes with its batch.
 struct P2PSlot {
@@ -158,27 +158,27 @@ class CommState {
   cudaStream_t copy_stream = nullptr;  // host staging copies and scratch allocations
 
   // Creates the streams and the staging event (throws, after aborting, on a CUDA error).
-  void setup(const What& what);
+  void setup(const ErrorSubject& what);
   // Takes an ncclComm_t made elsewhere (ncclCommSplit); from now on this state owns it.
   void adopt(ncclComm_t c) {
     std::lock_guard<std::mutex> g(mu_);
     comm_ = c;
   }
   // ncclCommInitRankConfig (non-blocking), polled until every rank joined.
-  void init(const ncclUniqueId& id, const What& what, net::Deadline deadline);
+  void init(const ncclUniqueId& id, const ErrorSubject& what, net::Deadline deadline);
 
-  void make_current(const What& what) {
+  void make_current(const ErrorSubject& what) {
     if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) cuda(e, what, "cudaSetDevice");
   }
 
   // Throws Internal (after aborting) unless `e` is cudaSuccess.
-  void cuda(cudaError_t e, const What& what, const char* call) {
+  void cuda(cudaError_t e, const ErrorSubject& what, const char* call) {
     if (e == cudaSuccess) return;
     fail(ErrorCode::internal, "mpcomm: " + what.str() + ": " + call + " failed on cuda:" + std::to_string(device) +
                                   ": " + cudaGetErrorString(e));
   }
   // For cudaStreamQuery/cudaEventQuery: true when done, false when not yet, throws on an error.
-  bool query(cudaError_t e, const What& what, const char* call) {
+  bool query(cudaError_t e, const ErrorSubject& what, const char* call) {
     if (e == cudaSuccess) return true;
     if (e == cudaErrorNotReady) return false;
     cuda(e, what, call);
@@ -187,11 +187,11 @@ class CommState {
 
   // Whether NCCL can use `p` as it is: device memory on this communicator's GPU, or managed memory. Host
   // memory (registered or not) is staged. Device memory on another GPU is an InvalidArgument.
-  bool on_device(const void* p, const What& what);
+  bool on_device(const void* p, const ErrorSubject& what);
 
   // Device memory for staging, allocated on the copy stream; free_staging() takes it back once idle,
   // defer_free() at teardown when it may still be in use.
-  void* alloc_staging(size_t bytes, const What& what) {
+  void* alloc_staging(size_t bytes, const ErrorSubject& what) {
     void* p = nullptr;
     cuda(cudaMallocAsync(&p, bytes > 0 ? bytes : 1, copy_stream), what, "cudaMallocAsync");
     return p;
@@ -202,22 +202,22 @@ class CommState {
     deferred_.push_back(p);
   }
   // The communicator's scratch buffer, at least `bytes` long, for one collective at a time.
-  char* scratch(size_t bytes, const What& what);
+  char* scratch(size_t bytes, const ErrorSubject& what);
   // Makes the NCCL stream wait (on the device, not the host) for everything queued on the copy stream.
-  void order_after_copies(const What& what) {
+  void order_after_copies(const ErrorSubject& what) {
     cuda(cudaEventRecord(staged_ev_, copy_stream), what, "cudaEventRecord");
     cuda(cudaStreamWaitEvent(stream, staged_ev_, 0), what, "cudaStreamWaitEvent");
   }
 
   // Runs one NCCL enqueue call, throws if it failed, then settles.
   template <class F>
-  void enqueue(const What& what, const char* call, net::Deadline deadline, F&& f) {
+  void enqueue(const ErrorSubject& what, const char* call, net::Deadline deadline, F&& f) {
     check_enqueued(locked(f), what, call);
     settle(what, call, deadline);
   }
   // ncclGroupStart, body(comm, &call) (returns the first failing result and names its call), ncclGroupEnd.
   template <class Body>
-  void enqueue_group(const What& what, net::Deadline deadline, Body&& body) {
+  void enqueue_group(const ErrorSubject& what, net::Deadline deadline, Body&& body) {
     const char* call = "ncclGroupStart";
     std::optional<ncclResult_t> rc = locked([&](ncclComm_t c) {
       ncclResult_t r = ncclGroupStart();
@@ -235,11 +235,11 @@ class CommState {
   }
 
   // Waits until NCCL has finished the last call (its asynchronous state left ncclInProgress).
-  void settle(const What& what, const char* call, net::Deadline deadline) {
+  void settle(const ErrorSubject& what, const char* call, net::Deadline deadline) {
     poll(what, "NCCL to finish the call", call, deadline, [](ncclResult_t s) { return s != ncclInProgress; });
   }
   // Waits until `s` has drained.
-  void wait_stream(cudaStream_t s, const What& what, const char* waiting_for, net::Deadline deadline) {
+  void wait_stream(cudaStream_t s, const ErrorSubject& what, const char* waiting_for, net::Deadline deadline) {
     poll(what, waiting_for, nullptr, deadline,
          [&](ncclResult_t) { return query(cudaStreamQuery(s), what, "cudaStreamQuery"); });
   }
@@ -247,7 +247,7 @@ class CommState {
   // Polls `ready(state)` (state: ncclSuccess or ncclInProgress; an asynchronous error throws) until it
   // returns true, bounded by the deadline and watching the job's abort record. Failures abort.
   template <class Ready>
-  void poll(const What& what, const char* waiting_for, const char* call, net::Deadline deadline, Ready&& ready) {
+  void poll(const ErrorSubject& what, const char* waiting_for, const char* call, net::Deadline deadline, Ready&& ready) {
     const PollPace pace{.spin_for = kSpinFor, .first_nap = kNap, .max_nap = kNap};
     try {
       poll_until([&] { return ready(async_state(what)); }, pace, deadline, timeout, &abort_watch_,
@@ -261,9 +261,9 @@ class CommState {
   }
 
   // ncclCommGetAsyncError: ncclSuccess or ncclInProgress; an error is thrown (after aborting).
-  ncclResult_t async_state(const What& what);
+  ncclResult_t async_state(const ErrorSubject& what);
   // The job's abort record, at most every 10 ms (for Request::test(), which does not loop).
-  void maybe_poll_abort_key(const What& what) {
+  void maybe_poll_abort_key(const ErrorSubject& what) {
     if (std::string msg = abort_watch_.poll(); !msg.empty())
       fail(ErrorCode::peer_failure, "mpcomm: " + what.str() + ": aborted because another rank failed: " + msg);
   }
@@ -273,12 +273,12 @@ class CommState {
     std::lock_guard<std::mutex> g(mu_);
     pending_.push_back(std::move(slot));
   }
-  void flush(const What& what, net::Deadline deadline);
+  void flush(const ErrorSubject& what, net::Deadline deadline);
 
   // ncclCommSplit (non-blocking) polled to completion; nullptr for NCCL_SPLIT_NOCOLOR.
-  ncclComm_t split(int color, int key, const What& what, net::Deadline deadline);
+  ncclComm_t split(int color, int key, const ErrorSubject& what, net::Deadline deadline);
   // ncclCommUserRank and ncclCommCount of the (settled) communicator.
-  std::pair<int, int> rank_and_count(const What& what);
+  std::pair<int, int> rank_and_count(const ErrorSubject& what);
 
   // Records the first failure, aborts the NCCL communicator (once) and tells the job, unless it is a
   // mismatch (every rank finds that one itself; announcing it would turn a peer's Mismatch into a
@@ -292,7 +292,7 @@ class CommState {
     std::lock_guard<std::mutex> g(mu_);
     return abort_reason_;
   }
-  void throw_if_aborted(const What& what) const {
+  void throw_if_aborted(const ErrorSubject& what) const {
     std::string why = abort_reason();
     if (!why.empty()) throw PeerFailure("mpcomm: " + what.str() + ": communicator was aborted: " + why);
   }
@@ -306,19 +306,19 @@ class CommState {
     if (comm_ == nullptr || comm_gone_) return std::nullopt;
     return f(comm_);
   }
-  void check_enqueued(std::optional<ncclResult_t> rc, const What& what, const char* call) {
+  void check_enqueued(std::optional<ncclResult_t> rc, const ErrorSubject& what, const char* call) {
     if (!rc) throw_gone(what);
     if (!ok(*rc))
       fail(code_of(*rc), "mpcomm: " + what.str() + ": " + call + " failed: " + nccl_text(*rc));
   }
-  [[noreturn]] void throw_gone(const What& what) const {
+  [[noreturn]] void throw_gone(const ErrorSubject& what) const {
     std::string why = abort_reason();
     throw PeerFailure("mpcomm: " + what.str() + ": communicator was aborted: " +
                       (why.empty() ? std::string("its NCCL communicator is gone") : why));
   }
   void abort_comm_locked() noexcept;
   void release_comm() noexcept;
-  std::shared_ptr<CUevent_st> acquire_event(const What& what);
+  std::shared_ptr<CUevent_st> acquire_event(const ErrorSubject& what);
 
   mutable std::mutex mu_;  // comm_ and its calls, comm_gone_, abort_reason_, lists below
   ncclComm_t comm_ = nullptr;
@@ -334,14 +334,14 @@ class CommState {
   size_t scratch_bytes_ = 0;
 };
 
-void CommState::setup(const What& what) {
+void CommState::setup(const ErrorSubject& what) {
   make_current(what);
   cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), what, "cudaStreamCreateWithFlags");
   cuda(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), what, "cudaStreamCreateWithFlags");
   cuda(cudaEventCreateWithFlags(&staged_ev_, cudaEventDisableTiming), what, "cudaEventCreateWithFlags");
 }
 
-void CommState::init(const ncclUniqueId& id, const What& what, net::Deadline deadline) {
+void CommState::init(const ncclUniqueId& id, const ErrorSubject& what, net::Deadline deadline) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t c = nullptr;
@@ -354,7 +354,7 @@ void CommState::init(const ncclUniqueId& id, const What& what, net::Deadline dea
        [](ncclResult_t s) { return s != ncclInProgress; });
 }
 
-bool CommState::on_device(const void* p, const What& what) {
+bool CommState::on_device(const void* p, const ErrorSubject& what) {
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     (void)cudaGetLastError();  // runtimes before CUDA 11 report unregistered host memory as an error
@@ -371,7 +371,7 @@ bool CommState::on_device(const void* p, const What& what) {
   return true;
 }
 
-char* CommState::scratch(size_t bytes, const What& what) {
+char* CommState::scratch(size_t bytes, const ErrorSubject& what) {
   if (bytes <= scratch_bytes_) return scratch_;
   const size_t want = std::max(bytes, scratch_bytes_ * 2);
   void* p = alloc_staging(want, what);
@@ -382,7 +382,7 @@ char* CommState::scratch(size_t bytes, const What& what) {
   return scratch_;
 }
 
-ncclResult_t CommState::async_state(const What& what) {
+ncclResult_t CommState::async_state(const ErrorSubject& what) {
   ncclResult_t state = ncclSuccess;
   std::optional<ncclResult_t> rc = locked([&](ncclComm_t c) { return ncclCommGetAsyncError(c, &state); });
   if (!rc) throw_gone(what);
@@ -467,7 +467,7 @@ CommState::~CommState() {
 
 // Events come from a pool and go back to it when the last request of their batch lets go. The deleter
 // holds a plain pointer: every holder of an event (a slot of a Request) also holds the CommState.
-std::shared_ptr<CUevent_st> CommState::acquire_event(const What& what) {
+std::shared_ptr<CUevent_st> CommState::acquire_event(const ErrorSubject& what) {
   cudaEvent_t e = nullptr;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -486,7 +486,7 @@ std::shared_ptr<CUevent_st> CommState::acquire_event(const What& what) {
 
 // Every posted send and receive in one group: NCCL progresses them together, which an exchange needs
 // (a pair's first operations also set up its connection, with both sides' operations in flight).
-void CommState::flush(const What& what, net::Deadline deadline) {
+void CommState::flush(const ErrorSubject& what, net::Deadline deadline) {
   std::vector<std::shared_ptr<P2PSlot>> batch;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -507,7 +507,7 @@ void CommState::flush(const What& what, net::Deadline deadline) {
   for (const auto& s : batch) s->done = ev;
 }
 
-ncclComm_t CommState::split(int color, int key, const What& what, net::Deadline deadline) {
+ncclComm_t CommState::split(int color, int key, const ErrorSubject& what, net::Deadline deadline) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   __atomic_store_n(&split_out_, nullptr, __ATOMIC_RELEASE);
@@ -518,7 +518,7 @@ ncclComm_t CommState::split(int color, int key, const What& what, net::Deadline 
   return __atomic_exchange_n(&split_out_, nullptr, __ATOMIC_ACQ_REL);
 }
 
-std::pair<int, int> CommState::rank_and_count(const What& what) {
+std::pair<int, int> CommState::rank_and_count(const ErrorSubject& what) {
   int r = -1, n = -1;
   const char* call = "ncclCommUserRank";
   std::optional<ncclResult_t> rc = locked([&](ncclComm_t c) {
@@ -547,7 +547,7 @@ class P2PRequest final : public detail::RequestState {
 
   std::shared_ptr<CommState> st_;
   Op op_;
-  What what_;
+  ErrorSubject what_;
   std::shared_ptr<P2PSlot> slot_;
   bool done_ = false;
 };
@@ -641,7 +641,7 @@ class DeviceStaging final : public detail::StagingMemory {
 
  private:
   CommState& st_;
-  What what_;
+  ErrorSubject what_;
   char* area_ = nullptr;
   size_t area_bytes_ = 0;
 };
@@ -676,14 +676,14 @@ class NcclBackend final : public detail::Backend {
   // Device memory on this communicator's GPU, or managed memory, is used as it is; host memory (registered
   // or not) is staged. Device memory on another GPU is an InvalidArgument.
   detail::MemoryType memory_type(const void* buf) const override {
-    const What what("nccl on rank " + std::to_string(rank()) + " of " + std::to_string(size()));
+    const ErrorSubject what("nccl on rank " + std::to_string(rank()) + " of " + std::to_string(size()));
     return st_->on_device(buf, what) ? detail::MemoryType::device : detail::MemoryType::host;
   }
   bool may_stage() const override { return true; }
   detail::StagingMemory& staging() override { return staging_; }
 
  private:
-  void enqueue_op(const Op& op, const What& what, net::Deadline deadline, char* tmp);
+  void enqueue_op(const Op& op, const ErrorSubject& what, net::Deadline deadline, char* tmp);
 
   std::shared_ptr<CommState> st_;
   DeviceStaging staging_;
@@ -698,7 +698,7 @@ void NcclBackend::run(const Op& op) {
   // Nothing to move: no NCCL call on any rank. (An uneven op's count is this rank's only: it may receive.)
   if (op.count == 0 && op.kind != OpKind::barrier && op.v == nullptr) return;
   CommState& st = *st_;
-  const What what(op, *this);
+  const ErrorSubject what(op, *this);
   st.make_current(what);
   const auto deadline = net::deadline_after(options().timeout);
   st.flush(what, deadline);  // point-to-point operations posted before this call go first, as called
@@ -715,7 +715,7 @@ void NcclBackend::run(const Op& op) {
 
 // Enqueues `op` (device pointers only) on the NCCL stream. `tmp`: scratch for the alltoall in-place copy
 // or the barrier word.
-void NcclBackend::enqueue_op(const Op& op, const What& what, net::Deadline deadline, char* tmp) {
+void NcclBackend::enqueue_op(const Op& op, const ErrorSubject& what, net::Deadline deadline, char* tmp) {
   CommState& st = *st_;
   cudaStream_t stream = st.stream;
   const ncclDataType_t dt = nccl_type(op.dtype);
@@ -852,7 +852,7 @@ void NcclBackend::enqueue_op(const Op& op, const What& what, net::Deadline deadl
 }
 
 std::unique_ptr<detail::Backend> NcclBackend::split(const detail::SplitPlan& plan) {
-  const What what("split #" + std::to_string(plan.seq) + " (color " + std::to_string(plan.color) + ", key " +
+  const ErrorSubject what("split #" + std::to_string(plan.seq) + " (color " + std::to_string(plan.color) + ", key " +
                   std::to_string(plan.key) + ") on rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
                   " [nccl]");
   CommState& st = *st_;
@@ -941,7 +941,7 @@ std::unique_ptr<detail::Backend> create_nccl(std::shared_ptr<Store> store, int r
   const int device = pick_device(opts.device, dir.topology.local_rank, who);
   use_host_id(opts.host_id, rank);  // before this process's first NCCL call
 
-  const What what(who);
+  const ErrorSubject what(who);
   auto st = std::make_shared<CommState>(rank, size, device, opts.timeout, store);
   st->setup(what);
 

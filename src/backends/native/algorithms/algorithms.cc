@@ -10,16 +10,16 @@ namespace mpcomm::native {
 const std::vector<Algorithm>& all_algorithms() {
   static const std::vector<Algorithm> algos = {
       {OpKind::allreduce, "flat", allreduce_flat},
-      {OpKind::allreduce, "ring", allreduce_ring},
-      {OpKind::allreduce, "ring_shm", allreduce_ring_shm},
-      {OpKind::allreduce, "direct", allreduce_direct, kNeedsSingleCopy},
-      {OpKind::allreduce, "two_copy", allreduce_two_copy, kNeedsSharedMemory | kNeedsTwoRanks},
-      {OpKind::allreduce, "staged", allreduce_staged, kNeedsSharedMemory},
-      {OpKind::allreduce, "arrival", allreduce_arrival, kNeedsSharedMemory | kNeedsBoardSize},
+      {OpKind::allreduce, "ring", allreduce_ring, kNeedsNothing, true},
+      {OpKind::allreduce, "ring_shm", allreduce_ring_shm, kNeedsNothing, true},
+      {OpKind::allreduce, "direct", allreduce_direct, kNeedsSingleCopy, true},
+      {OpKind::allreduce, "two_copy", allreduce_two_copy, kNeedsSharedMemory | kNeedsTwoRanks, true},
+      {OpKind::allreduce, "staged", allreduce_staged, kNeedsSharedMemory, true},
+      {OpKind::allreduce, "arrival", allreduce_arrival, kNeedsSharedMemory | kNeedsBoardSize, true},
       {OpKind::allreduce, "board", allreduce_board, kNeedsSharedMemory | kNeedsBoardSize},
       {OpKind::allreduce, "recursive_doubling", allreduce_recursive_doubling},
       {OpKind::allreduce, "hierarchical", allreduce_hierarchical},
-      {OpKind::allreduce, "hierarchical_sliced", allreduce_hierarchical_sliced, kNeedsEvenHosts},
+      {OpKind::allreduce, "hierarchical_sliced", allreduce_hierarchical_sliced, kNeedsEvenHosts, true},
       {OpKind::broadcast, "binomial", broadcast_binomial},
       {OpKind::broadcast, "flat", broadcast_flat},
       {OpKind::broadcast, "direct", broadcast_direct, kNeedsSingleCopy},
@@ -35,7 +35,7 @@ const std::vector<Algorithm>& all_algorithms() {
       {OpKind::allgather, "direct", allgather_direct, kNeedsSingleCopy},
       {OpKind::allgather, "staged", allgather_staged, kNeedsSharedMemory},
       {OpKind::reduce_scatter, "ring", reduce_scatter_ring},
-      {OpKind::reduce_scatter, "direct", reduce_scatter_direct, kNeedsSingleCopy},
+      {OpKind::reduce_scatter, "direct", reduce_scatter_direct, kNeedsSingleCopy, true},
       {OpKind::gather, "flat", gather_flat},
       {OpKind::scatter, "flat", scatter_flat},
       {OpKind::alltoall, "pairwise", alltoall_pairwise},
@@ -115,6 +115,12 @@ void check_board_tag(AlgoCtx& c, int r, uint64_t stamp, const detail::Fingerprin
   const BoardTag* t = c.host().board_tag(r);
   if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
   expect_same_call(c, r, theirs, fp);
+}
+
+void divide_avg_result(const AlgoCtx& c) {
+  const auto& op = c.op;
+  if (op.redop != ReduceOp::avg || !op.reduces() || (op.kind == OpKind::reduce && c.rank != op.root)) return;
+  divide_by(op.recv, op.count, op.dtype, c.size);
 }
 
 void run_alone(const AlgoCtx& c) {

@@ -1,10 +1,13 @@
 // Native collective algorithms. Each lives in its own file that starts with its steps, the bytes it
 // moves and, when it needs more than frames, which host-local capabilities (host_local.h) it uses. They
 // speak to the Engine: frames through Engine::send/recv, everything else through Engine::host(). Each
-// does exactly what its name says; which one runs is the selection table's choice (src/tuning, asked by
-// backends/native), or MPCOMM_ALGO's. An algorithm that cannot run in a shape says so in its needs
-// (below): it is then never chosen, and a forced one fails on every rank before any traffic. With one
-// rank every algorithm is a local copy.
+// does exactly what its name says; which one runs is the selection table's choice (selection/), or
+// MPCOMM_ALGO's. An algorithm that cannot run in a shape says so in its needs (below): it is then never
+// chosen, and a forced one fails on every rank before any traffic.
+// What no algorithm does itself (NativeBackend::run does it once): one rank is a local copy
+// (run_alone), a call of no elements moves nothing (but a barrier, and the uneven ops, whose ranks'
+// counts differ), and avg divides the result after the sum, unless the algorithm divides its pieces as
+// it writes them (Algorithm::divides_avg, with AlgoCtx::divide_avg).
 #pragma once
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "core/op.h"
+#include "kernels/reduce.h"
 #include "backends/native/engine/engine.h"
 
 namespace mpcomm::native {
@@ -60,6 +64,11 @@ struct AlgoCtx {
   const Topology& topo;  // which host each rank is on
   const Choices& choices;
   int pick(Choice which) const { return choices.pick(which, op); }
+  // For algorithms that divide avg's sums themselves (Algorithm::divides_avg): divides `count` elements
+  // at p by the group's size when the op is avg, else nothing.
+  void divide_avg(void* p, size_t count) const {
+    if (op.redop == ReduceOp::avg) divide_by(p, count, op.dtype, size);
+  }
   // At least n bytes of scratch, reused across calls.
   char* scratch(size_t n) {
     if (scratch_buf.size() < n) scratch_buf.resize(n);
@@ -88,6 +97,9 @@ struct Algorithm {
   const char* name;
   AlgoFn fn;
   unsigned needs = kNeedsNothing;
+  // avg: the algorithm divides the sums as it writes them (one pass less over a large result); else
+  // NativeBackend::run divides the result once the algorithm is done (divide_avg_result).
+  bool divides_avg = false;
 };
 
 void allreduce_flat(AlgoCtx& c);
@@ -254,6 +266,8 @@ const Algorithm* find_algorithm(OpKind kind, std::string_view name);
 const char* cannot_run(const Algorithm& a, const AlgoCtx& c);
 // The local part of a collective on 1 rank: recv = send where the op has both (avg divides by 1).
 void run_alone(const AlgoCtx& c);
+// avg: the result divided by the group's size, on the ranks that have one (reduce: the root).
+void divide_avg_result(const AlgoCtx& c);
 
 // Split `count` elements into `parts` nearly equal chunks; chunk i is [offset(i), offset(i+1)).
 inline size_t chunk_offset(size_t count, int parts, int i) {

@@ -5,8 +5,8 @@
 //
 //   1. every rank sends every other its output address (one round of small frames);
 //   2. our block, in pieces: copy the piece into our own slot (out of place; with streaming stores
-//      where the table's allgather.direct.stores says: large blocks), then write it into slot r of every other rank's result (ranks r+1, r+2, ...: the n
-//      ranks start on n different targets);
+//      where the table's allgather.direct.stores says: large blocks), then write it into slot r of
+//      every other rank's result (ranks r+1, r+2, ...: the n ranks start on n different targets);
 //   3. every rank tells every other that it is done (one round of small frames): no rank returns while
 //      another still writes its result.
 //
@@ -24,14 +24,10 @@ namespace mpcomm::native {
 
 void allgather_direct(AlgoCtx& c) {
   const auto& op = c.op;
-  const int n = c.size, r = c.rank;
+  const int r = c.rank;
   const size_t b = op.bytes();
   char* out = static_cast<char*>(op.recv);
   char* slot = out + static_cast<size_t>(r) * b;
-  if (n == 1) {
-    allgather_place_own_block(c);
-    return;
-  }
   HostLocal& host = c.host();
 
   // 1. Addresses.

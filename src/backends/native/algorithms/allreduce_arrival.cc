@@ -43,7 +43,6 @@ void allreduce_arrival(AlgoCtx& c) {
   const auto& op = c.op;
   const size_t bytes = op.bytes();
   const int n = c.size;
-  if (n == 1) return run_alone(c);
   HostLocal& board = c.host();
   BoardCtl* ctl = board.board_ctl();
   const uint64_t stamp = op.seq + 1;
@@ -67,7 +66,7 @@ void allreduce_arrival(AlgoCtx& c) {
   auto reduce_range = [&](size_t first, size_t count) {
     for (int r = 0; r < n; ++r) srcs[r] = board.board_input(par, r) + first * es;
     reduce_into(result + first * es, srcs, n, count, op.dtype, op.redop);
-    if (op.redop == ReduceOp::avg) divide_by(result + first * es, count, op.dtype, n);
+    c.divide_avg(result + first * es, count);
   };
   auto publish = [&] {
     ctl->arrived.store(0, std::memory_order_relaxed);

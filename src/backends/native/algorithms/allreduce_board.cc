@@ -98,18 +98,15 @@ const void* board_input_of(AlgoCtx& c, int rank, size_t bytes) {
 void board_finished(AlgoCtx& c) { c.host().board_done(c.op.seq + 1); }
 
 void allreduce_board(AlgoCtx& c) {
-  if (c.size == 1) return run_alone(c);
   const auto& op = c.op;
   const size_t bytes = op.bytes();
   const int n = c.size;
   board_meet(c, op.send, bytes);
   // 5.
-  if (bytes == 0) return board_finished(c);
   const void** srcs = reinterpret_cast<const void**>(c.scratch(static_cast<size_t>(n) * sizeof(void*)));
   for (int r = 0; r < n; ++r) srcs[r] = board_input_of(c, r, bytes);
   reduce_into(op.recv, srcs, n, op.count, op.dtype, op.redop);
   board_finished(c);
-  if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, n);
 }
 
 }  // namespace mpcomm::native

@@ -31,7 +31,6 @@ void allreduce_direct(AlgoCtx& c) {
   const int n = c.size, r = c.rank;
   char* out = static_cast<char*>(op.recv);
   const char* in = static_cast<const char*>(op.send);
-  if (n == 1) return run_alone(c);
   HostLocal& host = c.host();
 
   // 1. Addresses. (A rank whose chunk is empty, with fewer elements than ranks, only takes part.)
@@ -53,7 +52,7 @@ void allreduce_direct(AlgoCtx& c) {
       srcs[static_cast<size_t>(k)] = into;
     }
     reduce_into(out + at, srcs.data(), n, len / es, op.dtype, op.redop);
-    if (op.redop == ReduceOp::avg) divide_by(out + at, len / es, op.dtype, n);
+    c.divide_avg(out + at, len / es);
     for (int q : others) host.write(q, peer[static_cast<size_t>(q)].out + at, out + at, len);
   }
 

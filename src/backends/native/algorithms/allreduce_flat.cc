@@ -20,9 +20,7 @@ namespace mpcomm::native {
 void allreduce_flat(AlgoCtx& c) {
   const auto& op = c.op;
   const size_t bytes = op.bytes();
-  if (c.size == 1 || bytes == 0) {
-    if (bytes > 0 && op.send != op.recv) std::memcpy(op.recv, op.send, bytes);
-  } else if (c.size == 2) {
+  if (c.size == 2) {
     const int q = 1 - c.rank;
     Handle sh = c.e.send(q, op.send, bytes);
     if (op.send != op.recv || sh->done) {  // our bytes are out of op.send (or it is not the result)
@@ -51,7 +49,6 @@ void allreduce_flat(AlgoCtx& c) {
     c.e.wait_all(hs);  // sends done: op.send may now be overwritten (in place)
     reduce_into(op.recv, srcs.data(), c.size, op.count, op.dtype, op.redop);
   }
-  if (op.redop == ReduceOp::avg) divide_by(op.recv, op.count, op.dtype, c.size);
 }
 
 }  // namespace mpcomm::native

@@ -31,11 +31,7 @@ void allreduce_hierarchical(AlgoCtx& c) {
   const auto& op = c.op;
   const size_t bytes = op.bytes();
   char* buf = static_cast<char*>(op.recv);
-  if (bytes > 0 && op.send != op.recv) std::memcpy(buf, op.send, bytes);
-  if (c.size == 1 || bytes == 0) {
-    if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, c.size);
-    return;
-  }
+  if (op.send != op.recv) std::memcpy(buf, op.send, bytes);
   const HostGroups g = host_groups(c);
   const std::vector<int>& local = g.local;
   const int leader = g.leader();
@@ -46,7 +42,6 @@ void allreduce_hierarchical(AlgoCtx& c) {
   }
   for (size_t i = 1; i < local.size(); ++i) c.e.wait(c.e.recv_reduce(local[i], buf, buf, bytes, op.dtype, op.redop));
   recursive_doubling_over(c, g.leaders, buf, op.count);
-  if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, c.size);
   std::vector<Handle> hs;
   for (size_t i = 1; i < local.size(); ++i) hs.push_back(c.e.send(local[i], buf, bytes));
   c.e.wait_all(hs);
@@ -73,7 +68,7 @@ void allreduce_hierarchical_sliced(AlgoCtx& c) {
   const size_t first = chunk_offset(op.count, l, owned), n = chunk_offset(op.count, l, owned + 1) - first;
   char* slice = buf + first * c.elem();
   recursive_doubling_over(c, peers, slice, n);
-  if (op.redop == ReduceOp::avg) divide_by(slice, n, op.dtype, c.size);
+  c.divide_avg(slice, n);
   ring_allgather_over(c, local, buf);
 }
 

@@ -49,9 +49,8 @@ void recursive_doubling_over(AlgoCtx& c, const std::vector<int>& group, char* bu
 void allreduce_recursive_doubling(AlgoCtx& c) {
   const auto& op = c.op;
   char* buf = static_cast<char*>(op.recv);
-  if (op.bytes() > 0 && op.send != op.recv) std::memcpy(buf, op.send, op.bytes());
+  if (op.send != op.recv) std::memcpy(buf, op.send, op.bytes());
   recursive_doubling_over(c, all_ranks(c), buf, op.count);
-  if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, c.size);
 }
 
 }  // namespace mpcomm::native

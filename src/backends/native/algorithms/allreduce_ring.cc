@@ -65,18 +65,11 @@ void allreduce_ring_routed(AlgoCtx& c, Route route) {
   const int n = c.size;
   char* buf = static_cast<char*>(op.recv);
   const char* in = static_cast<const char*>(op.send);
-  if (n == 1 || op.count == 0) {
-    if (in != buf && op.bytes() > 0) std::memcpy(buf, in, op.bytes());
-    if (op.redop == ReduceOp::avg) divide_by(buf, op.count, op.dtype, n);
-    return;
-  }
   const std::vector<int> all = all_ranks(c);
   ring_reduce_scatter_over(c, all, in, buf, route);
-  if (op.redop == ReduceOp::avg) {
-    const int owned = mod(c.rank + 1, n);
-    const size_t first = chunk_offset(op.count, n, owned);
-    divide_by(buf + first * c.elem(), chunk_offset(op.count, n, owned + 1) - first, op.dtype, n);
-  }
+  const int owned = mod(c.rank + 1, n);
+  const size_t first = chunk_offset(op.count, n, owned);
+  c.divide_avg(buf + first * c.elem(), chunk_offset(op.count, n, owned + 1) - first);
   ring_allgather_over(c, all, buf, route);
 }
 

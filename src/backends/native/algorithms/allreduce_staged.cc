@@ -52,7 +52,6 @@ constexpr int kInputs = 0, kResults = 1;  // the two sets of stage words
 void allreduce_staged(AlgoCtx& c) {
   const auto& op = c.op;
   const int n = c.size, me = c.rank;
-  if (n == 1) return run_alone(c);
   HostLocal& host = c.host();
   const size_t es = c.elem();
   const size_t line = 64 / es;
@@ -193,7 +192,7 @@ void allreduce_staged(AlgoCtx& c) {
         const size_t off = first(me, i) * es;
         for (int r = 0; r < n; ++r) srcs[r] = r == me ? in + off : input_slot(r, position(r, i, me));
         reduce_into(reduced_piece, srcs, n, cnt, op.dtype, op.redop);
-        if (op.redop == ReduceOp::avg) divide_by(reduced_piece, cnt, op.dtype, n);
+        c.divide_avg(reduced_piece, cnt);
         copy_streamed(result_slot(me, i), reduced_piece, cnt * es);
         to_output(out + off, reduced_piece, cnt * es);
       }

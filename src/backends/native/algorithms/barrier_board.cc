@@ -14,7 +14,6 @@
 namespace mpcomm::native {
 
 void barrier_board(AlgoCtx& c) {
-  if (c.size == 1) return run_alone(c);
   board_meet(c, nullptr, 0);
   board_finished(c);
 }

@@ -9,7 +9,6 @@
 namespace mpcomm::native {
 
 void barrier_linear(AlgoCtx& c) {
-  if (c.size == 1) return run_alone(c);
   std::vector<Handle> hs;
   if (c.rank == 0) {
     for (int r = 1; r < c.size; ++r) hs.push_back(c.e.recv(r, nullptr, 0));

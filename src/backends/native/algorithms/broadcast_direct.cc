@@ -19,7 +19,6 @@ void broadcast_direct(AlgoCtx& c) {
   const int n = c.size, root = op.root;
   const size_t bytes = op.bytes();
   char* buf = static_cast<char*>(op.recv);
-  if (n == 1 || bytes == 0) return;
   // The root's share of every receiver, in whole cache lines.
   const size_t tail = bytes / static_cast<size_t>(n) / 64 * 64, head = bytes - tail;
   HostLocal& host = c.host();

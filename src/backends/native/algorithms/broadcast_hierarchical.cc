@@ -13,7 +13,6 @@ namespace mpcomm::native {
 
 void broadcast_hierarchical(AlgoCtx& c) {
   const auto& op = c.op;
-  if (c.size == 1 || op.bytes() == 0) return;
   const HostGroups g = host_groups(c, op.root);
   if (c.rank == g.leader()) broadcast_binomial_over(c, g.leaders, index_in(g.leaders, op.root), op.recv, op.bytes());
   if (c.pick(Choice::broadcast_hierarchical_local) == 1)

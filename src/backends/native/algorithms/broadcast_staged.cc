@@ -18,7 +18,6 @@ void broadcast_staged(AlgoCtx& c) {
   const int n = c.size, root = op.root;
   const size_t bytes = op.bytes();
   char* buf = static_cast<char*>(op.recv);
-  if (n == 1 || bytes == 0) return;
   // 1.
   if (c.rank == root) {
     std::vector<int> readers;

@@ -32,9 +32,8 @@ void reduce_binomial(AlgoCtx& c) {
   const auto& op = c.op;
   const size_t bytes = op.bytes();
   char* acc = c.rank == op.root ? static_cast<char*>(op.recv) : c.scratch(bytes);
-  if (acc != op.send && bytes > 0) std::memcpy(acc, op.send, bytes);
+  if (acc != op.send) std::memcpy(acc, op.send, bytes);
   reduce_binomial_over(c, all_ranks(c), op.root, acc);
-  if (c.rank == op.root && op.redop == ReduceOp::avg) divide_by(acc, op.count, op.dtype, c.size);
 }
 
 }  // namespace mpcomm::native

@@ -17,15 +17,10 @@ void reduce_hierarchical(AlgoCtx& c) {
   const auto& op = c.op;
   const size_t bytes = op.bytes();
   char* acc = c.rank == op.root ? static_cast<char*>(op.recv) : c.scratch(bytes);
-  if (acc != op.send && bytes > 0) std::memcpy(acc, op.send, bytes);
-  if (c.size == 1 || bytes == 0) {
-    if (op.redop == ReduceOp::avg) divide_by(acc, op.count, op.dtype, c.size);
-    return;
-  }
+  if (acc != op.send) std::memcpy(acc, op.send, bytes);
   const HostGroups g = host_groups(c, op.root);
   reduce_binomial_over(c, g.local, 0, acc);
   if (c.rank == g.leader()) reduce_binomial_over(c, g.leaders, index_in(g.leaders, op.root), acc);
-  if (c.rank == op.root && op.redop == ReduceOp::avg) divide_by(acc, op.count, op.dtype, c.size);
 }
 
 }  // namespace mpcomm::native

@@ -26,7 +26,6 @@ void reduce_scatter_direct(AlgoCtx& c) {
   const size_t b = op.bytes(), es = c.elem();
   const char* in = static_cast<const char*>(op.send);
   char* out = static_cast<char*>(op.recv);
-  if (n == 1) return run_alone(c);
   HostLocal& host = c.host();
 
   // 1. Addresses.
@@ -48,7 +47,7 @@ void reduce_scatter_direct(AlgoCtx& c) {
       srcs[static_cast<size_t>(k)] = into;
     }
     reduce_into(out + at, srcs.data(), n, len / es, op.dtype, op.redop);
-    if (op.redop == ReduceOp::avg) divide_by(out + at, len / es, op.dtype, n);
+    c.divide_avg(out + at, len / es);
   }
 
   // 3. Done: nobody returns while its input is still being read.

@@ -17,7 +17,7 @@ void reduce_scatter_ring(AlgoCtx& c) {
   const size_t b = op.bytes();
   char* acc = c.scratch((static_cast<size_t>(n) + 1) * b);
   char* tmp = acc + static_cast<size_t>(n) * b;
-  if (b > 0) std::memcpy(acc, op.send, static_cast<size_t>(n) * b);
+  std::memcpy(acc, op.send, static_cast<size_t>(n) * b);
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   for (int s = 0; s < n - 1; ++s) {
     int sb = mod(r - s - 1, n), rb = mod(r - s - 2, n);
@@ -26,9 +26,7 @@ void reduce_scatter_ring(AlgoCtx& c) {
     c.e.wait_all({rh, sh});
     reduce_inplace(acc + static_cast<size_t>(rb) * b, tmp, op.count, op.dtype, op.redop);
   }
-  char* mine = acc + static_cast<size_t>(r) * b;
-  if (op.redop == ReduceOp::avg) divide_by(mine, op.count, op.dtype, n);
-  if (b > 0) std::memcpy(op.recv, mine, b);
+  std::memcpy(op.recv, acc + static_cast<size_t>(r) * b, b);
 }
 
 }  // namespace mpcomm::native
