@@ -22,7 +22,7 @@
 
 namespace {
 
-constexpr uint32_t kStoreHelloMagic = 0x4d505354;  // the store's Hello magic, as tcp_store.cc defines it
+constexpr uint32_t kStoreHelloMagic = 0x4d505354;  // the store's Hello magic, as tcp_store_protocol.h defines it
 const char* const kToken = "fuzz-token";
 
 mpcomm::TcpStoreServer& server() {

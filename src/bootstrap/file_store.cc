@@ -20,24 +20,13 @@
 #include <thread>
 #include <unordered_map>
 
+#include "bootstrap/store_detail.h"
 #include "log/log.h"
 #include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 
 namespace mpcomm {
-
-namespace store_detail {  // defined in store.cc
-extern const size_t kMaxKeyBytes;
-extern const size_t kMaxValueBytes;
-void check_key(const std::string& key, const char* op, const std::string& where);
-void check_keys(const std::vector<std::string>& keys, const char* op, const std::string& where);
-void check_value(const std::string& key, size_t size, const std::string& where);
-net::Deadline deadline_for(Millis timeout, const char* op, const std::string& where);
-Timeout timeout_error(const char* op, Millis timeout, const std::vector<std::string>& missing,
-                      const std::string& where);
-int64_t add_to_counter(Bytes& value, int64_t delta, const std::string& key, const std::string& where);
-}  // namespace store_detail
 
 namespace sd = store_detail;
 

@@ -6,24 +6,21 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "bootstrap/store_detail.h"
 #include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
 
 namespace mpcomm {
 
-// ---- shared by hash_store.cc, file_store.cc, tcp_store.cc ------------------------------------------
-// There is no private header for these yet; each user re-declares the ones it needs (a mismatch is a
-// link error, since the signatures are mangled into the names).
+// ---- store_detail -------------------------------------------------------------------------------------
+// Declared, and described, in store_detail.h; every store implementation includes it.
 namespace store_detail {
 
-// Limits every store enforces (TcpStore must, to bound what it reads from the wire; the others do so
-// that a program that works on one store works on all of them).
 extern const size_t kMaxKeyBytes = 4096;
 extern const size_t kMaxValueBytes = size_t{64} << 20;
 extern const size_t kMaxKeysPerRequest = 4096;
 
-// "[a, b, c]"; long lists are cut after 16 keys ("... and 40 more").
 std::string key_list(const std::vector<std::string>& keys) {
   constexpr size_t kShown = 16;
   std::string s = "[";
@@ -35,7 +32,6 @@ std::string key_list(const std::vector<std::string>& keys) {
   return s + "]";
 }
 
-// `where` is the store's name in messages: "tcp://127.0.0.1:4000", "file:///tmp/x", "HashStore".
 void check_key(const std::string& key, const char* op, const std::string& where) {
   if (key.size() > kMaxKeyBytes)
     throw InvalidArgument("mpcomm: store " + std::string(op) + " rejected a key of " + std::to_string(key.size()) +
@@ -56,7 +52,6 @@ void check_value(const std::string& key, size_t size, const std::string& where) 
                           " bytes (at most " + std::to_string(kMaxValueBytes) + ") (store " + where + ")");
 }
 
-// Validates a blocking call's timeout and turns it into a deadline that cannot overflow.
 net::Deadline deadline_for(Millis timeout, const char* op, const std::string& where) {
   if (timeout.count() < 0)
     throw InvalidArgument("mpcomm: store " + std::string(op) + " was given a negative timeout (" +
@@ -71,7 +66,6 @@ Timeout timeout_error(const char* op, Millis timeout, const std::vector<std::str
                  " ms waiting for keys " + key_list(missing) + " (store " + where + ")");
 }
 
-// Counters are stored as decimal text (so get_string reads them); a missing key or empty value is 0.
 int64_t add_to_counter(Bytes& value, int64_t delta, const std::string& key, const std::string& where) {
   int64_t current = 0;
   if (!value.empty()) {

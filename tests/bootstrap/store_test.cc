@@ -262,7 +262,7 @@ INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest, ::testing::Values("hash", "file",
 
 constexpr uint32_t kHelloMagic = 0x4d505354;  // 'MPST'
 
-// A request frame as the wire format in tcp_store.cc describes it; lengths are whatever the test says.
+// A request frame as the wire format in tcp_store_protocol.h describes it; lengths are whatever the test says.
 Bytes frame(uint8_t cmd, uint32_t key_len, const std::string& key, uint64_t value_len, const Bytes& value,
             int64_t arg, uint32_t magic = 0x4d505351) {
   Bytes f;

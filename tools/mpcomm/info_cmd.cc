@@ -16,6 +16,8 @@
 
 #ifdef MPCOMM_HAVE_MPI
 #include <mpi.h>
+
+#include "backends/mpi/calls_table.h"
 #endif
 
 namespace mpcomm::cli {
@@ -104,6 +106,26 @@ std::string selection_text(bool rows) {
   } catch (const Error& e) {
     out += std::string("refused: ") + e.what() + "\n";
   }
+#ifdef MPCOMM_HAVE_MPI
+  out += "mpi calls: ";
+  try {
+    const mpi::CallsSelection sel(Options{});
+    const tuning::Table& builtin = mpi::builtin_calls_table();
+    out += sel.describe() + " (" + (sel.file() != nullptr ? std::to_string(sel.file()->rows.size()) + " + " : "") +
+           std::to_string(builtin.rows.size()) + " rows)\n";
+    if (rows) {
+      out += "  # what rows choose: which MPI call an op makes (blocking: MPI_Allreduce ..., watched by the watchdog; "
+             "nonblocking: MPI_Iallreduce ..., polled against the deadline)\n";
+      for (const tuning::Table* t : {sel.file(), &builtin}) {
+        if (t == nullptr) continue;
+        out += "  # " + t->source + "\n";
+        for (const auto& r : t->rows) out += row_text(r);
+      }
+    }
+  } catch (const Error& e) {
+    out += std::string("refused: ") + e.what() + "\n";
+  }
+#endif
   return out;
 }
 
@@ -163,7 +185,7 @@ std::string info_text() {
 
 Runner add_info(CLI::App& app) {
   auto table = std::make_shared<bool>(false);
-  app.add_flag("--table", *table, "print only the native selection table in use: what its rows choose, and every row in the order rows are tried");
+  app.add_flag("--table", *table, "print only the selection tables in use (native; mpi's calls): what their rows choose, and every row in the order rows are tried");
   return [table] {
     std::fputs(*table ? selection_text(true).c_str() : info_text().c_str(), stdout);
     return 0;

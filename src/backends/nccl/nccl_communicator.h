@@ -39,6 +39,12 @@
 // host for a machine of its own and several ranks can share one GPU. Traffic between emulated hosts then
 // goes through NCCL's network transport (sockets, or IB loopback), never NVLink, P2P or shared memory:
 // numbers measured that way are NCCL's network numbers.
+//
+// Its parts, one job per file:
+//   nccl_backend.cc    NcclBackend (run, start, abort, split, the memory it takes) and create_nccl
+//   nccl_calls.h/.cc   how one op reaches NCCL: a collective's NCCL calls, a posted send or receive, staging
+//   nccl_state.h/.cc   CommState: one communicator's NCCL and CUDA state, its bounded waits, abort, split
+//   nccl_runtime.h/.cc NCCL's vocabulary: result codes and their text, data types and reductions
 #pragma once
 
 #include <memory>
