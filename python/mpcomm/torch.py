@@ -21,13 +21,12 @@ import torch.distributed as _dist
 
 from mpcomm import _C
 
-__all__ = ["create_process_group", "backend_of", "flight_record", "available_backends", "time_from_cpp"]
+__all__ = ["create_process_group", "backend_of", "flight_record", "available_backends"]
 
 create_process_group = _C.create_process_group
 backend_of = _C.backend_of
 flight_record = _C.flight_record
 available_backends = _C.available_backends
-time_from_cpp = _C.time_from_cpp
 
 
 def _job_port(job_id: str) -> str:

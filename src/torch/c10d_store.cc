@@ -1,3 +1,5 @@
+// C10dStore's calls: each c10d call under the store's mutex (a wait is short polls, so that the abort watch does
+// not queue behind it), its failures turned into mpcomm's Timeout or PeerFailure naming the keys.
 #include "torch/c10d_store.h"
 
 #include <exception>

@@ -1,7 +1,5 @@
 // The c10d store PyTorch hands a process-group backend, seen as an mpcomm::Store: the communicator under
-// the "mpcomm" process group meets its peers through it (no second port). c10d calls are serialized here
-// (mpcomm's abort watch polls the store from its own thread) and their failures become mpcomm errors
-// naming the keys.
+// the "mpcomm" process group meets its peers through it (no second port).
 #pragma once
 
 #include <mutex>
@@ -12,6 +10,8 @@
 
 namespace mpcomm::torch_backend {
 
+// c10d calls are serialized here (mpcomm's abort watch polls the store from its own thread) and their failures
+// become mpcomm errors naming the keys.
 class C10dStore final : public Store {
  public:
   explicit C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}

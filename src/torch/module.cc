@@ -1,9 +1,10 @@
 // The Python extension mpcomm._C: creates the "mpcomm" process group for torch.distributed
-// (python/mpcomm/torch.py registers it).
+// (python/mpcomm/torch.py registers it), and holds the private benchmark hook _time_from_cpp.
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "mpcomm/communicator.h"
+#include "torch/bench.h"
 #include "torch/process_group.h"
 
 namespace py = pybind11;
@@ -40,11 +41,12 @@ PYBIND11_MODULE(_C, m) {
         return mpcomm_group(pg, "flight_record").communicator().flight_record();
       },
       "The flight recorder's text of an mpcomm process group: its last operations with state and times.");
+  // scripts/torch-bench's "c++" column: private, not part of mpcomm.torch's API.
   m.def(
-      "time_from_cpp",
+      "_time_from_cpp",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& op, size_t count, int iters,
          bool barrier) {
-        return mpcomm_group(pg, "time_from_cpp").time_from_cpp(op, count, iters, barrier);
+        return mpcomm::torch_backend::time_from_cpp(mpcomm_group(pg, "time_from_cpp").ops(), op, count, iters, barrier);
       },
       py::arg("pg"), py::arg("op"), py::arg("count"), py::arg("iters"), py::arg("barrier") = true,
       py::call_guard<py::gil_scoped_release>(),

@@ -1,41 +1,32 @@
-// ProcessGroupMpcomm: PyTorch's torch.distributed backend "mpcomm" (PyTorch 1.13's c10d::ProcessGroup),
-// every op on an mpcomm Communicator's non-blocking calls.
-//
-// Each op checks its tensors (device, dtype, layout, sizes) before any traffic, issues the mpcomm i-op(s)
-// under the group's issue lock and returns a Work at once; the op progresses on the communicator's
-// progress thread. Tensors that are not contiguous, and lists of tensors, go through a contiguous
-// buffer and are copied back when the op ends (by whoever sees the end first: wait(), isCompleted(), or
-// the completion thread that fulfils getFuture()'s future). Errors carry mpcomm's message (op, sequence,
-// rank, peer) as a RuntimeError in Python.
+// ProcessGroupMpcomm: PyTorch 1.13's c10d::ProcessGroup for the torch.distributed backend "mpcomm"; every op
+// forwards to Ops (ops.h), which does the work. Only this class and module.cc's bindings name the torch base class.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
-#include <memory>
-#include <mutex>
-#include <thread>
+#include <chrono>
+#include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "mpcomm/communicator.h"
+#include "torch/ops.h"
 
 namespace mpcomm::torch_backend {
-
-class MpcommWork;
 
 class ProcessGroupMpcomm final : public c10d::ProcessGroup {
  public:
   // Creates the communicator (MPCOMM_BACKEND, native by default) over `store`; blocks until every rank
   // of the group joined or `timeout` passed. The timeout bounds every op too.
   ProcessGroupMpcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                     std::chrono::milliseconds timeout);
-  ~ProcessGroupMpcomm() override;
+                     std::chrono::milliseconds timeout)
+      : c10d::ProcessGroup(rank, size), ops_(store, rank, size, timeout) {}
 
   const std::string getBackendName() const override { return "mpcomm"; }
   // The mpcomm backend underneath ("native", "gloo", "mpi", "nccl").
-  std::string mpcomm_backend() const { return std::string(comm_->backend()); }
-  Communicator& communicator() { return *comm_; }
+  std::string mpcomm_backend() const { return std::string(ops_.communicator().backend()); }
+  Communicator& communicator() { return ops_.communicator(); }
+  Ops& ops() { return ops_; }
 
   using Works = c10::intrusive_ptr<c10d::Work>;
   Works broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
@@ -63,28 +54,8 @@ class ProcessGroupMpcomm final : public c10d::ProcessGroup {
   Works recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   Works barrier(const c10d::BarrierOptions& opts) override;
 
-  // Runs `iters` calls of `op` ("allreduce", "broadcast", "alltoall": blocking; "iallreduce": the
-  // non-blocking call and its wait; "sendrecv": a ring of isend/irecv) on float32 buffers of `count`
-  // elements straight on the communicator, from C++, each after a barrier (unless `barrier` is false), and
-  // returns each call's seconds: what the same op costs without PyTorch (scripts/torch-bench).
-  std::vector<double> time_from_cpp(const std::string& op, size_t count, int iters, bool barrier = true);
-
-  // The completion thread's side: a Work whose requests all ended (called from the progress thread).
-  void completed(c10::intrusive_ptr<MpcommWork> work);
-
  private:
-  template <class F>
-  Works launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs, F&& issue);
-  void completion_loop();
-
-  std::unique_ptr<Communicator> comm_;
-  std::mutex issue_mu_;  // one thread at a time issues on the communicator
-
-  std::mutex done_mu_;
-  std::condition_variable done_cv_;
-  std::deque<c10::intrusive_ptr<MpcommWork>> done_;
-  bool stop_ = false;
-  std::thread done_thread_;  // fulfils futures and runs copy-backs off the progress thread
+  Ops ops_;
 };
 
 }  // namespace mpcomm::torch_backend

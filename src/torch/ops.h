@@ -1,0 +1,76 @@
+// Ops: the communicator under an "mpcomm" group and every c10d op mapped onto its non-blocking calls. It
+// derives from no torch class: the process group (process_group.h) forwards its overrides here.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "mpcomm/communicator.h"
+#include "torch/work.h"
+
+namespace mpcomm::torch_backend {
+
+// Each op checks its tensors (device, dtype, layout, sizes) before any traffic, issues the mpcomm i-op(s)
+// under the issue lock and returns a Work at once; the op progresses on the communicator's progress thread.
+// Tensors that are not contiguous, and lists of tensors, go through a contiguous buffer and are copied back
+// when the op ends (by whoever sees the end first: wait(), isCompleted(), or the completion thread that
+// fulfils getFuture()'s future). Errors carry mpcomm's message (op, sequence, rank, peer) as a RuntimeError
+// in Python; a refused call's message names the op and why.
+class Ops {
+ public:
+  // Creates the communicator (MPCOMM_BACKEND, native by default) over `store`; blocks until every rank
+  // of the group joined or `timeout` passed. The timeout bounds every op too.
+  Ops(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout);
+  ~Ops();
+  Ops(const Ops&) = delete;
+  Ops& operator=(const Ops&) = delete;
+
+  Communicator& communicator() { return *comm_; }
+  const Communicator& communicator() const { return *comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // One thread at a time issues on the communicator: each op holds this while it issues.
+  std::unique_lock<std::mutex> issue_lock() { return std::unique_lock<std::mutex>(issue_mu_); }
+
+  using Works = c10::intrusive_ptr<c10d::Work>;
+  Works broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts);
+  Works allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
+  Works allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts);
+  Works reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts);
+  Works allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                  const c10d::AllgatherOptions& opts);
+  Works _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts);
+  Works allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                            const c10d::AllgatherOptions& opts);
+  Works gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+               const c10d::GatherOptions& opts);
+  Works scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                const c10d::ScatterOptions& opts);
+  Works reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                       const c10d::ReduceScatterOptions& opts);
+  Works _reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts);
+  Works alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+                      std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts);
+  Works alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions& opts);
+  Works send(std::vector<at::Tensor>& tensors, int dst, int tag);
+  Works recv(std::vector<at::Tensor>& tensors, int src, int tag);
+  Works recvAnysource(std::vector<at::Tensor>& tensors, int tag);
+  Works barrier(const c10d::BarrierOptions& opts);
+
+ private:
+  template <class F>
+  Works launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs, F&& issue);
+
+  std::unique_ptr<Communicator> comm_;
+  const int rank_, size_;
+  std::mutex issue_mu_;  // one thread at a time issues on the communicator
+  Completions done_;     // started once the communicator exists; stopped before it goes
+};
+
+}  // namespace mpcomm::torch_backend
