@@ -6,10 +6,12 @@
 #include "bootstrap/bind_address.h"
 
 #include "backends/native/backend.h"
+#include "backends/native/selection/selection.h"
 #ifdef MPCOMM_HAVE_GLOO
 #include "backends/gloo/gloo_communicator.h"
 #endif
 #ifdef MPCOMM_HAVE_MPI
+#include "backends/mpi/calls_table.h"
 #include "backends/mpi/mpi_communicator.h"
 #endif
 #ifdef MPCOMM_HAVE_NCCL
@@ -121,6 +123,18 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
   if (!store && b.needs_store) throw InvalidArgument("mpcomm: " + std::string(backend) + ": a store is required");
   if (b.needs_gpu) device::require_cuda("backend " + std::string(backend));
   Options o = opts;
+  check_params(o);  // every setting's value first, so that its error is the one a user sees
+  // The backends' own settings too, the created one's first (its errors are the ones its user looks for),
+  // so that a bad value fails every run, not only the runs that read it.
+  auto check_native = [&] { native::Selection s(o); };
+  auto check_mpi = [&] {
+#ifdef MPCOMM_HAVE_MPI
+    mpi::CallsSelection s(o);
+#endif
+  };
+  if (backend == "mpi") check_mpi();
+  check_native();
+  if (backend != "mpi") check_mpi();
   if (o.bind_addr.empty()) o.bind_addr = choose_bind_address(o, store.get());
   return detail::make_communicator(b.make(std::move(store), rank, size, o), b.make);
 }

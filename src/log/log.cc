@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <string>
 
@@ -12,6 +13,7 @@ namespace mpcomm {
 static LogLevel configured_level() {
   static const LogLevel level = [] {
     std::string v = param_string("MPCOMM_DEBUG");
+    for (char& ch : v) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     if (v == "ERROR") return LogLevel::error;
     if (v == "INFO") return LogLevel::info;
     if (v == "TRACE") return LogLevel::trace;

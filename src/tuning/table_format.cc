@@ -202,8 +202,9 @@ std::vector<std::string_view> words_of(std::string_view line) {
 
 // The backend a header line names, the line checked.
 std::string_view parse_header(const Where& at, const std::vector<std::string_view>& w, const std::string& backend) {
-  const std::string want = format_header(backend);
-  if (w.empty() || w[0] != kMagic) at.fail("expected the header '" + want + "' before any row");
+  // Any backend's header: a table may hold several sections, this reader's or not.
+  const std::string want = std::string(kMagic) + " " + std::to_string(kVersion) + " backend=NAME";
+  if (w.empty() || w[0] != kMagic) at.fail("expected a header '" + want + "' before any row");
   if (w.size() < 2 || w[1] != std::to_string(kVersion))
     at.fail("version", "format version " + std::to_string(kVersion) + " (this mpcomm reads no other)",
             w.size() < 2 ? std::string_view("nothing") : w[1]);
@@ -353,7 +354,9 @@ Table parse_table(std::string_view text, const std::string& source, const std::s
     }
     if (ours) t.rows.push_back(parse_row(at, w, backend, vocab));
   }
-  if (!header) Where{source, line + 1}.fail("expected the header '" + format_header(backend) + "', got the end of the file");
+  if (!header)
+    Where{source, line + 1}.fail("expected a header '" + std::string(kMagic) + " " + std::to_string(kVersion) +
+                                 " backend=NAME', got the end of the file");
   return t;
 }
 

@@ -526,7 +526,7 @@ TEST_F(LauncherTest, LeftoversOfAKilledLauncherAreRemovedByTheNextLaunch) {
 
 // A rank that is this test binary, for the abort test: rank 0 fails, rank 1 reads the abort key.
 TEST(LauncherHelper, ReadAbortKey) {
-  if (std::getenv("MPCOMM_LAUNCHER_TEST_HELPER") == nullptr) GTEST_SKIP() << "only runs as a rank";
+  if (std::getenv("MPCOMM_TEST_LAUNCHER_HELPER") == nullptr) GTEST_SKIP() << "only runs as a rank";
   if (std::string(std::getenv("RANK")) == "0") std::_Exit(3);
   auto store = open_store(std::getenv("MPCOMM_STORE"), std::getenv("MPCOMM_TOKEN"), Millis(5000));
   std::string abort = store->get_string("mpcomm/abort", Millis(5000));
@@ -536,8 +536,8 @@ TEST(LauncherHelper, ReadAbortKey) {
 }
 
 TEST_F(LauncherTest, FirstFailureIsAnnouncedInTheStore) {
-  EnvVar keep("MPCOMM_LAUNCHER_TEST_HELPER");
-  ::setenv("MPCOMM_LAUNCHER_TEST_HELPER", "1", 1);
+  EnvVar keep("MPCOMM_TEST_LAUNCHER_HELPER");
+  ::setenv("MPCOMM_TEST_LAUNCHER_HELPER", "1", 1);
   std::string self = std::filesystem::read_symlink("/proc/self/exe");
   LaunchOptions o;
   o.nranks = 2;

@@ -5,7 +5,7 @@
 #
 #   tests/cluster/run.sh STEP      STEP: selftest | bench | train | faults | torch | launch
 #
-# Environment: MPCOMM_CLI (the mpcomm executable), MPCOMM_PYTHONPATH (the built python package, for
+# Environment: MPCOMM_TEST_CLI (the mpcomm executable), MPCOMM_TEST_PYTHONPATH (the built python package, for
 # `torch`), MINICLUSTER (scripts/minicluster). Exit 0 on success, 77 when the machine cannot host the
 # cluster (not root, no network namespaces, no Slurm), 1 with the reason on stderr otherwise.
 # The cluster is torn down on every way out, and each step checks that no rank process is left on any
@@ -14,7 +14,7 @@ set -euo pipefail
 
 STEP=${1:?usage: run.sh selftest|bench|train|faults|torch|launch}
 HERE=$(cd "$(dirname "$0")" && pwd)
-CLI=${MPCOMM_CLI:?set MPCOMM_CLI to the mpcomm executable}
+CLI=${MPCOMM_TEST_CLI:?set MPCOMM_TEST_CLI to the mpcomm executable}
 MC=${MINICLUSTER:-$HERE/../../scripts/minicluster}
 NAME=mc$(printf '%04x' $((RANDOM % 65536)))
 JOB=cl$$                                  # MPCOMM_JOB_ID of every rank: names their shared memory
@@ -239,7 +239,7 @@ faults)
 
 torch)
   [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "SKIP: no PyTorch"; exit 77; }
-  PY=${MPCOMM_PYTHONPATH:?set MPCOMM_PYTHONPATH to the built python package}
+  PY=${MPCOMM_TEST_PYTHONPATH:?set MPCOMM_TEST_PYTHONPATH to the built python package}
   # torchrun on each host, two ranks each, init_process_group("mpcomm") and DDP across the hosts.
   on_each_host torch env PYTHONPATH="$PY" torchrun --nnodes 2 --node_rank "{k}" --nproc_per_node 2 --master_addr "$A0" \
     --master_port 29544 --redirects 1 --tee 1 "$HERE/../../examples/torch_ddp.py"

@@ -105,12 +105,12 @@ TEST(FaultsPointToPoint, ALargeSendWhoseSenderOrReceiverDies) {
 
 class Faults : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
-// Three seeds per backend and fault by default; MPCOMM_FAULT_SEEDS=N and MPCOMM_FAULT_SEED_BASE=B run
+// Three seeds per backend and fault by default; MPCOMM_TEST_FAULT_SEEDS=N and MPCOMM_TEST_FAULT_SEED_BASE=B run
 // seeds B..B+N-1 instead (scripts/faults).
 TEST_P(Faults, EverySurvivorFailsInTimeAndNothingIsLeft) {
   const auto& [backend, mode] = GetParam();
-  const char* count = std::getenv("MPCOMM_FAULT_SEEDS");
-  const char* base = std::getenv("MPCOMM_FAULT_SEED_BASE");
+  const char* count = std::getenv("MPCOMM_TEST_FAULT_SEEDS");
+  const char* base = std::getenv("MPCOMM_TEST_FAULT_SEED_BASE");
   const uint64_t b = base != nullptr ? std::strtoull(base, nullptr, 10) : 11;
   const uint64_t k = count != nullptr ? std::strtoull(count, nullptr, 10) : 3;
   int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();

@@ -92,16 +92,21 @@ TEST(Ipv6, StoreAndTransportsOverIpv6) {
   }
 }
 
+// Out of range, on two hosts (where it is read) and on one (where it is not): refused at creation.
 TEST(TcpStreamsKnob, OutOfRangeIsRefusedNamingIt) {
-  Options o;
-  o.params["MPCOMM_TCP_STREAMS"] = "0";
-  o.timeout = Millis(10000);
-  try {
-    testing::ThreadWorld w("native", 2, o, {"a", "b"});
-    FAIL() << "MPCOMM_TCP_STREAMS=0 was accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("MPCOMM_TCP_STREAMS=0"), std::string::npos) << e.what();
-  }
+  for (const std::vector<std::string>& hosts : {std::vector<std::string>{"a", "b"}, std::vector<std::string>{}})
+    for (const char* bad : {"0", "-3", "65"}) {
+      Options o;
+      o.params["MPCOMM_TCP_STREAMS"] = bad;
+      o.timeout = Millis(10000);
+      try {
+        testing::ThreadWorld w("native", 2, o, hosts);
+        FAIL() << "MPCOMM_TCP_STREAMS=" << bad << " was accepted";
+      } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("MPCOMM_TCP_STREAMS='" + std::string(bad) + "' (Options::params): expected a whole number from 1 to 64"),
+                  std::string::npos) << e.what();
+      }
+    }
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 #   tests/torch/run.sh [--expect-ok K] LAUNCHER N SCRIPT [ARGS...]
 #
 # LAUNCHER: torchrun (Debian's, with --redirects 1 --tee 1, without which it crashes on Python 3.11),
-# mpcomm (`mpcomm launch`), mpirun. Needs MPCOMM_CLI (the mpcomm executable) and MPCOMM_PYTHONPATH (the
+# mpcomm (`mpcomm launch`), mpirun. Needs MPCOMM_TEST_CLI (the mpcomm executable) and MPCOMM_TEST_PYTHONPATH (the
 # built package, build/python) in the environment; runs /usr/bin/python3, the interpreter with torch.
 # Passes when the job exits 0 and every rank says it passed — or, with --expect-ok K (a job where a rank is
 # meant to fail), when at least K ranks say so — no rank says FAIL, and afterwards no process of this job
@@ -14,9 +14,9 @@ expect_ok=""
 if [[ "${1:-}" == "--expect-ok" ]]; then expect_ok=$2; shift 2; fi
 launcher=$1 n=$2 script=$3
 shift 3
-: "${MPCOMM_CLI:?set MPCOMM_CLI to the mpcomm executable}" "${MPCOMM_PYTHONPATH:?set MPCOMM_PYTHONPATH to build/python}"
+: "${MPCOMM_TEST_CLI:?set MPCOMM_TEST_CLI to the mpcomm executable}" "${MPCOMM_TEST_PYTHONPATH:?set MPCOMM_TEST_PYTHONPATH to build/python}"
 py=/usr/bin/python3
-export PYTHONPATH="$MPCOMM_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$MPCOMM_TEST_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS=1
 tag="mpcomm-torch-test-$$-$RANDOM"  # in every rank's argv: how leftovers are found
 # The native backend names its segments /dev/shm/mpcomm.<MPCOMM_JOB_ID>.*: under torchrun and mpirun this
@@ -34,7 +34,7 @@ free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1",
 case "$launcher" in
   torchrun) cmd=("$py" -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node "$n"
                  --master_port "$(free_port)" "$script" "$@" --tag "$tag") ;;
-  mpcomm)   cmd=("$MPCOMM_CLI" launch -n "$n" --timeout 300 -- "$py" "$script" "$@" --tag "$tag") ;;
+  mpcomm)   cmd=("$MPCOMM_TEST_CLI" launch -n "$n" --timeout 300 -- "$py" "$script" "$@" --tag "$tag") ;;
   mpirun)   cmd=(mpirun -n "$n" --oversubscribe -x PYTHONPATH -x OMP_NUM_THREADS -x MPCOMM_JOB_ID)
             [[ $(id -u) -eq 0 ]] && cmd+=(--allow-run-as-root)
             cmd+=("$py" "$script" "$@" --tag "$tag") ;;

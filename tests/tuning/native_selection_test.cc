@@ -214,7 +214,7 @@ TEST(NativeSelection, BadTuningFilesAreRefusedAtCreationNamingFileLineAndField) 
        ", line 4: field 'bytes': expected an interval of sizes such as [64K,8M) or (0,32K], or one size such as 4K, got '[0,4K'"},
       {"mpcomm-tuning 1 backend=native\nsend.path in_place=no -> ring\n", ", line 2: field 'in_place' does not apply to send.path rows"},
       {"mpcomm-tuning 1 backend=native\nallreduce -> quick\n", ", line 2: field 'choice': expected one of backend native's choices for allreduce (flat, ring"},
-      {"ranks,bytes,algorithm\n2,8,flat\n", ", line 1: expected the header 'mpcomm-tuning 1 backend=native' before any row"},
+      {"ranks,bytes,algorithm\n2,8,flat\n", ", line 1: expected a header 'mpcomm-tuning 1 backend=NAME' before any row"},
   };
   for (const Bad& b : bad) {
     const std::string path = write_file("mpcomm-bad-table.txt", b.text);

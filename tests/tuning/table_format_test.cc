@@ -74,8 +74,8 @@ TEST(TableFormat, BadInputNamesTheFileTheLineTheFieldAndWhatWasExpected) {
     std::string text, want;
   };
   const std::vector<Bad> bad = {
-      {"", "tuning file t.txt, line 1: expected the header 'mpcomm-tuning 1 backend=native', got the end of the file"},
-      {"allreduce -> flat\n", "line 1: expected the header 'mpcomm-tuning 1 backend=native' before any row"},
+      {"", "tuning file t.txt, line 1: expected a header 'mpcomm-tuning 1 backend=NAME', got the end of the file"},
+      {"allreduce -> flat\n", "line 1: expected a header 'mpcomm-tuning 1 backend=NAME' before any row"},
       {"mpcomm-tuning 2 backend=native\n", "line 1: field 'version': expected format version 1"},
       {"mpcomm-tuning 1 backend\n", "line 1: field 'backend': expected backend=NAME, got 'backend'"},
       {kHeader + "allreduse -> flat\n", "line 2: field 'subject': expected what backend native's rows choose for (allreduce, broadcast"},

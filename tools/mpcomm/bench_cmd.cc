@@ -25,6 +25,7 @@
 #include "bootstrap/launcher.h"
 #include "device/cpu_pair.h"
 #include "device/device.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
 
@@ -461,9 +462,9 @@ void add_sweep_options(CLI::App& app, Config& c, std::string* min_bytes, std::st
   app.add_option("-b,--minbytes", *min_bytes, "smallest size, the whole buffer (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", *max_bytes, "largest size");
   app.add_option("-f,--stepfactor", c.factor, "size multiplier between rows");
-  app.add_option("-n,--iters", c.iters, "timed iterations per row");
-  app.add_option("-w,--warmup_iters", c.warmup, "untimed warm-up iterations per row");
-  app.add_option("-c,--check", c.check, "check results (0 or 1)")->check(CLI::Range(0, 1));
+  app.add_option("-n,--iters", c.iters, "timed iterations per row")->check(cli::whole_at_least(1));
+  app.add_option("-w,--warmup_iters", c.warmup, "untimed warm-up iterations per row")->check(cli::whole_at_least(0));
+  app.add_option("-c,--check", c.check, "check results (0 or 1)")->check(cli::whole_between(0, 1));
 }
 
 }  // namespace mpcomm::bench
@@ -482,8 +483,8 @@ struct BenchCli {
 
 Runner add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchCli>();
-  auto* ranks_opt = app.add_option("--ranks", o->c.ranks, "ranks (default 4)")->check(CLI::PositiveNumber);
-  auto* hosts_opt = app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(CLI::PositiveNumber);
+  auto* ranks_opt = app.add_option("--ranks", o->c.ranks, "ranks (default 4)")->check(whole_at_least(1));
+  auto* hosts_opt = app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(whole_at_least(1));
   cli::add_launcher_option(app, &o->launcher);
   app.add_option("--backends", o->backends, "comma list of backends, or all");
   app.add_option("--ops", o->ops, "comma list: allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall,sendrecv, or all");
@@ -493,7 +494,8 @@ Runner add_bench(CLI::App& app) {
       ->delimiter(',');
   app.add_option("-o,--op", o->c.redop, "sum, prod, min, max, avg; band, bor, bxor with an integer -d");
   app.add_option("-r,--root", o->c.root, "root rank of rooted ops");
-  app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds");
+  auto* timeout = app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds (default: the environment's, else 120)")
+                     ->check(positive_number());
   app.add_option("--json", o->json, "write one JSON object per measured row to this file");
   app.add_option("--device", o->c.device, "where the buffers live: cpu, or cuda (each rank its local GPU; the CPU "
                                           "backends stage through pinned host memory)");
@@ -501,8 +503,9 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--sequential", o->c.sequential,
                "run the backends one after the other, each its whole sweep (default: all at once, taking turns "
                "row by row, so that every row of every backend sees the machine in the same state)");
-  return [o, ranks_opt, hosts_opt] {
+  return [o, ranks_opt, hosts_opt, timeout] {
     auto& c = o->c;
+    c.timeout_s = setting_or(timeout, c.timeout_s, "MPCOMM_TIMEOUT", 120);
     c.as_rank = run_as_rank("mpcomm bench", o->launcher, {{"--ranks", ranks_opt->count() > 0}, {"--hosts", hosts_opt->count() > 0}});
     c.backends = o->backends == "all" ? bench::all_backends_for(o->c.device) : bench::split_list(o->backends);
     if (c.as_rank && o->backends == "all") c.backends = startable_backends(c.backends);

@@ -18,6 +18,7 @@
 #include "as_rank.h"
 #include "bench.h"
 #include "device/device.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
 
@@ -212,11 +213,11 @@ double max_busbw(const std::vector<bench::Row>& rows, const std::string& backend
 
 Runner add_compare(CLI::App& app) {
   auto o = std::make_shared<CompareCli>();
-  auto* ranks_opt = app.add_option("--ranks", o->ranks, "ranks of every experiment (the article: 8 GPUs)")->check(CLI::Range(2, 64));
-  auto* hosts_opt = app.add_option("--hosts", o->hosts, "emulated hosts of experiment 3 (the article: 4 nodes)")->check(CLI::PositiveNumber);
+  auto* ranks_opt = app.add_option("--ranks", o->ranks, "ranks of every experiment (the article: 8 GPUs)")->check(whole_between(2, 64));
+  auto* hosts_opt = app.add_option("--hosts", o->hosts, "emulated hosts of experiment 3 (the article: 4 nodes)")->check(whole_at_least(1));
   add_launcher_option(app, &o->launcher);
   app.add_option("--backends", o->backends, "comma list, or all");
-  app.add_option("-n,--iters", o->iters, "timed iterations per size")->check(CLI::PositiveNumber);
+  app.add_option("-n,--iters", o->iters, "timed iterations per size")->check(whole_at_least(1));
   app.add_option("-w,--warmup", o->warmup, "warm-up iterations per size");
   app.add_option("--max-latency-bytes", o->max_latency, "largest all-reduce of experiments 1 and 3 (K/M/G suffixes)");
   app.add_option("--max-bcast-bytes", o->max_bcast, "largest broadcast of experiment 2 (K/M/G suffixes)");

@@ -1,5 +1,6 @@
 #include "backends/registry.h"
 #include "bootstrap/launcher.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "mpcomm/error.h"
 
@@ -8,26 +9,30 @@ namespace mpcomm::cli {
 Runner add_launch(CLI::App& app) {
   auto opts = std::make_shared<LaunchOptions>();
   auto* nranks = app.add_option("-n,--nranks", opts->nranks, "number of ranks (with --nnodes: on this node)")
-                     ->check(CLI::PositiveNumber);
+                     ->check(whole_at_least(1));
   auto* per_node = app.add_option("--nproc-per-node", opts->nranks, "ranks on this node (torchrun's name for -n)")
-                       ->check(CLI::PositiveNumber);
+                       ->check(whole_at_least(1));
   nranks->excludes(per_node);
   app.add_option("--nnodes", opts->nnodes, "nodes of the job, each running one mpcomm launch (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   app.add_option("--node-rank", opts->node_rank, "this node's index, 0 to --nnodes - 1 (node 0 serves the store)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_at_least(0));
   app.add_option("--master", opts->master, "with --nnodes: HOST:PORT of node 0, where the job's store listens");
-  app.add_option("--hosts", opts->hosts, "emulated hosts; ranks are placed on them in blocks")->check(CLI::PositiveNumber);
-  app.add_option("--timeout", opts->timeout_s, "MPCOMM_TIMEOUT for the ranks, seconds")->check(CLI::PositiveNumber);
-  app.add_option("--backend", opts->backend, "MPCOMM_BACKEND for the ranks");
-  app.add_option("--grace", opts->grace_s, "seconds the other ranks get to end after the first failure");
+  app.add_option("--hosts", opts->hosts, "emulated hosts; ranks are placed on them in blocks")->check(whole_at_least(1));
+  auto* timeout = app.add_option("--timeout", opts->timeout_s, "MPCOMM_TIMEOUT for the ranks, seconds (default: the environment's, else 300)")
+                     ->check(positive_number());
+  auto* backend = app.add_option("--backend", opts->backend, "MPCOMM_BACKEND for the ranks (default: the environment's, else native)");
+  app.add_option("--grace", opts->grace_s, "seconds the other ranks get to end after the first failure")->check(non_negative_number());
   app.add_option("--addr", opts->bind_addr, "address the store listens on");
   app.add_flag("!--no-prefix", opts->prefix_output, "do not prefix output lines with the rank");
   app.add_flag("!--no-bind", opts->bind, "do not pin rank r to CPU r mod (number of CPUs)");
   app.add_option("command", opts->argv, "PROGRAM ARGS... (after --)")->required();
-  return [opts, nranks, per_node] {
+  return [opts, nranks, per_node, timeout, backend] {
     if (nranks->count() + per_node->count() == 0)
       throw InvalidArgument("mpcomm launch: give the number of ranks, -n N (or --nproc-per-node N)");
+    // A flag beats the environment, which beats the default: the ranks get what the user set.
+    opts->timeout_s = setting_or(timeout, opts->timeout_s, "MPCOMM_TIMEOUT", 300);
+    opts->backend = setting_or(backend, opts->backend, "MPCOMM_BACKEND", "native");
     opts->needs = launch_needs(opts->backend);
     return launch(*opts);
   };

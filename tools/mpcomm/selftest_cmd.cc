@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
 #include "testing/collective_check.h"
@@ -221,7 +222,7 @@ Runner add_selftest(CLI::App& app) {
   app.add_option("--random", o->random, "run this many random cases instead (every rank draws the same from --seed)");
   app.add_option("--seed", o->seed, "seed of --random");
   app.add_option("--device", o->device, "where the buffers live: cpu, cuda, cuda:N (default MPCOMM_DEVICE)");
-  app.add_option("-n,--iters", o->iters, "runs per case (alternating out-of-place and in-place)")->check(CLI::PositiveNumber);
+  app.add_option("-n,--iters", o->iters, "runs per case (alternating out-of-place and in-place)")->check(whole_at_least(1));
   return [o] { return run_selftest(*o); };
 }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "backends/registry.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "backends/native/algorithms/algorithms.h"
 #include "tune.h"
@@ -105,14 +106,16 @@ std::string now_text() {
 Runner add_tune(CLI::App& app) {
   auto o = std::make_shared<TuneCli>();
   o->c.ranks = 2;
-  app.add_option("--ranks", o->c.ranks, "ranks (default 2)")->check(CLI::PositiveNumber);
-  app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(CLI::PositiveNumber);
+  app.add_option("--ranks", o->c.ranks, "ranks (default 2)")->check(whole_at_least(1));
+  app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(whole_at_least(1));
   app.add_option("--ops", o->ops, "comma list of ops with native algorithms (default allreduce,broadcast,reduce,allgather,reduce_scatter)");
   bench::add_sweep_options(app, o->c, &o->b, &o->e);  // -c 1: an algorithm with wrong results is left out
   app.add_option("-d,--datatype", o->c.dtypes, "data types, at most one per class (int, float, half), e.g. float,bfloat16")->delimiter(',');
-  app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds");
+  auto* timeout = app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds (default: the environment's, else 120)")
+                     ->check(positive_number());
   app.add_option("-o,--out", o->out, "the table to write (for MPCOMM_TUNING)")->required();
-  return [o] {
+  return [o, timeout] {
+    o->c.timeout_s = setting_or(timeout, o->c.timeout_s, "MPCOMM_TIMEOUT", 120);
     if (launched_as_rank())
       throw InvalidArgument("mpcomm tune: started as a rank of a launcher's job (srun, mpirun, torchrun, mpcomm "
                             "launch); tune measures one machine and starts its own ranks there: run it once, "
