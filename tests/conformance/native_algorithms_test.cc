@@ -37,56 +37,63 @@ Options forcing(const std::string& algo) {
 }
 
 // Forced (MPCOMM_ALGO), with ranks as processes, the conformance matrix of the op (every dtype, reduce
-// op, root, count, also fewer elements than ranks, and placement). Where the algorithm can run, every
-// case it runs must be right, and the cases it cannot take (the arrival allreduce above 64 KiB per
-// rank) refused on every rank; where it cannot run at all (ranks on 2 emulated hosts for the
-// algorithms that need one host's shared memory or single copy, 3 ranks for the two-copy allreduce,
-// uneven hosts for the sliced hierarchical allreduce), every case is refused, naming why:
-//  - the direct algorithms, which read and write each other's buffers by process_vm_readv/writev;
-//  - the flat broadcast and allgather on one host, which the built-in table does not choose;
-//  - the two-copy allreduce at every size, also in place (the table takes the direct one there);
-//  - the ring allreduce and allgather through shared memory, also with 3 ranks and across hosts;
-//  - the arrival allreduce with 3 processes (its board), and on 2 emulated hosts;
-//  - the staged broadcast, allgather and allreduce with 3 processes (every byte through the stages in
-//    the processes' shared memory, whether or not they outnumber the CPUs), and on 2 emulated hosts;
-//  - the sliced hierarchical allreduce on even and uneven emulated hosts.
-TEST(NativeAlgorithms, ForcedAcrossProcessesWhereTheyRunAndWhereTheyRefuse) {
-  struct Run {
-    const char *algo, *shape, *op;
-    const char* refuses = nullptr;  // every case, with this reason
-  };
+// op, root, count, also fewer elements than ranks, and placement) — for every algorithm of the registry,
+// in the shapes its needs (algorithms.h) say it runs in and those they say it refuses: where it runs,
+// every case it runs must be right (and an algorithm limited to the board's size refuses the cases above
+// it on every rank); where it cannot run at all, every case is refused on every rank, naming why.
+struct ForcedRun {
+  std::string shape;          // mpcomm launch's "-n N --hosts H"
+  const char* refuses = nullptr;  // every case, with this reason
+};
+
+std::vector<ForcedRun> runs_for(const native::Algorithm& a) {
+  using namespace native;
   const char* kOneHost = "it needs every rank on one host";
-  for (const Run& run : {Run{"allreduce=direct", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=direct", "-n 4 --hosts 2", "allreduce", kOneHost},
-                         Run{"broadcast=direct", "-n 4 --hosts 1", "broadcast"}, Run{"broadcast=direct", "-n 4 --hosts 2", "broadcast", kOneHost},
-                         Run{"broadcast=flat", "-n 3 --hosts 1", "broadcast"}, Run{"allgather=flat", "-n 3 --hosts 1", "allgather"},
-                         Run{"allgather=direct", "-n 2 --hosts 1", "allgather"}, Run{"allgather=direct", "-n 4 --hosts 2", "allgather", kOneHost},
-                         Run{"reduce_scatter=direct", "-n 3 --hosts 1", "reduce_scatter"},
-                         Run{"reduce_scatter=direct", "-n 4 --hosts 2", "reduce_scatter", kOneHost},
-                         Run{"allreduce=two_copy", "-n 2 --hosts 1", "allreduce"},
-                         Run{"allreduce=two_copy", "-n 3 --hosts 1", "allreduce", "it runs on exactly 2 ranks"},
-                         Run{"allreduce=ring_shm", "-n 3 --hosts 1", "allreduce"}, Run{"allgather=ring_shm", "-n 4 --hosts 2", "allgather"},
-                         Run{"allreduce=arrival", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=arrival", "-n 4 --hosts 2", "allreduce", kOneHost},
-                         Run{"broadcast=staged", "-n 3 --hosts 1", "broadcast"}, Run{"broadcast=staged", "-n 4 --hosts 2", "broadcast", kOneHost},
-                         Run{"allgather=staged", "-n 3 --hosts 1", "allgather"}, Run{"allgather=staged", "-n 4 --hosts 2", "allgather", kOneHost},
-                         Run{"allreduce=staged", "-n 3 --hosts 1", "allreduce"}, Run{"allreduce=staged", "-n 4 --hosts 2", "allreduce", kOneHost},
-                         Run{"allreduce=hierarchical_sliced", "-n 4 --hosts 2", "allreduce"},
-                         Run{"allreduce=hierarchical_sliced", "-n 3 --hosts 2", "allreduce", "it needs every host to hold as many ranks"}}) {
-    const std::string what = std::string(run.algo) + " " + run.shape;
-    auto r = testing::run_command("MPCOMM_ALGO=" + std::string(run.algo) + " " + MPCOMM_CLI + " launch " + run.shape +
-                                  " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + run.op);
+  std::vector<ForcedRun> runs;
+  if ((a.needs & kNeedsTwoRanks) != 0) {
+    runs.push_back({"-n 2 --hosts 1"});
+    runs.push_back({"-n 3 --hosts 1", "it runs on exactly 2 ranks"});
+  } else if ((a.needs & kNeedsEvenHosts) != 0) {
+    runs.push_back({"-n 4 --hosts 2"});
+    runs.push_back({"-n 3 --hosts 2", "it needs every host to hold as many ranks"});
+  } else {
+    runs.push_back({"-n 3 --hosts 1"});
+  }
+  if ((a.needs & (kNeedsSharedMemory | kNeedsSingleCopy)) != 0)
+    runs.push_back({"-n 4 --hosts 2", kOneHost});
+  else if ((a.needs & kNeedsEvenHosts) == 0)
+    runs.push_back({"-n 4 --hosts 2"});
+  return runs;
+}
+
+class ForcedAlgorithm : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ForcedAlgorithm, RunsWhereItsNeedsAllowAndRefusesElsewhere) {
+  const native::Algorithm& a = native::all_algorithms()[GetParam()];
+  const std::string op(to_string(a.kind)), algo = op + "=" + a.name;
+  for (const ForcedRun& run : runs_for(a)) {
+    const std::string what = algo + " " + run.shape;
+    auto r = testing::run_command("MPCOMM_ALGO=" + algo + " " + MPCOMM_CLI + " launch " + run.shape +
+                                  " --backend native --timeout 120 -- " + MPCOMM_CLI + " selftest --conformance --only-ops " + op);
     EXPECT_EQ(r.status, 0) << what << "\n" << r.output;
     EXPECT_NE(r.output.find(" 0 failed"), std::string::npos) << what << "\n" << r.output;
     if (run.refuses != nullptr) {
       EXPECT_NE(r.output.find(" 0 cases, 0 failed"), std::string::npos) << what << "\n" << r.output;
-      EXPECT_NE(r.output.find("MPCOMM_ALGO forces " + std::string(run.algo) + ", which cannot run here: " + run.refuses), std::string::npos)
+      EXPECT_NE(r.output.find("MPCOMM_ALGO forces " + algo + ", which cannot run here: " + run.refuses), std::string::npos)
           << what << "\n" << r.output;
     } else {
       EXPECT_EQ(r.output.find(" 0 cases"), std::string::npos) << what << "\n" << r.output;
-      const bool some_refused = std::string(run.algo) == "allreduce=arrival";  // above 64 KiB per rank
+      const bool some_refused = (a.needs & native::kNeedsBoardSize) != 0;  // above the board's size per rank
       EXPECT_EQ(r.output.find(" 0 refused") != std::string::npos, !some_refused) << what << "\n" << r.output;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Registry, ForcedAlgorithm, ::testing::Range(size_t{0}, native::all_algorithms().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           const native::Algorithm& a = native::all_algorithms()[info.param];
+                           return std::string(to_string(a.kind)) + "_" + a.name;
+                         });
 
 void expect_all_right(testing::ThreadWorld& world, const check::Case& c) {
   std::vector<check::Result> res(static_cast<size_t>(world.size()));

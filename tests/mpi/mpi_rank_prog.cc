@@ -26,6 +26,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "harness/flight_record.h"
 #include <vector>
 
 #include "mpcomm/mpcomm.h"
@@ -246,6 +248,14 @@ int main(int argc, char** argv) {
       comm->barrier();
       if (rank == (argc > 3 ? std::atoi(argv[3]) : 1)) return argc > 2 ? std::atoi(argv[2]) : 3;
       std::this_thread::sleep_for(std::chrono::seconds(60));
+      return 0;
+    }
+    if (mode == "calls") {  // which MPI call an 8-byte allreduce and broadcast made (the flight record)
+      float buf[2] = {1, 2};
+      comm->allreduce(buf, buf, 2, DataType::float32, ReduceOp::sum);
+      const std::string allreduce = testing::last_algorithm(*comm);
+      comm->broadcast(buf, 2, DataType::float32, 0);
+      std::printf("rank %d calls allreduce=%s broadcast=%s\n", rank, allreduce.c_str(), testing::last_algorithm(*comm).c_str());
       return 0;
     }
     if (mode == "mismatch") {

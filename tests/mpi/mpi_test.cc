@@ -5,6 +5,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,6 +123,27 @@ INSTANTIATE_TEST_SUITE_P(Ranks, MpiConformance,
                          [](const auto& info) {
                            return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                          });
+
+// Which MPI calls an op makes is a table row: the built-in table (a CPU per rank, small: blocking), a
+// tuning file's backend=mpi rows before it (its other sections ignored), MPCOMM_MPI_CALLS over both.
+TEST_F(MpiProcesses, CallsComeFromTheTableAndATuningFilesRows) {
+  const std::string path = ::testing::TempDir() + "mpcomm-mpi-calls.txt";
+  std::ofstream(path) << "mpcomm-tuning 1 backend=native\nallreduce -> ring\n"
+                         "mpcomm-tuning 1 backend=mpi\nallreduce bytes=[0,64] -> nonblocking\nbroadcast -> blocking\n";
+  struct Case {
+    std::string env, allreduce, broadcast;
+  };
+  for (const Case& c : {Case{"", "MPI_Allreduce", "MPI_Bcast"}, Case{"MPCOMM_TUNING=" + path, "MPI_Iallreduce", "MPI_Bcast"},
+                        Case{"MPCOMM_TUNING=" + path + " MPCOMM_MPI_CALLS=blocking", "MPI_Allreduce", "MPI_Bcast"},
+                        Case{"MPCOMM_MPI_CALLS=nonblocking", "MPI_Iallreduce", "MPI_Ibcast"}}) {
+    RunResult r = run_command(c.env + " " + launch("-n 2 --timeout 30 -- " + kProg + " calls"));
+    ASSERT_EQ(r.status, 0) << c.env << "\n" << r.output;
+    for (int rank = 0; rank < 2; ++rank)
+      EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " calls allreduce=" +
+                                         c.allreduce + " broadcast=" + c.broadcast))
+          << c.env << "\n" << r.output;
+  }
+}
 
 // The i-ops under mpirun: the conformance matrix posted in queues of 8 (every third case blocking in
 // between), waited in reverse order; with either kind of MPI call underneath.

@@ -1,9 +1,11 @@
 // mpcomm selftest: every collective × a few dtypes and sizes on the ranks of this job, each result
 // checked on every rank, timings reduced to the slowest rank. Exits 1 if anything was wrong.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "cli_checks.h"
 #include "commands.h"
@@ -116,6 +118,36 @@ void run_queues(Communicator& comm, const std::vector<check::Case>& cases, Tally
   }
 }
 
+// The barrier's cases: in round k rank k mod n enters 20 ms late, and every other rank must be held in
+// the barrier until it came (at least 10 ms: the rounds start together, after an allreduce, within a few
+// ms). A barrier that lets a rank through early is a wrong case; a refused one is counted apart.
+void run_barrier_cases(Communicator& comm, Tally& t) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kLate = std::chrono::milliseconds(20), kHeldAtLeast = std::chrono::milliseconds(10);
+  const int n = comm.size();
+  for (int round = 0; round < 2 * n; ++round) {
+    check::Case c;
+    c.op = OpKind::barrier;
+    check::Result r;
+    try {
+      int64_t sync = 0;
+      comm.allreduce(&sync, &sync, 1, DataType::int64, ReduceOp::sum);
+      const bool late = round % n == comm.rank();
+      if (late) std::this_thread::sleep_for(kLate);
+      const auto t0 = Clock::now();
+      comm.barrier();
+      if (!late && n > 1 && Clock::now() - t0 < kHeldAtLeast) {
+        r.wrong = 1;
+        r.first_wrong = "left the barrier before rank " + std::to_string(round % n) + " entered it";
+      }
+    } catch (const Unsupported& e) {
+      t.refuse(comm, e);
+      continue;
+    }
+    t.add(comm, c, r);
+  }
+}
+
 // The full matrix of the conformance suite (check::conformance_cases), every op; prints only
 // failures and a summary line. This is how process runs (gloo, mpi) are held to the same suite. A case
 // that the communicator refuses (Unsupported, on every rank alike: e.g. an algorithm MPCOMM_ALGO forces
@@ -123,7 +155,7 @@ void run_queues(Communicator& comm, const std::vector<check::Case>& cases, Tally
 int run_conformance(Communicator& comm, const SelftestOptions& o) {
   std::vector<DataType> only;
   for (const auto& d : o.only_dtypes) only.push_back(parse_dtype(d));
-  std::vector<std::string> ops;
+  std::vector<std::string> ops = {"barrier"};
   for (OpKind op : check::checked_ops()) ops.emplace_back(to_string(op));
   for (const auto& name : o.only_ops)
     if (std::find(ops.begin(), ops.end(), name) == ops.end())
@@ -135,6 +167,8 @@ int run_conformance(Communicator& comm, const SelftestOptions& o) {
       if (only.empty() || std::find(only.begin(), only.end(), c.dtype) != only.end()) cases.push_back(c);
   }
   Tally t;
+  const bool barrier = o.only_ops.empty() || std::find(o.only_ops.begin(), o.only_ops.end(), "barrier") != o.only_ops.end();
+  if (barrier && !o.nonblocking) run_barrier_cases(comm, t);
   if (o.nonblocking) {
     run_queues(comm, cases, t);
   } else {
@@ -146,7 +180,13 @@ int run_conformance(Communicator& comm, const SelftestOptions& o) {
       }
     }
   }
-  comm.barrier();
+  // Every rank finished its cases: a barrier, unless the barrier is what is checked (MPCOMM_ALGO may force
+  // one that cannot run here).
+  int64_t done = 0;
+  if (barrier)
+    comm.allreduce(&done, &done, 1, DataType::int64, ReduceOp::sum);
+  else
+    comm.barrier();
   if (comm.rank() == 0)
     std::printf("conformance: backend %s, %d ranks, %s buffers%s, %llu cases, %llu failed, %llu refused\n",
                 std::string(comm.backend()).c_str(), comm.size(), to_string(comm.options().device).c_str(),
