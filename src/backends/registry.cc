@@ -59,7 +59,7 @@ const BackendEntry kBackends[] = {
     // Never pinned: each gloo rank has a transport thread that polls its sockets (epoll,
     // level-triggered) and keeps spinning while data waits for a receive the caller has not posted yet;
     // on the caller's CPU it holds that CPU until the scheduler's tick, so every step of a collective
-    // took 4 ms (2 ranks, 64 B-2 MiB allreduce: 4.0 ms pinned, against about 0.2-0.4 ms unpinned).
+    // would wait out a tick (docs/performance.md, "How numbers are taken here").
     {"gloo", kGloo, "Gloo was not found when it was configured; install libgloo-dev, then reconfigure and rebuild",
      false, true, LaunchNeeds{.via_mpirun = false, .may_pin = false}},
     // Started by one `mpirun -n N` child (bootstrap/launch/mpirun.cc): the backend's world is

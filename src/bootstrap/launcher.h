@@ -50,9 +50,9 @@ struct LaunchOptions {
   // Pin each rank to one of the CPUs this process may use, the one bind_slot() names (mpirun pins by
   // default for small jobs; under mpirun: --bind-to core, core:overload-allowed when ranks outnumber
   // cores). Two spinning ranks left to the scheduler can share one CPU for a whole run and be ten
-  // times slower; with more ranks than CPUs, unpinned ranks migrate and small collectives turn bimodal
-  // (4 ranks on 2 CPUs, 64 B allreduce: 18 or 50 us from run to run; pinned: 16-19 us).
-  // Only where needs.may_pin: not for gloo (launch_needs.cc says why).
+  // times slower; with more ranks than CPUs, unpinned ranks migrate and small collectives turn bimodal,
+  // fast in one run and slow in the next (docs/performance.md, "What made the difference").
+  // Only where needs.may_pin: not for gloo (src/backends/registry.cc says why).
   bool bind = true;
   std::vector<std::string> argv;        // PROGRAM ARGS...; PROGRAM is looked up on PATH unless it has a '/'
   std::string bind_addr = "127.0.0.1";  // where the store listens (and MASTER_ADDR)

@@ -1,6 +1,7 @@
 // The front door (front_door.h): construction, the checked entry points of blocking calls, running an op
-// on the backend with its bookkeeping, failures and the abort fan-out, and the observers. The stream is
-// stream.cc, argument checks argument_checks.cc, split split.cc.
+// on the backend with its bookkeeping, failures and the abort fan-out, and the observers. The stream
+// (non-blocking calls, the progress thread) is stream.cc, argument checks argument_checks.cc, split
+// split.cc.
 #include "core/front_door.h"
 
 #include <unistd.h>
@@ -16,8 +17,6 @@
 #include "settings/settings.h"
 
 namespace mpcomm::detail {
-
-// ---- construction -----------------------------------------------------------------------------------
 
 // ---- construction -----------------------------------------------------------------------------------
 
@@ -94,8 +93,6 @@ std::string FrontDoor::aborted_message(const Op& op) const {
 void FrontDoor::throw_if_aborted(const Op& op) const {
   if (aborted_.load(std::memory_order_acquire)) throw PeerFailure(aborted_message(op));
 }
-
-// ---- running an op ----------------------------------------------------------------------------------
 
 // ---- running an op ----------------------------------------------------------------------------------
 
@@ -250,6 +247,30 @@ void FrontDoor::on_complete(OpRequest& r, std::function<void(std::exception_ptr)
     error = r.error;
   }
   fn(error);
+}
+
+// ---- blocking calls: on the caller's thread (after the ops issued before them, with a progress thread) --
+
+void FrontDoor::collective(Op& op) {
+  throw_if_aborted(op);
+  const BufferSpans spans = check_arguments(op, *backend_);
+  op.seq = seq_++;
+  Driving driving(*this, op);
+  const uint64_t t0 = OpClock::now();
+  execute(op, spans, recorder_.start(op, t0), t0);
+}
+
+void FrontDoor::p2p(Op& op) {
+  throw_if_aborted(op);
+  const BufferSpans spans = check_arguments(op, *backend_);
+  op.seq = p2p_seq_++;
+  OpRequest r(nullptr, op, spans);
+  {
+    Driving driving(*this, op);
+    start_inline(r);
+    progress_now(r, /*wait=*/true);
+  }
+  if (r.phase == OpRequest::Phase::failed) std::rethrow_exception(r.error);
 }
 
 // ---- observers --------------------------------------------------------------------------------------

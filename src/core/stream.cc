@@ -256,14 +256,6 @@ void FrontDoor::worker_loop() {
 // ---- the calls that go through the stream -----------------------------------------------------------
 
 
-void FrontDoor::collective(Op& op) {
-  throw_if_aborted(op);
-  const BufferSpans spans = check_arguments(op, *backend_);
-  op.seq = seq_++;
-  Driving driving(*this, op);
-  const uint64_t t0 = OpClock::now();
-  execute(op, spans, recorder_.start(op, t0), t0);
-}
 
 // A non-blocking op: checked, numbered from `counter`, with the progress thread running.
 std::shared_ptr<OpRequest> FrontDoor::issue(Op& op, uint64_t& counter) {
@@ -324,18 +316,6 @@ Request FrontDoor::ip2p(Op& op) {
   return Request(r);
 }
 
-void FrontDoor::p2p(Op& op) {
-  throw_if_aborted(op);
-  const BufferSpans spans = check_arguments(op, *backend_);
-  op.seq = p2p_seq_++;
-  OpRequest r(nullptr, op, spans);
-  {
-    Driving driving(*this, op);
-    start_inline(r);
-    progress_now(r, /*wait=*/true);
-  }
-  if (r.phase == OpRequest::Phase::failed) std::rethrow_exception(r.error);
-}
 
 void FrontDoor::wait(OpRequest& r) {
   std::unique_lock<std::mutex> lk(mu_);

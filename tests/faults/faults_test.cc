@@ -30,8 +30,8 @@ struct Fault {
 
 constexpr double kTimeout = 3;  // MPCOMM_TIMEOUT of the ranks, seconds
 // The launcher's grace: how long it lets the other ranks run on after the first one ended. Survivors must
-// report within it, or the launcher ends them first and the test cannot tell (it once did at 2 s, for a
-// gloo survivor that learned of the death second hand on a loaded machine).
+// report within it, or the launcher ends them first and the test cannot tell; a gloo survivor that learns
+// of the death second hand may take more than 2 s on a loaded machine.
 constexpr int kGrace = 6;
 
 void inject(const Fault& f) {

@@ -112,8 +112,9 @@ TEST_P(MpiConformance, FullMatrixPasses) {
   std::printf("conformance on %d ranks: %.1f s\n", n, r.seconds);
 }
 
-// 1-8 ranks, 2-13 s each on a 2-core machine (8 ranks took 26-42 s while the mpi backend slept between
-// MPI_Test calls after 50 µs: Open MPI's non-blocking collectives advance only inside those calls).
+// 1-8 ranks, 2-13 s each on a 2-core machine: the mpi backend's waits test back to back before they
+// sleep, as Open MPI's non-blocking collectives advance only inside MPI calls (docs/performance.md, "The
+// mpi backend's calls").
 INSTANTIATE_TEST_SUITE_P(Ranks, MpiConformance,
                          ::testing::Values(std::make_tuple(1, "auto"), std::make_tuple(2, "auto"),
                                            std::make_tuple(3, "auto"), std::make_tuple(4, "auto"),

@@ -1,6 +1,6 @@
-// The native backend's built-in selection table (src/tuning/native_defaults.cc): its key choices, pinned
-// by world shape, size, in place and placement, independent of the machine the test runs on. (It was
-// proven to choose what the if-ladder it replaced ran, over 7.6 million cases: commit 213926e.)
+// The native backend's built-in selection table (src/backends/native/selection/builtin_table.cc): its key
+// choices, pinned by world shape, size, in place and placement, independent of the machine the test runs
+// on.
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -275,8 +275,8 @@ TEST(NativeSelection, PlacementAndInPlaceAreAgreedAtTheCallWhereTheTableAsks) {
 }
 
 // Ranks 0 and 1 on one CPU (pinned there): the placement measure says near at once, 0 ns (each of its
-// timed trips would wait for the other rank's turn on the CPU: it used to give up after 5 ms, on every
-// call whose table row asks); on two CPUs it times the trips. MPCOMM_FAR_NS=1 makes any timed trip far.
+// timed trips would wait for the other rank's turn on the CPU, on every call whose table row asks); on
+// two CPUs it times the trips. MPCOMM_FAR_NS=1 makes any timed trip far.
 // A process-wide log, so in processes; 4 ranks counted on one CPU (MPCOMM_CPUS=1), so the 1 MiB
 // allreduce's row asks where the CPUs are.
 TEST(NativeSelection, RanksZeroAndOneOnOneCpuAreNearWithoutTimingTheScheduler) {

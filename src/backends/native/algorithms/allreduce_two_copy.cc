@@ -1,17 +1,16 @@
 // allreduce, two-copy — for large buffers out of place, 2 ranks on one host, each with a CPU of its
 // own. The bytes cross between the ranks through shared memory (copied in by one rank, out by the
-// other), never by process_vm_readv/writev, whose page pinning costs as much as the copy (32 MiB read
-// from another process into a cached buffer: 6 ms, memcpy 3 ms; build/benchmarks/cross_process_copy);
-// and every byte written into an output is a streaming store, which does not first read the output's
-// line into the cache (32 MiB from a cached buffer: 2.0 ms, memcpy 3.1 ms).
+// other), never by process_vm_readv/writev, whose page pinning costs as much as the copy; and every
+// byte written into an output is a streaming store, which does not first read the output's line into
+// the cache (both measured in docs/performance.md, "The ceiling: kernels and copies").
 //
 // Needs: shared memory (HostLocal: the two ranks' stages), exactly 2 ranks. It wins with the CPUs near
 // each other and out of place; far apart, every byte below crosses from one CPU's cache to the other's,
-// 1.6 GB/s instead of 9 (2 ranks, 64 MiB out of place: 42-51 ms against direct's 12-17), and in place
-// its outputs are the lines just read (nothing to save): the selection table runs it only when the CPUs
-// are near and no rank is in place (docs/performance.md, "Why runs differ"). In place it is as correct:
-// piece k of our input is overwritten (D) only after the other rank's token for it, i.e. after all of
-// it has left through the ring (A) and been reduced.
+// several times slower than near and slower than the direct allreduce, and in place its outputs are the
+// lines just read (nothing to save): the selection table runs it only when the CPUs are near and no rank
+// is in place (docs/performance.md, "Why runs differ"). In place it is as correct: piece k of our input
+// is overwritten (D) only after the other rank's token for it, i.e. after all of it has left through the
+// ring (A) and been reduced.
 //   rank r owns chunk r of 2, cut into pieces of kPiece bytes; step k = 0, 1, ...:
 //   A. send piece k of the other rank's chunk of our input (through the shared-memory ring, never by
 //      single copy);

@@ -1,7 +1,7 @@
 // The staged flow — how the staged broadcast and allgather move their bytes on one host: every byte is
 // copied once into its sender's stage (HostLocal::stage, shared memory) and out of it by every reader.
-// No process_vm_readv/writev, whose page pinning costs about as much as the copy itself (and 2-3 times a
-// memcpy on the AMD machine: build/benchmarks/cross_process_copy), and no rank waits for a particular
+// No process_vm_readv/writev, whose page pinning costs about as much as the copy itself (2-3 times a
+// memcpy: docs/performance.md, "The ceiling: kernels and copies"), and no rank waits for a particular
 // other one to take its turn, as in a tree or a ring.
 //
 // The sender's bytes go in pieces of kStagedPiece through the D = kStageBytes / kStagedPiece slots of
@@ -12,8 +12,8 @@
 //      wakes the local ranks. Streamed, the piece goes to memory: the sender need not first take the
 //      slot's lines back from the readers' caches, and readers on another CPU read it from memory, not
 //      out of the sender's cache, which is 4-6 times slower with the CPUs far apart ("Why runs differ"
-//      in docs/performance.md). 4 ranks on 2 CPUs, broadcast, CPUs near, medians of 6 interleaved
-//      runs against plain stores: 256 KiB 42.7 -> 32.6 us, 1 MiB 125 -> 103 us, 4 MiB 563 -> 399 us;
+//      in docs/performance.md), and streaming beats plain stores with the CPUs near too ("What made the
+//      difference" there);
 //   3. a reader, once the word says piece k is there, checks (on the first piece) that the sender's tag
 //      holds the same call as its own (a Mismatch otherwise), copies the piece out (streamed when asked)
 //      and says so in its consumed word for that stage;
@@ -34,7 +34,7 @@ namespace mpcomm::native {
 
 namespace {
 
-// 64, 128 and 256 KiB ran even (4 ranks on 2 CPUs, broadcast and allgather, 256 KiB-16 MiB).
+// Pieces of 64, 128 and 256 KiB run even (4 ranks on 2 CPUs, broadcast and allgather, 256 KiB-16 MiB).
 constexpr size_t kStagedPiece = size_t{128} << 10;
 static_assert(HostLocal::kStageBytes % kStagedPiece == 0 && HostLocal::kStageBytes / kStagedPiece >= 2,
               "a stage holds two pieces or more");

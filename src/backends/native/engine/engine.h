@@ -4,11 +4,12 @@
 //   matching.cc     frames matched to posted receives: collective frames from one peer in order, p2p
 //                   frames by tag (FIFO per tag); frames that came first kept as unexpected
 //   progress.cc     moving bytes: per peer, the receive side (headers, payloads, reducing receives) and
-//                   the send queue
+//                   the send queue; a wait's passes until it is done (spinning, then yielding)
 //   single_copy.cc  frames that go by single copy (a descriptor, the receiver's read, an ack), lazy p2p
 //                   frames (unexpected.h), the copies HostLocal makes
-//   waiting.cc      bounded waits: spin, yield, then sleep on the futex doorbell (shared memory) or in
-//                   poll() (TCP), checking at least every 50 ms for aborts, dead peers and the deadline
+//   waiting.cc      what a wait does once spinning did not finish it: sleep on the futex doorbell (shared
+//                   memory) or in poll() (TCP), checking at least every 50 ms for aborts, dead peers and
+//                   the deadline
 //   failures.h      which op errors name, the first failure, how peers are told
 //   path_policy.h   which messages go by single copy (decided from the table at creation)
 //   host_local.h    what ranks of one host share besides frames (board, stages, placement)
@@ -212,7 +213,8 @@ class Engine final : public HostLocal::Owner {
   Handle take_p2p_recv(int peer, Peer& p, const FrameHeader& h);
   void finish_payload(Peer& p);
   void check_frames_match_op();
-  // ---- progress (progress.cc)
+  // ---- progress and the wait's passes (progress.cc)
+  void wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs, const SharedWait* shared = nullptr);
   bool progress();
   bool progress_send(int peer, Peer& p);
   bool progress_recv(int peer, Peer& p);
@@ -223,7 +225,6 @@ class Engine final : public HostLocal::Owner {
   bool read_lazy_frames();
   void ack_p2p(int peer, int32_t token);
   // ---- waiting (waiting.cc)
-  void wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs, const SharedWait* shared = nullptr);
   void sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std::function<bool()>& done);
   void check_health(const std::vector<Handle>& hs, const SharedWait* shared, const std::function<bool()>& done);
   void check_board_tags();

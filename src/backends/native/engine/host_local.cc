@@ -82,8 +82,8 @@ double HostLocal::round_trip_ns(int peer, int trips, uint64_t stamp, std::chrono
   auto give_up = meet_until;
   // With the ranks outnumbering the CPUs, once a measure has succeeded, the timed trips get this long
   // in all, and a measure cut short counts as the last one that succeeded: a peer that lost its CPU to
-  // another rank comes back only after the scheduler's slice, and waiting for it cost every such call
-  // that much (4 ranks on 2 CPUs: 5 ms per allreduce from 256 KiB).
+  // another rank comes back only after the scheduler's slice, and waiting for it would cost every such
+  // call that much (docs/performance.md, "Why runs differ").
   const bool short_budget = crowded_ && !std::isnan(last_round_trip_ns_);
   const auto timed_budget = short_budget ? std::chrono::microseconds(200) : std::chrono::microseconds(5000);
   const double gave_up = short_budget ? last_round_trip_ns_ : unknown;

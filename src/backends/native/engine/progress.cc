@@ -1,6 +1,9 @@
 // Moving bytes (engine.h): one progress pass reads what every link offers (headers, payloads, reducing
 // receives, single-copy descriptors) and writes what its send queue holds, then reads the lazy frames
-// whose receives are posted.
+// whose receives are posted; a wait makes passes until it is done — spinning a few, then yielding the CPU
+// between them (MPCOMM_SPIN_US in all) — and leaves the rest (sleeping, health, the deadline) to
+// waiting.cc.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -205,6 +208,69 @@ bool Engine::progress() {
       if (p.link && !p.closed && !p.sendq.empty()) p.link->notify();
   }
   return any;
+}
+
+// ---- waits ------------------------------------------------------------------------------------------
+
+void Engine::wait(const Handle& h) {
+  wait_until([&] { return h->done; }, {h});
+}
+
+void Engine::wait_all(const std::vector<Handle>& hs) {
+  wait_until(
+      [&] {
+        for (const auto& h : hs)
+          if (!h->done) return false;
+        return true;
+      },
+      hs);
+}
+
+bool Engine::test(const Handle& h) {
+  if (!notify_due_.empty()) notify_deferred();
+  if (!h->done) progress();
+  return h->done;
+}
+
+// Progress passes before the first yield: many while every local rank has a CPU of its own (a peer's
+// bytes arrive within microseconds); 2 when local ranks outnumber the CPUs (the peer we wait for may
+// need our CPU to run at all) or when there are TCP peers and the machine's ranks outnumber its CPUs (a
+// pass costs a recv() per socket, and emulated hosts share the CPUs): Engine::spin_passes_.
+void Engine::wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs, const SharedWait* shared) {
+  if (!notify_due_.empty()) notify_deferred();
+  if (done()) return;
+  if (failures_.aborted()) failures_.throw_recorded();
+  if (shared != nullptr) check_frames_match_op();
+  const auto deadline = Clock::now() + timeout_;
+  Clock::time_point spin_until{};
+  int idle = 0;
+  while (true) {
+    if (progress()) {
+      idle = 0;
+      if (done()) return;
+      if (shared != nullptr) check_frames_match_op();
+      continue;
+    }
+    if (done()) return;
+    ++idle;
+    if (idle < spin_passes_) continue;
+    if (idle == spin_passes_) spin_until = Clock::now() + settings_.spin_for;
+    if (idle > spin_passes_ && idle < spin_passes_ + kYieldPasses && Clock::now() < spin_until) {
+      // Keep polling, yielding between passes: a rank that shares our CPU runs at once, and with nobody
+      // else runnable we are back in a microsecond. Sleeping instead lets the CPU halt, and waking a
+      // halted virtual CPU costs 100 µs and more.
+      sched_yield();
+      --idle;
+      continue;
+    }
+    if (idle < spin_passes_ + kYieldPasses) {
+      sched_yield();
+      continue;
+    }
+    check_health(hs, shared, done);
+    if (Clock::now() >= deadline) time_out(hs, shared);
+    sleep_a_little(static_cast<int>(kLongestSleep.count()), hs, done);
+  }
 }
 
 }  // namespace mpcomm::native

@@ -1,9 +1,7 @@
-// Bounded waiting (engine.h). A waiter makes progress in passes; while nothing moves it spins for a few
-// passes, then yields the CPU between passes (MPCOMM_SPIN_US in all), then sleeps: on its futex doorbell
-// when it waits only for ranks of this host, in poll() on the sockets when a remote peer is involved.
-// After every pass that moved nothing past the spinning it checks the communicator's health: failures
-// other ranks reported, local peers that died, frames or board tags of another call (a Mismatch), and
-// the deadline.
+// Waiting (engine.h), once spinning did not finish a wait (progress.cc, wait_until): sleeping on the futex
+// doorbell when the wait is only for ranks of this host, in poll() on the sockets when a remote peer is
+// involved; and before every sleep the communicator's health: failures other ranks reported, local peers
+// that died, frames or board tags of another call (a Mismatch), and the deadline.
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -17,7 +15,6 @@
 
 namespace mpcomm::native {
 
-static constexpr int kSleepMs = kLongestSleep.count();
 
 void Engine::wake_local_peers() const {
   if (seg_ == nullptr) return;
@@ -31,25 +28,8 @@ void Engine::wait_shared(const std::function<bool()>& done, const std::function<
   wait_until(done, {}, &shared);
 }
 
-void Engine::wait(const Handle& h) {
-  wait_until([&] { return h->done; }, {h});
-}
 
-void Engine::wait_all(const std::vector<Handle>& hs) {
-  wait_until(
-      [&] {
-        for (const auto& h : hs)
-          if (!h->done) return false;
-        return true;
-      },
-      hs);
-}
 
-bool Engine::test(const Handle& h) {
-  if (!notify_due_.empty()) notify_deferred();
-  if (!h->done) progress();
-  return h->done;
-}
 
 bool Engine::peer_alive(int peer) const {
   const PeerInfo& in = info_[peer];
@@ -197,45 +177,5 @@ void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std
   if (me != nullptr) me->sleeping.store(0, std::memory_order_relaxed);
 }
 
-// Progress passes before the first yield: many while every local rank has a CPU of its own (a peer's
-// bytes arrive within microseconds); 2 when local ranks outnumber the CPUs (the peer we wait for may
-// need our CPU to run at all) or when there are TCP peers and the machine's ranks outnumber its CPUs (a
-// pass costs a recv() per socket, and emulated hosts share the CPUs): Engine::spin_passes_.
-void Engine::wait_until(const std::function<bool()>& done, const std::vector<Handle>& hs, const SharedWait* shared) {
-  if (!notify_due_.empty()) notify_deferred();
-  if (done()) return;
-  if (failures_.aborted()) failures_.throw_recorded();
-  if (shared != nullptr) check_frames_match_op();
-  const auto deadline = Clock::now() + timeout_;
-  Clock::time_point spin_until{};
-  int idle = 0;
-  while (true) {
-    if (progress()) {
-      idle = 0;
-      if (done()) return;
-      if (shared != nullptr) check_frames_match_op();
-      continue;
-    }
-    if (done()) return;
-    ++idle;
-    if (idle < spin_passes_) continue;
-    if (idle == spin_passes_) spin_until = Clock::now() + settings_.spin_for;
-    if (idle > spin_passes_ && idle < spin_passes_ + kYieldPasses && Clock::now() < spin_until) {
-      // Keep polling, yielding between passes: a rank that shares our CPU runs at once, and with nobody
-      // else runnable we are back in a microsecond. Sleeping instead lets the CPU halt, and waking a
-      // halted virtual CPU costs 100 µs and more.
-      sched_yield();
-      --idle;
-      continue;
-    }
-    if (idle < spin_passes_ + kYieldPasses) {
-      sched_yield();
-      continue;
-    }
-    check_health(hs, shared, done);
-    if (Clock::now() >= deadline) time_out(hs, shared);
-    sleep_a_little(kSleepMs, hs, done);
-  }
-}
 
 }  // namespace mpcomm::native
