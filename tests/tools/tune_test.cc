@@ -54,14 +54,19 @@ TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {
     SCOPED_TRACE(std::to_string(ranks) + " ranks");
     const std::string path = ::testing::TempDir() + "mpcomm-tune-" + std::to_string(ranks) + ".txt";
     auto r = testing::run_command(std::string(MPCOMM_CLI) + " tune --ranks " + std::to_string(ranks) +
-                                  " --ops allreduce,broadcast,allgather,reduce_scatter -b 8 -e 256K -f 8 -n 3 -w 1 --timeout 60 -o " + path);
+                                  " --ops allreduce,broadcast,allgather,reduce_scatter,sendrecv -b 8 -e 256K -f 8 -n 3 -w 1 --timeout 60 -o " + path);
     ASSERT_EQ(r.status, 0) << r.output;
     const tuning::Table t = tuning::load_table(path, "native", native::vocabulary());
     std::ifstream f(path);
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_TRUE(contains(text, "# mpcomm tune --ranks " + std::to_string(ranks))) << text;
-    // 6 sizes of 4 ops (allgather and reduce_scatter: the sizes that leave a block per rank).
-    EXPECT_GE(t.rows.size(), 20u) << text;
+    // 6 sizes of 4 ops (allgather and reduce_scatter: the sizes that leave a block per rank), and the
+    // send paths: rows of send.path, where the CPUs were when tune measured.
+    EXPECT_GE(t.rows.size(), 26u) << text;
+    tuning::Placement sends_at = tuning::Placement::unknown;
+    for (const tuning::Row& row : t.rows)
+      if (row.subject_name == "send.path") sends_at = row.placement;
+    EXPECT_NE(sends_at, tuning::Placement::unknown) << "send.path rows hold where the CPUs were\n" << text;
     if (ranks == 4) {
       EXPECT_TRUE(contains(text, "#   allreduce two_copy: it runs on exactly 2 ranks")) << text;
       EXPECT_TRUE(contains(text, "skipped=two_copy")) << text;
@@ -69,6 +74,8 @@ TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {
     testing::ThreadWorld world("native", ranks, [&] {
       Options o;
       o.params["MPCOMM_TUNING"] = path;
+      // Where the send paths' rows hold, whatever the CPUs do now.
+      o.params["MPCOMM_FAR_NS"] = sends_at == tuning::Placement::far ? "-1" : "0";
       return o;
     }());
     for (const tuning::Row& row : t.rows) {
@@ -87,6 +94,15 @@ TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {
           case OpKind::broadcast: comm.broadcast(out.data(), count, DataType::float32, 0); break;
           case OpKind::allgather: comm.allgather(in.data(), out.data(), count, DataType::float32); break;
           case OpKind::reduce_scatter: comm.reduce_scatter(in.data(), out.data(), count, DataType::float32, ReduceOp::sum); break;
+          case OpKind::send:  // the ring shift's send: its path, as the flight record names it
+            if (rank < 2) {
+              Request rq = comm.irecv(out.data(), count, DataType::float32, 1 - rank);
+              comm.send(in.data(), count, DataType::float32, 1 - rank);
+              ran[static_cast<size_t>(rank)] = testing::last_algorithm(comm);
+              rq.wait();
+            }
+            for (int q = 2; q < ranks; ++q) ran[static_cast<size_t>(q)] = row.choice;
+            return;
           default: FAIL() << "an op tune was not asked for";
         }
         ran[static_cast<size_t>(rank)] = testing::last_algorithm(comm);

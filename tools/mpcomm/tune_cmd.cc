@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 
@@ -11,6 +13,8 @@
 #include "backends/native/algorithms/algorithms.h"
 #include "tune.h"
 #include "bootstrap/env.h"
+#include "device/cpu_pair.h"
+#include "settings/settings.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm::tune {
@@ -50,12 +54,21 @@ int run_worker(const bench::Config& c, const std::string& json_path) {
     // A communicator per algorithm, forced; every size measured with each in turn, so that each size's
     // candidates meet the machine in about the same state (on a virtual machine it changes within
     // minutes: docs/performance.md, "Why runs differ").
-    const std::vector<std::string> names = native::algorithm_names(op_kind(op));
+    const std::vector<std::string> names = candidates(op);
     std::vector<std::unique_ptr<Communicator>> comms;
     for (const std::string& name : names) {
       Options o = w.opts;
-      o.params["MPCOMM_ALGO"] = op + "=" + name;
+      std::string table;  // a send path: a one-row table of this rank's, read when the communicator is made
+      if (op == "sendrecv") {
+        table = "/tmp/mpcomm-tune-" + std::to_string(::getpid()) + "-" + name + ".txt";
+        std::ofstream(table) << tuning::format_header("native") << "\nsend.path -> " << name << "\n";
+        o.params["MPCOMM_TUNING"] = table;
+        o.params["MPCOMM_SINGLE_COPY"] = "1";
+      } else {
+        o.params["MPCOMM_ALGO"] = op + "=" + name;
+      }
       comms.push_back(create("native", std::make_shared<PrefixStore>("tune/" + op + "=" + name, w.store), w.rank, w.size, o));
+      if (!table.empty()) std::remove(table.c_str());
     }
     for (const auto& dname : c.dtypes)
       for (size_t bytes : bench::sizes(c)) {
@@ -91,7 +104,7 @@ namespace {
 
 struct TuneCli {
   bench::Config c;
-  std::string ops = "allreduce,broadcast,reduce,allgather,reduce_scatter", b = "8", e = "64M", out;
+  std::string ops = "allreduce,broadcast,reduce,allgather,reduce_scatter,sendrecv", b = "8", e = "64M", out;
 };
 
 std::string now_text() {
@@ -108,7 +121,7 @@ Runner add_tune(CLI::App& app) {
   o->c.ranks = 2;
   app.add_option("--ranks", o->c.ranks, "ranks (default 2)")->check(whole_at_least(1));
   app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(whole_at_least(1));
-  app.add_option("--ops", o->ops, "comma list of ops with native algorithms (default allreduce,broadcast,reduce,allgather,reduce_scatter)");
+  app.add_option("--ops", o->ops, "comma list of ops with native algorithms, and sendrecv for the send paths (default allreduce,broadcast,reduce,allgather,reduce_scatter,sendrecv)");
   bench::add_sweep_options(app, o->c, &o->b, &o->e);  // -c 1: an algorithm with wrong results is left out
   app.add_option("-d,--datatype", o->c.dtypes, "data types, at most one per class (int, float, half), e.g. float,bfloat16")->delimiter(',');
   auto* timeout = app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds (default: the environment's, else 120)")
@@ -129,7 +142,7 @@ Runner add_tune(CLI::App& app) {
     c.worker = "tune-worker";
     int most = 1;
     for (const auto& op : c.ops) {
-      const auto names = native::algorithm_names(tune::op_kind(op));
+      const auto names = tune::candidates(op);
       if (names.empty()) throw InvalidArgument("mpcomm tune: --ops: '" + op + "' has no native algorithms to choose from");
       if (std::find(bench::all_ops().begin(), bench::all_ops().end(), op) == bench::all_ops().end())
         throw InvalidArgument("mpcomm tune: --ops: mpcomm bench does not measure '" + op + "' (alltoallv and allgatherv: not yet)");
@@ -144,6 +157,10 @@ Runner add_tune(CLI::App& app) {
                               " (a table row holds for the whole class)");
       classes.push_back(k);
     }
+    // Where the first two CPUs are, before the ranks run (the send paths' rows hold only there).
+    tune::Shape shape = tune::shape_of(c.ranks, c.hosts, ::sysconf(_SC_NPROCESSORS_ONLN));
+    const double rt = c.hosts == 1 && c.ranks >= 2 ? cpu_round_trip_ns(0, 1, 1000) : std::nan("");
+    if (!std::isnan(rt)) shape.placement = rt > param_double("MPCOMM_FAR_NS") ? tuning::Placement::far : tuning::Placement::near;
     std::ofstream probe(o->out, std::ios::app);
     if (!probe) throw InvalidArgument("mpcomm tune: cannot write " + o->out);
     int status = 0;
@@ -157,8 +174,10 @@ Runner add_tune(CLI::App& app) {
     const std::vector<std::string> comment = {
         "mpcomm tune --ranks " + std::to_string(c.ranks) + " --hosts " + std::to_string(c.hosts) + " --ops " + o->ops + " -b " +
             o->b + " -e " + o->e + " -n " + std::to_string(c.iters) + " -w " + std::to_string(c.warmup) + " -d " + dtypes,
-        "measured on " + std::string(host) + " (" + std::to_string(cpus) + " CPUs), " + now_text()};
-    const std::string text = tune::table_text(tune::shape_of(c.ranks, c.hosts, cpus), rows, comment);
+        "measured on " + std::string(host) + " (" + std::to_string(cpus) + " CPUs), " + now_text() +
+            (std::isnan(rt) ? "" : "; CPUs 0 and 1 " + std::string(tuning::to_string(shape.placement)) + " before the run (" +
+                                       std::to_string(static_cast<int>(rt)) + " ns round trip)")};
+    const std::string text = tune::table_text(shape, rows, comment);
     std::ofstream f(o->out, std::ios::trunc);
     f << text;
     if (!f) throw InvalidArgument("mpcomm tune: cannot write " + o->out);

@@ -9,6 +9,8 @@
 #include "bootstrap/env.h"
 #include "mpcomm/error.h"
 #include "tune.h"
+#include "backends/native/algorithms/algorithms.h"
+#include "backends/native/selection/selection.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm::tune {
@@ -58,7 +60,13 @@ tuning::Range exactly(double v) {
 
 }  // namespace
 
+std::vector<std::string> candidates(const std::string& op) {
+  if (op == "sendrecv") return {"ring", "single_copy"};
+  return native::algorithm_names(op_kind(op));
+}
+
 OpKind op_kind(const std::string& op) {
+  if (op == "sendrecv") return OpKind::send;
   for (int k = 0; k < kNumOpKinds; ++k)
     if (op == to_string(static_cast<OpKind>(k))) return static_cast<OpKind>(k);
   throw InvalidArgument("mpcomm tune: unknown op '" + op + "'");
@@ -76,9 +84,15 @@ std::string table_text(const Shape& s, const std::vector<bench::Row>& rows, cons
   // (op, dtype class) -> bytes per rank -> [out of place, in place]
   std::map<std::pair<OpKind, tuning::DtypeClass>, std::map<double, Point[2]>> points;
   std::set<std::string> reasons;
+  int send_class = -1;  // a send's path has no data type: the first class measured decides
   for (const bench::Row& r : rows) {
     const OpKind op = op_kind(r.op);
     const DataType dt = parse_dtype(r.dtype);
+    if (op == OpKind::send) {
+      const int k = static_cast<int>(tuning::dtype_class(dt));
+      if (send_class < 0) send_class = k;
+      if (k != send_class) continue;
+    }
     const bool blocks = op == OpKind::allgather || op == OpKind::reduce_scatter || op == OpKind::gather ||
                         op == OpKind::scatter || op == OpKind::alltoall;
     const double per_rank = static_cast<double>(r.bytes) / (blocks ? s.ranks : 1);
@@ -117,9 +131,15 @@ std::string table_text(const Shape& s, const std::vector<bench::Row>& rows, cons
       const Point* pl = it->second;
       tuning::Row row = base;
       row.op = key.first;
-      row.subject = static_cast<int>(key.first);
-      row.subject_name = std::string(to_string(key.first));
-      row.dtypes = 1 << static_cast<int>(key.second);
+      if (key.first == OpKind::send) {  // a send's path: per message, by its size, where the CPUs were
+        row.subject = native::subject_of(native::PathPolicy::p2p);
+        row.subject_name = "send.path";
+        row.placement = s.placement;
+      } else {
+        row.subject = static_cast<int>(key.first);
+        row.subject_name = std::string(to_string(key.first));
+        row.dtypes = 1 << static_cast<int>(key.second);
+      }
       row.bytes = range(lo, hi);
       const std::string out_best = pl[0].best(), in_best = pl[1].best();
       auto emit = [&](const Point& p, const std::string& best, tuning::Want in_place) {
