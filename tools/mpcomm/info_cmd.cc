@@ -77,6 +77,17 @@ std::string row_text(const tuning::Row& r) {
   return s + "\n";
 }
 
+// A tuning file's rows (when there is one), then the built-in table's: the order they are tried in.
+std::string tables_text(const tuning::Table* file, const tuning::Table& builtin) {
+  std::string out;
+  for (const tuning::Table* t : {file, &builtin}) {
+    if (t == nullptr) continue;
+    out += "  # " + t->source + "\n";
+    for (const auto& r : t->rows) out += row_text(r);
+  }
+  return out;
+}
+
 // Which selection table the native backend uses with this environment (MPCOMM_TUNING, MPCOMM_ALGO), and
 // with `rows` what its rows choose and every row, in the order they are tried. A bad file or name is
 // shown, not thrown.
@@ -97,11 +108,7 @@ std::string selection_text(bool rows) {
         for (const auto& c : s.choices) choices += (choices.empty() ? "" : " | ") + c;
         out += "  #   " + s.name + " -> " + choices + ": " + s.doc + "\n";
       }
-      for (const tuning::Table* t : {sel.file(), &builtin}) {
-        if (t == nullptr) continue;
-        out += "  # " + t->source + "\n";
-        for (const auto& r : t->rows) out += row_text(r);
-      }
+      out += tables_text(sel.file(), builtin);
     }
   } catch (const Error& e) {
     out += std::string("refused: ") + e.what() + "\n";
@@ -116,11 +123,7 @@ std::string selection_text(bool rows) {
     if (rows) {
       out += "  # what rows choose: which MPI call an op makes (blocking: MPI_Allreduce ..., watched by the watchdog; "
              "nonblocking: MPI_Iallreduce ..., polled against the deadline)\n";
-      for (const tuning::Table* t : {sel.file(), &builtin}) {
-        if (t == nullptr) continue;
-        out += "  # " + t->source + "\n";
-        for (const auto& r : t->rows) out += row_text(r);
-      }
+      out += tables_text(sel.file(), builtin);
     }
   } catch (const Error& e) {
     out += std::string("refused: ") + e.what() + "\n";

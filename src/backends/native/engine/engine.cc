@@ -142,14 +142,19 @@ Handle Engine::send_p2p(int peer, int tag, const void* data, size_t bytes) {
 
 // ---- receives -----------------------------------------------------------------------------------
 
-// A collective receive, not yet posted.
-static Handle collective_recv(int peer, const detail::Fingerprint& fp, void* data, size_t bytes) {
+// A receive, not yet posted: a collective one matches by fingerprint, a p2p one by tag.
+static Handle new_recv(int peer, uint8_t kind, void* data, size_t bytes) {
   auto x = std::make_shared<Xfer>();
   x->peer = peer;
-  x->kind = kFrameCollective;
-  x->fp = fp;
+  x->kind = kind;
   x->rdata = static_cast<char*>(data);
   x->bytes = bytes;
+  return x;
+}
+
+static Handle collective_recv(int peer, const detail::Fingerprint& fp, void* data, size_t bytes) {
+  Handle x = new_recv(peer, kFrameCollective, data, bytes);
+  x->fp = fp;
   return x;
 }
 
@@ -173,12 +178,8 @@ Handle Engine::recv_reduce(int peer, void* dst, const void* own, size_t bytes, D
 }
 
 Handle Engine::recv_p2p(int peer, int tag, void* data, size_t bytes) {
-  auto x = std::make_shared<Xfer>();
-  x->peer = peer;
-  x->kind = kFrameP2P;
+  Handle x = new_recv(peer, kFrameP2P, data, bytes);
   x->tag = tag;
-  x->rdata = static_cast<char*>(data);
-  x->bytes = bytes;
   post_recv(x);
   return x;
 }
