@@ -326,6 +326,26 @@ TEST(EngineSingleCopy, CollectiveMessagesFollowThePolicyButRouteRingNever) {
     if (g3[i] != static_cast<char>(ring[i] + 1)) FAIL() << "reduced byte " << i;
 }
 
+// A collective message by single copy that comes before its receive, however small, waits in its link
+// (only a descriptor came: there is nothing to buffer) and is read straight into the receive once it is
+// posted; the send is done only then.
+TEST(EngineSingleCopy, ASmallCollectiveDescriptorBeforeItsReceiveWaitsForIt) {
+  ShmPair m(SIZE_MAX, 0);
+  const detail::Op op = collective(0, 25);
+  m.e[0]->begin(&op);
+  m.e[1]->begin(&op);
+  const auto small = pattern(100, 41);
+  Handle s = m.e[0]->send(1, small.data(), small.size());
+  EXPECT_TRUE(s->single_copy);
+  std::vector<char> dummy(1);
+  Handle none = m.e[1]->recv_p2p(0, 99, dummy.data(), 1);
+  for (int i = 0; i < 10; ++i) m.e[1]->test(none), m.e[0]->test(s);
+  EXPECT_FALSE(s->done) << "the descriptor waits for its receive";
+  std::vector<char> got(small.size());
+  m.finish({{1, m.e[1]->recv(0, got.data(), got.size())}, {0, s}});
+  EXPECT_EQ(got, small);
+}
+
 // A single-copy send whose receive is not posted stays a lazy frame: the payload is read when the
 // receive comes (straight into it); one not received within kLazyLimit is read into a buffer and its
 // sender released, so ranks that all send before they receive still end.

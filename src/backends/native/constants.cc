@@ -27,7 +27,7 @@ const std::vector<NamedConstant>& constants() {
       {"fast_send", size_text(kFastSendBytes),
        "a collective frame below this goes straight into an empty link whole, with no queue"},
       {"eager", size_text(kEagerBytes),
-       "a collective frame above this that comes before its receive waits in its link (smaller: buffered)"},
+       "a collective frame above this that comes before its receive waits in its link (smaller: buffered, but a single-copy descriptor, which always waits)"},
       {"align_from", size_text(kAlignFrom),
        "payloads from this size sit in a ring at their source's offset within a cache line"},
       {"lazy_limit", ms_text(kLazyLimit),

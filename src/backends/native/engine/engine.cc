@@ -111,7 +111,9 @@ Handle Engine::post_send(int peer, uint8_t kind, int tag, const detail::Fingerpr
 
 Handle Engine::send(int peer, const void* data, size_t bytes, Route route) {
   Peer& p = peers_[static_cast<size_t>(peer)];
-  if (bytes < kFastSendBytes && p.sendq.empty() && !p.closed) {
+  // Small and nothing queued: whole into the link, unless the table sends messages this small by single copy.
+  if (bytes < kFastSendBytes && (route == Route::ring || bytes < paths_.single_copy_from(PathPolicy::collective)) &&
+      p.sendq.empty() && !p.closed) {
     const FrameHeader hdr{kFrameMagic, kFrameCollective, {}, 0, 0, fp_, bytes};
     if (p.link->write_whole(&hdr, sizeof hdr, data, bytes)) {
       if (!p.notify_due) {

@@ -174,8 +174,8 @@ class Engine final : public HostLocal::Owner {
     size_t rx_hdr_got = 0;
     bool rx_in_payload = false;
     size_t rx_skip = 0;  // filler bytes still to drop before the payload
-    // A large collective frame arrived before its receive was posted: its payload stays in the link
-    // (kEagerBytes) until the receive is posted.
+    // A large collective frame (above kEagerBytes), or a collective single-copy descriptor, arrived
+    // before its receive was posted: it stays in the link until the receive is posted.
     bool rx_stalled = false;
     // Single copy: our sends the receiver reads; collective ones are acknowledged in order, p2p ones by
     // token in any order.

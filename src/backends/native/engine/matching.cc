@@ -117,11 +117,13 @@ void Engine::on_header(int peer, Peer& p) {
   } else if (h.kind == kFrameP2P) {
     p.rx_target = take_p2p_recv(peer, p, h);
   }
-  if (!p.rx_target && h.kind == kFrameCollective && h.bytes > kEagerBytes) {
+  const bool single = (h.pad[0] & kFlagSingleCopy) != 0;  // a descriptor: nothing to buffer
+  // A large collective frame, or a collective descriptor of any size (its sender's buffer is read
+  // straight into the receive's), waits in the link until its receive is posted.
+  if (!p.rx_target && h.kind == kFrameCollective && (h.bytes > kEagerBytes || single)) {
     p.rx_stalled = true;
     return;
   }
-  const bool single = (h.pad[0] & kFlagSingleCopy) != 0;  // a descriptor: nothing to buffer
   if (!p.rx_target && !single && h.bytes > settings_.max_unexpected)
     fail(ErrorCode::internal, "rank " + std::to_string(peer) + " sent " + frame_name(h) + " of " +
                                   std::to_string(h.bytes) + " bytes before this rank posted its receive: more than the " +

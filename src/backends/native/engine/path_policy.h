@@ -6,7 +6,9 @@
 // message's size up here. Messages to ranks of other hosts always go through their TCP link.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace mpcomm::native {
@@ -18,8 +20,14 @@ class PathPolicy {
   struct Span {
     size_t lo, hi;
   };
-  void set(Kind k, std::vector<Span> single) { single_[k] = std::move(single); }
+  void set(Kind k, std::vector<Span> single) {
+    single_[k] = std::move(single);
+    from_[k] = SIZE_MAX;
+    for (const Span& s : single_[k]) from_[k] = std::min(from_[k], s.lo);
+  }
   const std::vector<Span>& spans(Kind k) const { return single_[k]; }
+  // The smallest size that may go by single copy (SIZE_MAX: none): below it, no span to look through.
+  size_t single_copy_from(Kind k) const { return from_[k]; }
   bool single_copy(Kind k, size_t bytes) const {
     for (const Span& s : single_[k])
       if (bytes >= s.lo && bytes <= s.hi) return true;
@@ -28,6 +36,7 @@ class PathPolicy {
 
  private:
   std::vector<Span> single_[2];  // none: every message through the ring
+  size_t from_[2] = {SIZE_MAX, SIZE_MAX};
 };
 
 }  // namespace mpcomm::native

@@ -102,7 +102,7 @@ void Engine::receive_single_copy(int peer, Peer& p) {
     ack_p2p(peer, token);
     return;
   }
-  Xfer& x = *p.rx_target;  // collective single-copy frames are large: never unexpected (they stall)
+  Xfer& x = *p.rx_target;  // a collective descriptor waits in its link for its receive (on_header)
   if (x.reduce) {
     // In pieces that stay in the cache between the copy and the reduction.
     const size_t es = dtype_size(x.dtype), piece = (256u << 10) / es * es;
