@@ -252,18 +252,20 @@ void FrontDoor::on_complete(OpRequest& r, std::function<void(std::exception_ptr)
 // ---- blocking calls: on the caller's thread (after the ops issued before them, with a progress thread) --
 
 void FrontDoor::collective(Op& op) {
+  op.seq = seq_;  // a refusal names the number the op would have had
   throw_if_aborted(op);
   const BufferSpans spans = check_arguments(op, *backend_);
-  op.seq = seq_++;
+  ++seq_;
   Driving driving(*this, op);
   const uint64_t t0 = OpClock::now();
   execute(op, spans, recorder_.start(op, t0), t0);
 }
 
 void FrontDoor::p2p(Op& op) {
+  op.seq = p2p_seq_;  // a refusal names the number the op would have had
   throw_if_aborted(op);
   const BufferSpans spans = check_arguments(op, *backend_);
-  op.seq = p2p_seq_++;
+  ++p2p_seq_;
   OpRequest r(nullptr, op, spans);
   {
     Driving driving(*this, op);

@@ -255,13 +255,12 @@ void FrontDoor::worker_loop() {
 
 // ---- the calls that go through the stream -----------------------------------------------------------
 
-
-
 // A non-blocking op: checked, numbered from `counter`, with the progress thread running.
 std::shared_ptr<OpRequest> FrontDoor::issue(Op& op, uint64_t& counter) {
+  op.seq = counter;  // a refusal names the number the op would have had
   throw_if_aborted(op);
   const BufferSpans spans = check_arguments(op, *backend_);
-  op.seq = counter++;
+  ++counter;
   ensure_worker();
   auto r = std::make_shared<OpRequest>(shared_from_this(), op, spans);
   if (op.v != nullptr) r->own_counts();

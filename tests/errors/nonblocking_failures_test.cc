@@ -21,6 +21,7 @@ bool contains(const std::string& s, const std::string& what) { return s.find(wha
 struct Outcome {
   std::vector<std::string> kinds;     // per request: "ok" or the error code's name
   std::vector<std::string> messages;  // per request: the error's message
+  std::string post_after;             // once a request failed: the error of one more post
 };
 
 // Every rank posts kQueue iallreduces; rank `odd` behaves as `mode` says at request kAt: "stall" (posts
@@ -71,6 +72,12 @@ std::vector<Outcome> run_queue(const std::string& backend, const std::string& mo
         o.messages.emplace_back(e.what());
       }
     }
+    if (std::find(o.kinds.begin(), o.kinds.end(), "peer failure") != o.kinds.end()) try {
+        comm.iallreduce(bufs[0].data(), bufs[0].data(), bufs[0].size(), DataType::float32, ReduceOp::sum).wait();
+        o.post_after = "posted";
+      } catch (const Error& e) {
+        o.post_after = e.what();
+      }
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     std::unique_lock<std::mutex> g(heard_mu);
     while (std::find(heard.begin(), heard.end(), "not called") != heard.end() &&
@@ -115,6 +122,8 @@ TEST_P(QueueFailure, ATimeoutFailsThatRequestAndEveryLaterOne) {
     EXPECT_TRUE(o.kinds[kAt] == "timeout" || o.kinds[kAt] == "peer failure") << first;
     EXPECT_TRUE(contains(first, "allreduce #3")) << first;
     expect_rest_aborted(o, r, first);
+    // A post on the aborted communicator is refused, naming the number it would have had.
+    EXPECT_TRUE(contains(o.post_after, "allreduce #8 ") && contains(o.post_after, "communicator was aborted")) << o.post_after;
   }
 }
 

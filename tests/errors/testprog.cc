@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,25 +47,42 @@ int main(int argc, char** argv) {
     constexpr int kQueue = 8;
     std::vector<std::vector<float>> bufs(kQueue, buf);
     for (int it = 0; it < 1000000; it += kQueue) {
+      bool failed = false;
+      auto report = [&](const mpcomm::Error& e) {
+        const std::string code(mpcomm::to_string(e.code()));
+        if (!failed) {
+          double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::printf("rank %d failed after %.1f s: %s: %s\n", rank, s, code.c_str(), e.what());
+        } else {
+          std::printf("rank %d later: %s: %s\n", rank, code.c_str(), e.what());
+        }
+        failed = true;
+      };
+      // A failure seen while the queue is posted refuses the posts after it: reported in queue order,
+      // after the requests posted before them.
       std::vector<mpcomm::Request> reqs;
+      std::vector<std::exception_ptr> refused;
       for (int i = 0; i < kQueue; ++i) {
         if (rank == victim && it + i == at) ::raise(SIGKILL);
         auto& b = bufs[static_cast<size_t>(i)];
-        reqs.push_back(comm->iallreduce(b.data(), b.data(), b.size(), mpcomm::DataType::float32, mpcomm::ReduceOp::max));
+        try {
+          reqs.push_back(comm->iallreduce(b.data(), b.data(), b.size(), mpcomm::DataType::float32, mpcomm::ReduceOp::max));
+        } catch (const mpcomm::Error&) {
+          refused.push_back(std::current_exception());
+        }
       }
-      bool failed = false;
       for (auto& q : reqs) {
         try {
           q.wait();
         } catch (const mpcomm::Error& e) {
-          const std::string code(mpcomm::to_string(e.code()));
-          if (!failed) {
-            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            std::printf("rank %d failed after %.1f s: %s: %s\n", rank, s, code.c_str(), e.what());
-          } else {
-            std::printf("rank %d later: %s: %s\n", rank, code.c_str(), e.what());
-          }
-          failed = true;
+          report(e);
+        }
+      }
+      for (const auto& e : refused) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const mpcomm::Error& err) {
+          report(err);
         }
       }
       if (failed) {
