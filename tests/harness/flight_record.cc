@@ -21,9 +21,14 @@ std::vector<Recorded> recorded_ops(const Communicator& comm) {
   return out;
 }
 
-std::string last_algorithm(const Communicator& comm) {
+std::string last_ran(const Communicator& comm) {
   const std::vector<Recorded> ops = recorded_ops(comm);
   return ops.empty() ? std::string() : ops.back().algorithm;
+}
+
+std::string last_algorithm(const Communicator& comm) {
+  const std::string ran = last_ran(comm);
+  return ran.substr(0, ran.find('+'));
 }
 
 }  // namespace mpcomm::testing

@@ -1,5 +1,6 @@
-// How a native communicator chooses its algorithms (src/backends/native/native_selection.h), seen from
-// outside: every MPCOMM_ALGO name runs exactly that algorithm (the flight record says what ran); one that
+// How a native communicator chooses its algorithms (src/backends/native/selection/selection.h), seen from
+// outside: every MPCOMM_ALGO name runs exactly that algorithm, and every protocol choice a one-row table
+// forces is exactly the one made (the flight record says what ran); one that
 // cannot run for a call fails it on every rank, naming the algorithm and why; unknown names and bad
 // tuning files are refused at creation; a tuning file's rows for the communicator's shape come before
 // the built-in table; MPCOMM_FAR_NS and the other knobs are the communicator's own.
@@ -119,6 +120,43 @@ TEST(NativeSelection, HierarchicalAlgorithmsForcedAcrossHosts) {
       expect_ran(world, make_case(a->kind, count), a->name);
     }
   }
+}
+
+// Every protocol choice inside an algorithm (choice_points()), forced by a tuning file's one row with its
+// algorithm forced too, out of place at a size where the built-in table makes the other choice for some
+// of them: the flight record names exactly that choice ("direct+streaming") on every rank that makes it
+// (all but a staged broadcast's root, which copies nothing out), and the result is right.
+TEST(NativeSelection, EveryProtocolChoiceARowMakesIsTheOneMade) {
+  int tried = 0;
+  for (const native::ChoicePoint& p : native::choice_points())
+    for (const std::string& choice : p.choices) {
+      SCOPED_TRACE(std::string(p.name) + " -> " + choice);
+      const std::string path = ::testing::TempDir() + "mpcomm-choice-" + std::to_string(::getpid()) + ".txt";
+      std::ofstream(path) << "mpcomm-tuning 1 backend=native\n" << p.name << " -> " << choice << "\n";
+      const bool across_hosts = p.id == native::Choice::broadcast_hierarchical_local;
+      testing::ThreadWorld world(
+          "native", 4, with({{"MPCOMM_TUNING", path}, {"MPCOMM_ALGO", std::string(to_string(p.op)) + "=" + p.algorithm}}),
+          across_hosts ? std::vector<std::string>{"A", "B", "A", "B"} : std::vector<std::string>{});
+      std::remove(path.c_str());
+      for (size_t count : {size_t{5000}, size_t{1} << 20}) {
+        const check::Case c = make_case(p.op, count);
+        std::vector<std::string> ran(4);
+        world.run([&](int r, Communicator& comm) {
+          const check::Result res = check::run_case(comm, c);
+          EXPECT_EQ(res.wrong, 0u) << check::describe(c) << " rank " << r << ": " << res.first_wrong;
+          ran[static_cast<size_t>(r)] = testing::last_ran(comm);
+        });
+        int chose = 0;
+        for (int r = 0; r < 4; ++r) {
+          const std::string& x = ran[static_cast<size_t>(r)];
+          EXPECT_TRUE(x == p.algorithm || x == std::string(p.algorithm) + "+" + choice) << check::describe(c) << " rank " << r << ": " << x;
+          chose += x == std::string(p.algorithm) + "+" + choice;
+        }
+        EXPECT_GE(chose, p.id == native::Choice::broadcast_staged_stores ? 3 : 4) << check::describe(c);
+        ++tried;
+      }
+    }
+  EXPECT_EQ(tried, 2 * 2 * static_cast<int>(native::choice_points().size()));
 }
 
 // Each rank's error for a forced algorithm that cannot run for the call.

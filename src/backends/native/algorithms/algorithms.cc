@@ -50,18 +50,23 @@ const std::vector<Algorithm>& all_algorithms() {
 }
 
 const std::vector<ChoicePoint>& choice_points() {
-  static const std::vector<ChoicePoint> points = {
-      {Choice::allgather_direct_stores, OpKind::allgather, "allgather.direct.stores", {"plain", "streaming"},
-       "how the direct allgather copies this rank's block into its slot of the result (out of place)"},
-      {Choice::allgather_staged_stores, OpKind::allgather, "allgather.staged.stores", {"plain", "streaming"},
-       "how the staged allgather's readers copy the blocks out of the stages"},
-      {Choice::broadcast_staged_stores, OpKind::broadcast, "broadcast.staged.stores", {"plain", "streaming"},
-       "how the staged broadcast's receivers copy the root's buffer out of its stage"},
-      {Choice::allreduce_staged_stores, OpKind::allreduce, "allreduce.staged.stores", {"plain", "streaming"},
-       "how the staged allreduce copies the results into the output"},
-      {Choice::broadcast_hierarchical_local, OpKind::broadcast, "broadcast.hierarchical.local", {"binomial", "flat"},
-       "how the hierarchical broadcast goes on inside each host, from the host's leader"},
-  };
+  static const std::vector<ChoicePoint> points = [] {
+    std::vector<ChoicePoint> out = {
+        {Choice::allgather_direct_stores, OpKind::allgather, "direct", "allgather.direct.stores", {"plain", "streaming"},
+         "how the direct allgather copies this rank's block into its slot of the result (out of place)", {}},
+        {Choice::allgather_staged_stores, OpKind::allgather, "staged", "allgather.staged.stores", {"plain", "streaming"},
+         "how the staged allgather's readers copy the blocks out of the stages", {}},
+        {Choice::broadcast_staged_stores, OpKind::broadcast, "staged", "broadcast.staged.stores", {"plain", "streaming"},
+         "how the staged broadcast's receivers copy the root's buffer out of its stage", {}},
+        {Choice::allreduce_staged_stores, OpKind::allreduce, "staged", "allreduce.staged.stores", {"plain", "streaming"},
+         "how the staged allreduce copies the results into the output", {}},
+        {Choice::broadcast_hierarchical_local, OpKind::broadcast, "hierarchical", "broadcast.hierarchical.local",
+         {"binomial", "flat"}, "how the hierarchical broadcast goes on inside each host, from the host's leader", {}},
+    };
+    for (ChoicePoint& p : out)
+      for (const std::string& c : p.choices) p.ran.push_back(std::string(p.algorithm) + "+" + c);
+    return out;
+  }();
   return points;
 }
 

@@ -36,9 +36,12 @@ inline constexpr int kNumChoices = 5;
 struct ChoicePoint {
   Choice id;
   OpKind op;
-  const char* name;  // the table's subject
+  const char* algorithm;  // the algorithm that asks
+  const char* name;       // the table's subject
   std::vector<std::string> choices;
   const char* doc;
+  // Per choice, what the flight recorder shows for a call that made it: "ALGORITHM+CHOICE".
+  std::vector<std::string> ran;
 };
 // Every choice point, in Choice order (algorithms.cc).
 const std::vector<ChoicePoint>& choice_points();
@@ -63,7 +66,12 @@ struct AlgoCtx {
   std::vector<char>& scratch_buf;
   const Topology& topo;  // which host each rank is on
   const Choices& choices;
-  int pick(Choice which) const { return choices.pick(which, op); }
+  // The table's choice for this call; the flight record names it with the algorithm ("direct+streaming").
+  int pick(Choice which) const {
+    const int k = choices.pick(which, op);
+    op.algorithm = choice_points()[static_cast<size_t>(which)].ran[static_cast<size_t>(k)].c_str();
+    return k;
+  }
   // For algorithms that divide avg's sums themselves (Algorithm::divides_avg): divides `count` elements
   // at p by the group's size when the op is avg, else nothing.
   void divide_avg(void* p, size_t count) const {
