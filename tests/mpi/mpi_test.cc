@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -144,6 +145,46 @@ TEST_F(MpiProcesses, CallsComeFromTheTableAndATuningFilesRows) {
                                          c.allreduce + " broadcast=" + c.broadcast))
           << c.env << "\n" << r.output;
   }
+}
+
+// mpcomm tune --backend mpi measures blocking against non-blocking calls and writes a backend=mpi section
+// beside the native one already in the file; a communicator that loads the file makes, for an 8-byte
+// allreduce and broadcast, the call its row chose, the faster of the two it measured.
+TEST_F(MpiProcesses, TuneWritesACallsSectionThatTheBackendFollows) {
+  const std::string path = ::testing::TempDir() + "mpcomm-mpi-tune.txt";
+  std::ofstream(path) << "mpcomm-tuning 1 backend=native\nallreduce ranks=2 -> ring\n";
+  RunResult r = run_command(std::string(MPCOMM_CLI) + " tune --backend mpi --ranks 2 --ops allreduce,broadcast -b 8 -e 8 " +
+                            "-n 50 -w 5 --timeout 60 -o " + path);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream f(path);
+  std::string line, section;
+  std::map<std::string, std::string> chose;  // op -> its row's choice, in the mpi section
+  while (std::getline(f, line)) {
+    if (line.rfind("mpcomm-tuning 1 backend=", 0) == 0) section = line.substr(24);
+    if (line.empty() || line[0] == '#' || line.rfind("mpcomm-tuning", 0) == 0) continue;
+    if (section == "native") {
+      EXPECT_EQ(line, "allreduce ranks=2 -> ring") << "the native section is kept as it was";
+    }
+    if (section != "mpi") continue;
+    const std::string op = line.substr(0, line.find(' '));
+    const size_t arrow = line.find(" -> ");
+    ASSERT_NE(arrow, std::string::npos) << line;
+    const std::string choice = line.substr(arrow + 4, line.find(' ', arrow + 4) - arrow - 4);
+    EXPECT_TRUE(choice == "blocking" || choice == "nonblocking") << line;
+    // us=blocking:T1,nonblocking:T2: the choice is the faster.
+    const std::string us = line.substr(line.find("us=") + 3);
+    const double tb = std::atof(us.c_str() + us.find("blocking:") + 9), tn = std::atof(us.c_str() + us.find("nonblocking:") + 12);
+    EXPECT_EQ(choice, tb <= tn ? "blocking" : "nonblocking") << line;
+    chose[op] = choice;
+  }
+  ASSERT_EQ(chose.size(), 2u) << "a row each for allreduce and broadcast";
+  r = run_command("MPCOMM_TUNING=" + path + " " + launch("-n 2 --timeout 30 -- " + kProg + " calls"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string allreduce = chose["allreduce"] == "blocking" ? "MPI_Allreduce" : "MPI_Iallreduce";
+  const std::string broadcast = chose["broadcast"] == "blocking" ? "MPI_Bcast" : "MPI_Ibcast";
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] rank " + std::to_string(rank) + " calls allreduce=" +
+                                       allreduce + " broadcast=" + broadcast)) << r.output;
 }
 
 // The i-ops under mpirun: the conformance matrix posted in queues of 8 (every third case blocking in

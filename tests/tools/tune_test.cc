@@ -1,6 +1,7 @@
 // mpcomm tune: on 2 and 4 ranks it writes a table that loads; a communicator of that shape that loads
-// it (MPCOMM_TUNING) runs what each row chooses (the flight record says what ran), and each row's
-// choice is the fastest of its measured candidates. mpcomm info names the table in use.
+// it (MPCOMM_TUNING) runs what each row chooses — algorithms, send paths, protocol choices (the flight
+// record says what ran) — and each row's choice is the fastest of its measured candidates. mpcomm info
+// names the table in use. (tune --backend mpi: tests/mpi/mpi_test.cc.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -54,19 +55,30 @@ TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {
     SCOPED_TRACE(std::to_string(ranks) + " ranks");
     const std::string path = ::testing::TempDir() + "mpcomm-tune-" + std::to_string(ranks) + ".txt";
     auto r = testing::run_command(std::string(MPCOMM_CLI) + " tune --ranks " + std::to_string(ranks) +
-                                  " --ops allreduce,broadcast,allgather,reduce_scatter,sendrecv -b 8 -e 256K -f 8 -n 3 -w 1 --timeout 60 -o " + path);
+                                  " --ops allreduce,broadcast,allgather,reduce_scatter,sendrecv,collective.path,allgather.direct.stores"
+                                  " -b 8 -e 256K -f 8 -n 3 -w 1 --timeout 60 -o " + path);
     ASSERT_EQ(r.status, 0) << r.output;
     const tuning::Table t = tuning::load_table(path, "native", native::vocabulary());
     std::ifstream f(path);
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    EXPECT_TRUE(contains(text, "# mpcomm tune --ranks " + std::to_string(ranks))) << text;
-    // 6 sizes of 4 ops (allgather and reduce_scatter: the sizes that leave a block per rank), and the
-    // send paths: rows of send.path, where the CPUs were when tune measured.
+    EXPECT_TRUE(contains(text, "# mpcomm tune --backend native --ranks " + std::to_string(ranks))) << text;
+    // 6 sizes of 4 ops (allgather and reduce_scatter: the sizes that leave a block per rank), the send
+    // and collective message paths (rows where the CPUs were when tune measured), the direct allgather's
+    // stores.
     EXPECT_GE(t.rows.size(), 26u) << text;
     tuning::Placement sends_at = tuning::Placement::unknown;
-    for (const tuning::Row& row : t.rows)
+    std::map<std::string, int> rows_of;
+    for (const tuning::Row& row : t.rows) {
+      ++rows_of[row.subject_name];
       if (row.subject_name == "send.path") sends_at = row.placement;
+    }
+    for (const tuning::Row& row : t.rows)
+      if (row.subject_name == "collective.path") {
+        EXPECT_EQ(row.placement, sends_at) << tuning::format_row(row);
+      }
     EXPECT_NE(sends_at, tuning::Placement::unknown) << "send.path rows hold where the CPUs were\n" << text;
+    EXPECT_GE(rows_of["collective.path"], 1) << text;
+    EXPECT_GE(rows_of["allgather.direct.stores"], 1) << text;
     if (ranks == 4) {
       EXPECT_TRUE(contains(text, "#   allreduce two_copy: it runs on exactly 2 ranks")) << text;
       EXPECT_TRUE(contains(text, "skipped=two_copy")) << text;
@@ -78,6 +90,13 @@ TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {
       o.params["MPCOMM_FAR_NS"] = sends_at == tuning::Placement::far ? "-1" : "0";
       return o;
     }());
+    // The direct allgather forced, so that the table's stores rows are asked.
+    testing::ThreadWorld direct("native", ranks, [&] {
+      Options o;
+      o.params["MPCOMM_TUNING"] = path;
+      o.params["MPCOMM_ALGO"] = "allgather=direct";
+      return o;
+    }());
     for (const tuning::Row& row : t.rows) {
       SCOPED_TRACE(tuning::format_row(row));
       EXPECT_TRUE(row.ranks.contains(ranks) && !row.ranks.contains(ranks + 1)) << "a row for this shape only";
@@ -87,6 +106,17 @@ TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {
       // The row's measured size, out of place: the algorithm the row names runs.
       const size_t count = static_cast<size_t>(size_of(note(row, "at"))) / sizeof(float);
       std::vector<std::string> ran(static_cast<size_t>(ranks));
+      if (row.subject_name == "collective.path") continue;  // per message: tests/native/engine_test.cc
+      if (row.subject_name == "allgather.direct.stores") {
+        direct.run([&](int rank, Communicator& comm) {
+          std::vector<float> in(count, 1.0f), out(count * static_cast<size_t>(ranks));
+          comm.allgather(in.data(), out.data(), count, DataType::float32);
+          const std::string x = testing::last_ran(comm);
+          ran[static_cast<size_t>(rank)] = x.substr(x.find('+') + 1);
+        });
+        for (int q = 0; q < ranks; ++q) EXPECT_EQ(ran[static_cast<size_t>(q)], row.choice) << "rank " << q;
+        continue;
+      }
       world.run([&](int rank, Communicator& comm) {
         std::vector<float> in(count * static_cast<size_t>(ranks) + 1, 1.0f), out(in.size());
         switch (row.op) {

@@ -46,9 +46,12 @@ struct Config {
   std::string turns;
   int turn_slot = 0, turn_backends = 0;
   // The driver's, not sent to the workers: the subcommand each rank runs (`mpcomm tune` runs its own),
-  // and how many rows each size yields per op and placement (tune: one per algorithm), for the progress.
+  // and, for the progress, how many rows each size and data type yields per op of `ops` (empty: bench's
+  // own, 2 for an op with an in-place layout, else 1; tune: one per candidate and layout).
   std::string worker = "bench-worker";
-  int variants = 1;
+  std::vector<int> rows_per_size;
+  // `mpcomm tune`: for each op of `ops`, the table subject it is measured for (tune.h, Plan); empty: the ops.
+  std::vector<std::string> subjects;
   // Run as one rank of the job that started this process (--launcher): each backend's communicator
   // over the job's store, rows on rank 0 only; ranks and hosts are the job's.
   bool as_rank = false;
@@ -73,7 +76,8 @@ struct Row {
   // Backends taking turns: a cache line's round trip between the first two CPUs, measured by the driver
   // just before the row's turn (core/cpu_pair.h; NaN or absent: not measured).
   double cpus_round_trip_ns = std::numeric_limits<double>::quiet_NaN();
-  // `mpcomm tune`: the native algorithm forced for the row, and why it could not run ("": it ran).
+  // `mpcomm tune`: the candidate forced for the row (an algorithm, a protocol's choice, an MPI call
+  // kind), and why it could not run ("": it ran).
   std::string algorithm, refused;
 };
 

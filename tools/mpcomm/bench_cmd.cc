@@ -38,7 +38,7 @@ nlohmann::json config_to_json(const Config& c) {
           {"min_bytes", c.min_bytes}, {"max_bytes", c.max_bytes}, {"factor", c.factor}, {"extra_sizes", c.extra_sizes}, {"iters", c.iters},
           {"warmup", c.warmup}, {"check", c.check},   {"dtypes", c.dtypes},     {"redop", c.redop},
           {"root", c.root},     {"timeout_s", c.timeout_s}, {"device", c.device}, {"turns", c.turns},
-          {"turn_slot", c.turn_slot}, {"turn_backends", c.turn_backends}};
+          {"turn_slot", c.turn_slot}, {"turn_backends", c.turn_backends}, {"subjects", c.subjects}};
 }
 
 size_t count_lines(const std::string& path) {
@@ -50,9 +50,10 @@ size_t count_lines(const std::string& path) {
 }
 
 size_t expected_rows(const Config& c) {
-  size_t per_op = sizes(c).size(), rows = 0;
-  for (const auto& op : c.ops) rows += per_op * (op == "broadcast" || op == "sendrecv" ? 1 : 2);
-  return rows * c.dtypes.size() * static_cast<size_t>(c.variants);
+  size_t rows = 0;
+  for (size_t i = 0; i < c.ops.size(); ++i)
+    rows += i < c.rows_per_size.size() ? static_cast<size_t>(c.rows_per_size[i]) : has_inplace(c.ops[i]) ? 2 : 1;
+  return rows * sizes(c).size() * c.dtypes.size();
 }
 
 void validate(const Config& c) {
@@ -117,6 +118,7 @@ Config config_from_json(const std::string& s) {
   c.turns = j.value("turns", "");
   c.turn_slot = j.value("turn_slot", 0);
   c.turn_backends = j.value("turn_backends", 0);
+  c.subjects = j.value("subjects", std::vector<std::string>{});
   return c;
 }
 

@@ -1,14 +1,17 @@
-// mpcomm tune: measures every native algorithm of every op for one world shape — and for sends
-// (`sendrecv`: a ring shift) both paths, through the ring and by single copy — and writes a selection
-// table (src/tuning/selection_table.h) from the measurements; MPCOMM_TUNING=FILE puts its rows in front
-// of the built-in table for communicators of that shape.
+// mpcomm tune: measures, for one world shape, every candidate of every choice the selection table makes
+// and writes a table (src/tuning/selection_table.h) from the measurements; MPCOMM_TUNING=FILE puts its
+// rows in front of the built-in table for communicators of that shape. For the native backend: every
+// algorithm of an op, the send paths (`sendrecv`: a ring shift, through the ring or by single copy), the
+// collectives' message paths (collective.path) and the algorithms' protocol choices (streaming stores,
+// the hierarchical broadcast's inside of a host); for the mpi backend (--backend mpi): blocking or
+// non-blocking MPI calls per op.
 //
 // The driver starts the ranks with bench's machinery (bench.h, run_bench, worker "tune-worker"). Each
-// rank creates a communicator per candidate — an algorithm forced by MPCOMM_ALGO, or a send path forced
-// by a one-row table of its own (MPCOMM_TUNING) — through Options::params, and one more for the
-// bookkeeping (the checks' sums, the barriers, the timings' maxima), and measures every size of the op
-// out of place and in place with bench's measure(): one JSON row per candidate, size and placement, or
-// the reason it cannot run there.
+// rank creates a communicator per candidate — an algorithm forced by MPCOMM_ALGO, a protocol's choice by
+// a one-row table of its own (MPCOMM_TUNING; with the algorithm that asks forced), MPI calls by
+// MPCOMM_MPI_CALLS — through Options::params, and one more for the bookkeeping (the checks' sums, the
+// barriers, the timings' maxima), and measures every size of the op out of place and in place with
+// bench's measure(): one JSON row per candidate, size and placement, or the reason it cannot run there.
 #pragma once
 
 #include <string>
@@ -19,10 +22,27 @@
 
 namespace mpcomm::tune {
 
-// The op called `op` (InvalidArgument naming it when there is none; "sendrecv": OpKind::send).
+// What tune measures under one name of --ops.
+struct Plan {
+  std::string subject;    // the rows' subject: an op, or a protocol choice ("send.path", "allgather.direct.stores")
+  std::string op;         // the op bench measures ("sendrecv": the ring shift)
+  std::string algorithm;  // forced with every candidate (the choice is made inside it), or ""
+  std::vector<std::string> candidates;
+  // How a candidate is forced: MPCOMM_ALGO=op=CANDIDATE, a one-row table "SUBJECT -> CANDIDATE", or
+  // MPCOMM_MPI_CALLS=CANDIDATE.
+  enum Force { algorithm_setting, table_row, mpi_calls } force = algorithm_setting;
+  // send.path and collective.path: rows by message size, holding where the CPUs were, for every data type.
+  bool per_message = false;
+};
+// For backend "native": an op (its algorithms), sendrecv or send.path (the send paths), collective.path
+// (measured on the ring allgather, whose messages are whole blocks), or a choice point's subject
+// (choice_points()); for "mpi": an op (blocking or non-blocking calls). InvalidArgument naming `what`
+// and what there is otherwise.
+Plan plan_of(const std::string& backend, const std::string& what);
+// What tune measures when --ops is not given.
+std::string default_ops(const std::string& backend, int hosts);
+// The op called `op` ("sendrecv": OpKind::send); InvalidArgument naming it when there is none.
 OpKind op_kind(const std::string& op);
-// What tune measures of `op`: its native algorithms, or for "sendrecv" the send paths.
-std::vector<std::string> candidates(const std::string& op);
 
 // The shape measured, as the table's rows name it.
 struct Shape {
@@ -34,14 +54,19 @@ struct Shape {
 };
 Shape shape_of(int ranks, int hosts, long cpus);
 
-// The table text for `rows` (tune workers' rows of one shape): per op, data type class and measured
-// size the fastest algorithm by median time, a row from that size to the next measured one, and every
-// candidate's median (us=) and the ones that could not run (skipped=) with it. Where the fastest in
-// place differs from the fastest out of place, from 1 MiB per rank (where the round of small frames
-// that agrees on it costs under 1%), a row for each. `comment`: lines (without '#') for the header.
-std::string table_text(const Shape& s, const std::vector<bench::Row>& rows, const std::vector<std::string>& comment);
+// The table text of `backend` for `rows` (tune workers' rows of one shape; a row's op is its plan's
+// subject): per subject, data type class and measured size the fastest candidate by median time, a row
+// from that size to the next measured one, and every candidate's median (us=) and the ones that could
+// not run (skipped=) with it. Where the fastest in place differs from the fastest out of place, from 1
+// MiB per rank (where the round of small frames that agrees on it costs under 1%), a row for each.
+// `comment`: lines (without '#') for the header.
+std::string table_text(const std::string& backend, const Shape& s, const std::vector<bench::Row>& rows,
+                       const std::vector<std::string>& comment);
+// `text` (one backend's section) in place of that backend's sections of the table `old` (a file's text,
+// "" when there was none); other backends' sections are kept as they were.
+std::string merged_table(const std::string& old, const std::string& backend, const std::string& text);
 
-// Worker side: measures every algorithm of every op of c in this job (under launch); rank 0 appends
+// Worker side: measures every candidate of every plan of c in this job (under launch); rank 0 appends
 // the rows to json_path.
 int run_worker(const bench::Config& c, const std::string& json_path);
 

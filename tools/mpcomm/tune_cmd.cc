@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 
 #include "backends/registry.h"
 #include "cli_checks.h"
@@ -21,12 +22,12 @@ namespace mpcomm::tune {
 
 namespace {
 
-// A row for an algorithm that cannot run at that size (every rank got the same Unsupported).
-bench::Row refused_row(const Communicator& control, const std::string& op, DataType dt, size_t count, bool inplace,
-                       const std::string& why) {
+// A row for a candidate that cannot run at that size (every rank got the same Unsupported).
+bench::Row refused_row(const Communicator& control, const std::string& backend, const std::string& op, DataType dt,
+                       size_t count, bool inplace, const std::string& why) {
   bench::Row r;
   const bool blocks = op == "allgather" || op == "reduce_scatter" || op == "gather" || op == "scatter" || op == "alltoall";
-  r.backend = "native";
+  r.backend = backend;
   r.op = op;
   r.dtype = std::string(to_string(dt));
   r.ranks = control.size();
@@ -38,10 +39,33 @@ bench::Row refused_row(const Communicator& control, const std::string& op, DataT
   return r;
 }
 
+// The options that force `candidate` of `plan`; a one-row table goes to a file of this rank's, named in
+// *table (the caller removes it once the communicator is made).
+Options forcing(const Options& base, const Plan& plan, const std::string& candidate, std::string* table) {
+  Options o = base;
+  switch (plan.force) {
+    case Plan::algorithm_setting:
+      o.params["MPCOMM_ALGO"] = plan.op + "=" + candidate;
+      break;
+    case Plan::mpi_calls:
+      o.params["MPCOMM_MPI_CALLS"] = candidate;
+      break;
+    case Plan::table_row:
+      *table = "/tmp/mpcomm-tune-" + std::to_string(::getpid()) + "-" + plan.subject + "-" + candidate + ".txt";
+      std::ofstream(*table) << tuning::format_header("native") << "\n" << plan.subject << " -> " << candidate << "\n";
+      o.params["MPCOMM_TUNING"] = *table;
+      if (!plan.algorithm.empty()) o.params["MPCOMM_ALGO"] = plan.op + "=" + plan.algorithm;
+      if (plan.per_message) o.params["MPCOMM_SINGLE_COPY"] = "1";
+      break;
+  }
+  return o;
+}
+
 }  // namespace
 
 int run_worker(const bench::Config& c, const std::string& json_path) {
   const EnvWorld w = env_world({});
+  const std::string backend = c.backends.at(0);
   auto control = create("native", std::make_shared<PrefixStore>("tune/control", w.store), w.rank, w.size, w.opts);
   const bool lead = w.rank == 0;
   FILE* json = nullptr;
@@ -50,40 +74,37 @@ int run_worker(const bench::Config& c, const std::string& json_path) {
     if (json == nullptr) throw InvalidArgument("mpcomm tune: cannot open " + json_path + " for writing");
   }
   bench::Buffers b = bench::make_buffers(*control, c);
-  for (const auto& op : c.ops) {
-    // A communicator per algorithm, forced; every size measured with each in turn, so that each size's
+  for (size_t i = 0; i < c.ops.size(); ++i) {
+    const Plan plan = plan_of(backend, i < c.subjects.size() ? c.subjects[i] : c.ops[i]);
+    const std::string& op = plan.op;
+    // A communicator per candidate, forced; every size measured with each in turn, so that each size's
     // candidates meet the machine in about the same state (on a virtual machine it changes within
     // minutes: docs/performance.md, "Why runs differ").
-    const std::vector<std::string> names = candidates(op);
     std::vector<std::unique_ptr<Communicator>> comms;
-    for (const std::string& name : names) {
-      Options o = w.opts;
-      std::string table;  // a send path: a one-row table of this rank's, read when the communicator is made
-      if (op == "sendrecv") {
-        table = "/tmp/mpcomm-tune-" + std::to_string(::getpid()) + "-" + name + ".txt";
-        std::ofstream(table) << tuning::format_header("native") << "\nsend.path -> " << name << "\n";
-        o.params["MPCOMM_TUNING"] = table;
-        o.params["MPCOMM_SINGLE_COPY"] = "1";
-      } else {
-        o.params["MPCOMM_ALGO"] = op + "=" + name;
-      }
-      comms.push_back(create("native", std::make_shared<PrefixStore>("tune/" + op + "=" + name, w.store), w.rank, w.size, o));
+    for (const std::string& name : plan.candidates) {
+      std::string table;
+      const Options o = forcing(w.opts, plan, name, &table);
+      comms.push_back(create(backend, std::make_shared<PrefixStore>("tune/" + plan.subject + "=" + name, w.store), w.rank,
+                             w.size, o));
       if (!table.empty()) std::remove(table.c_str());
     }
+    // In place too where a row may ask for it: a native op's algorithms.
+    const bool both_layouts = bench::has_inplace(op) && plan.force == Plan::algorithm_setting;
     for (const auto& dname : c.dtypes)
       for (size_t bytes : bench::sizes(c)) {
         const DataType dt = parse_dtype(dname);
         const size_t count = bench::elements_per_rank(op, bytes, dtype_size(dt), w.size);
         if (count == 0) continue;
-        for (int ip = 0; ip < (bench::has_inplace(op) ? 2 : 1); ++ip)
-          for (size_t a = 0; a < names.size(); ++a) {
+        for (int ip = 0; ip < (both_layouts ? 2 : 1); ++ip)
+          for (size_t a = 0; a < plan.candidates.size(); ++a) {
             bench::Row row;
             try {
               row = bench::measure(*comms[a], *control, c, op, dt, count, ip == 1, b);
             } catch (const Unsupported& e) {
-              row = refused_row(*control, op, dt, count, ip == 1, e.what());
+              row = refused_row(*control, backend, op, dt, count, ip == 1, e.what());
             }
-            row.algorithm = names[a];
+            row.op = plan.subject;  // what the row is for (table_text)
+            row.algorithm = plan.candidates[a];
             if (json != nullptr) {
               std::fprintf(json, "%s\n", bench::to_json(row).c_str());
               std::fflush(json);
@@ -104,7 +125,7 @@ namespace {
 
 struct TuneCli {
   bench::Config c;
-  std::string ops = "allreduce,broadcast,reduce,allgather,reduce_scatter,sendrecv", b = "8", e = "64M", out;
+  std::string backend = "native", ops, b = "8", e = "64M", out;
 };
 
 std::string now_text() {
@@ -121,12 +142,16 @@ Runner add_tune(CLI::App& app) {
   o->c.ranks = 2;
   app.add_option("--ranks", o->c.ranks, "ranks (default 2)")->check(whole_at_least(1));
   app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(whole_at_least(1));
-  app.add_option("--ops", o->ops, "comma list of ops with native algorithms, and sendrecv for the send paths (default allreduce,broadcast,reduce,allgather,reduce_scatter,sendrecv)");
+  app.add_option("--backend", o->backend, "the backend whose table to write: native (algorithms, paths, protocol choices) or mpi (blocking or non-blocking calls); default native");
+  app.add_option("--ops", o->ops,
+                 "comma list of what to measure: ops (native: their algorithms; mpi: their calls), and for native sendrecv "
+                 "(the send paths), collective.path and the protocol choices (mpcomm info --table lists them); default: "
+                 "every one of them that can run in the shape");
   bench::add_sweep_options(app, o->c, &o->b, &o->e);  // -c 1: an algorithm with wrong results is left out
   app.add_option("-d,--datatype", o->c.dtypes, "data types, at most one per class (int, float, half), e.g. float,bfloat16")->delimiter(',');
   auto* timeout = app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds (default: the environment's, else 120)")
                      ->check(positive_number());
-  app.add_option("-o,--out", o->out, "the table to write (for MPCOMM_TUNING)")->required();
+  app.add_option("-o,--out", o->out, "the table to write (for MPCOMM_TUNING); other backends' sections already in it are kept")->required();
   return [o, timeout] {
     o->c.timeout_s = setting_or(timeout, o->c.timeout_s, "MPCOMM_TIMEOUT", 120);
     if (launched_as_rank())
@@ -134,21 +159,21 @@ Runner add_tune(CLI::App& app) {
                             "launch); tune measures one machine and starts its own ranks there: run it once, "
                             "without a launcher, on a node of the kind the table is for");
     bench::Config& c = o->c;
-    c.backends = {"native"};
-    c.ops = bench::split_list(o->ops);
+    c.backends = {o->backend};
+    if (o->ops.empty()) o->ops = tune::default_ops(o->backend, c.hosts);
     c.min_bytes = bench::parse_bytes(o->b);
     c.max_bytes = bench::parse_bytes(o->e);
     c.sequential = true;
     c.worker = "tune-worker";
-    int most = 1;
-    for (const auto& op : c.ops) {
-      const auto names = tune::candidates(op);
-      if (names.empty()) throw InvalidArgument("mpcomm tune: --ops: '" + op + "' has no native algorithms to choose from");
-      if (std::find(bench::all_ops().begin(), bench::all_ops().end(), op) == bench::all_ops().end())
-        throw InvalidArgument("mpcomm tune: --ops: mpcomm bench does not measure '" + op + "' (alltoallv and allgatherv: not yet)");
-      most = std::max(most, static_cast<int>(names.size()));
+    // What bench measures (the ops), what for (the subjects), and how many rows each size yields.
+    c.ops.clear();
+    for (const auto& what : bench::split_list(o->ops)) {
+      const tune::Plan plan = tune::plan_of(o->backend, what);
+      c.ops.push_back(plan.op);
+      c.subjects.push_back(plan.subject);
+      const bool both_layouts = bench::has_inplace(plan.op) && plan.force == tune::Plan::algorithm_setting;
+      c.rows_per_size.push_back(static_cast<int>(plan.candidates.size()) * (both_layouts ? 2 : 1));
     }
-    c.variants = most;
     std::vector<tuning::DtypeClass> classes;
     for (const auto& d : c.dtypes) {
       const tuning::DtypeClass k = tuning::dtype_class(parse_dtype(d));
@@ -172,14 +197,16 @@ Runner add_tune(CLI::App& app) {
     std::string dtypes;
     for (const auto& d : c.dtypes) dtypes += (dtypes.empty() ? "" : ",") + d;
     const std::vector<std::string> comment = {
-        "mpcomm tune --ranks " + std::to_string(c.ranks) + " --hosts " + std::to_string(c.hosts) + " --ops " + o->ops + " -b " +
+        "mpcomm tune --backend " + o->backend + " --ranks " + std::to_string(c.ranks) + " --hosts " + std::to_string(c.hosts) + " --ops " + o->ops + " -b " +
             o->b + " -e " + o->e + " -n " + std::to_string(c.iters) + " -w " + std::to_string(c.warmup) + " -d " + dtypes,
         "measured on " + std::string(host) + " (" + std::to_string(cpus) + " CPUs), " + now_text() +
             (std::isnan(rt) ? "" : "; CPUs 0 and 1 " + std::string(tuning::to_string(shape.placement)) + " before the run (" +
                                        std::to_string(static_cast<int>(rt)) + " ns round trip)")};
-    const std::string text = tune::table_text(shape, rows, comment);
+    const std::string text = tune::table_text(o->backend, shape, rows, comment);
+    std::string before;
+    if (std::ifstream old(o->out); old) before.assign(std::istreambuf_iterator<char>(old), std::istreambuf_iterator<char>());
     std::ofstream f(o->out, std::ios::trunc);
-    f << text;
+    f << tune::merged_table(before, o->backend, text);
     if (!f) throw InvalidArgument("mpcomm tune: cannot write " + o->out);
     std::printf("%s", text.c_str());
     std::printf("# written to %s: MPCOMM_TUNING=%s puts these rows before the built-in table\n", o->out.c_str(), o->out.c_str());

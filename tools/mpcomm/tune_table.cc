@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "bootstrap/env.h"
 #include "mpcomm/error.h"
@@ -60,16 +61,62 @@ tuning::Range exactly(double v) {
 
 }  // namespace
 
-std::vector<std::string> candidates(const std::string& op) {
-  if (op == "sendrecv") return {"ring", "single_copy"};
-  return native::algorithm_names(op_kind(op));
-}
-
 OpKind op_kind(const std::string& op) {
   if (op == "sendrecv") return OpKind::send;
   for (int k = 0; k < kNumOpKinds; ++k)
     if (op == to_string(static_cast<OpKind>(k))) return static_cast<OpKind>(k);
   throw InvalidArgument("mpcomm tune: unknown op '" + op + "'");
+}
+
+Plan plan_of(const std::string& backend, const std::string& what) {
+  Plan p;
+  p.subject = p.op = what;
+  const auto& measurable = bench::all_ops();
+  const bool bench_op = std::find(measurable.begin(), measurable.end(), what) != measurable.end();
+  if (backend == "mpi") {
+    if (!bench_op || what == "sendrecv")
+      throw InvalidArgument("mpcomm tune --backend mpi: --ops: '" + what + "' is not a collective that mpcomm bench measures");
+    p.candidates = {"blocking", "nonblocking"};
+    p.force = Plan::mpi_calls;
+    return p;
+  }
+  if (backend != "native") throw InvalidArgument("mpcomm tune: --backend " + backend + ": tune writes tables for native and mpi");
+  if (what == "sendrecv" || what == "send.path" || what == "collective.path") {
+    p.per_message = true;
+    p.force = Plan::table_row;
+    p.candidates = {"ring", "single_copy"};
+    p.subject = what == "collective.path" ? what : "send.path";
+    p.op = what == "collective.path" ? "allgather" : "sendrecv";
+    if (what == "collective.path") p.algorithm = "ring";
+    return p;
+  }
+  for (const native::ChoicePoint& c : native::choice_points())
+    if (what == c.name) {
+      p.op = std::string(to_string(c.op));
+      p.algorithm = c.algorithm;
+      p.candidates = c.choices;
+      p.force = Plan::table_row;
+      return p;
+    }
+  if (bench_op) p.candidates = native::algorithm_names(op_kind(what));
+  if (p.candidates.empty()) {
+    std::string subjects = "send.path, collective.path";
+    for (const native::ChoicePoint& c : native::choice_points()) subjects += std::string(", ") + c.name;
+    throw InvalidArgument("mpcomm tune: --ops: '" + what + "' is neither an op that mpcomm bench measures with native "
+                          "algorithms to choose from (allreduce, broadcast, reduce, allgather, reduce_scatter, gather, "
+                          "scatter, alltoall) nor sendrecv or a protocol choice of the native table (" + subjects + ")");
+  }
+  return p;
+}
+
+std::string default_ops(const std::string& backend, int hosts) {
+  if (backend == "mpi") return "allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall";
+  std::string ops = "allreduce,broadcast,reduce,allgather,reduce_scatter";
+  if (hosts > 1) return ops + ",broadcast.hierarchical.local";
+  ops += ",sendrecv,collective.path";
+  for (const native::ChoicePoint& c : native::choice_points())
+    if (c.id != native::Choice::broadcast_hierarchical_local) ops += std::string(",") + c.name;
+  return ops;
 }
 
 Shape shape_of(int ranks, int hosts, long cpus) {
@@ -80,41 +127,44 @@ Shape shape_of(int ranks, int hosts, long cpus) {
   return s;
 }
 
-std::string table_text(const Shape& s, const std::vector<bench::Row>& rows, const std::vector<std::string>& comment) {
-  // (op, dtype class) -> bytes per rank -> [out of place, in place]
-  std::map<std::pair<OpKind, tuning::DtypeClass>, std::map<double, Point[2]>> points;
+std::string table_text(const std::string& backend, const Shape& s, const std::vector<bench::Row>& rows,
+                       const std::vector<std::string>& comment) {
+  // (subject, dtype class) -> bytes per rank (per message) -> [out of place, in place]
+  std::map<std::pair<std::string, tuning::DtypeClass>, std::map<double, Point[2]>> points;
   std::set<std::string> reasons;
-  int send_class = -1;  // a send's path has no data type: the first class measured decides
+  int message_class = -1;  // a message's path has no data type: the first class measured decides
   for (const bench::Row& r : rows) {
-    const OpKind op = op_kind(r.op);
+    const Plan plan = plan_of(backend, r.op);
+    const OpKind op = op_kind(plan.op);
     const DataType dt = parse_dtype(r.dtype);
-    if (op == OpKind::send) {
+    if (plan.per_message) {
       const int k = static_cast<int>(tuning::dtype_class(dt));
-      if (send_class < 0) send_class = k;
-      if (k != send_class) continue;
+      if (message_class < 0) message_class = k;
+      if (k != message_class) continue;
     }
     const bool blocks = op == OpKind::allgather || op == OpKind::reduce_scatter || op == OpKind::gather ||
                         op == OpKind::scatter || op == OpKind::alltoall;
     const double per_rank = static_cast<double>(r.bytes) / (blocks ? s.ranks : 1);
-    Point& p = points[{op, tuning::dtype_class(dt)}][per_rank][r.inplace ? 1 : 0];
+    Point& p = points[{plan.subject, tuning::dtype_class(dt)}][per_rank][r.inplace ? 1 : 0];
     if (!r.refused.empty()) {
       p.skipped.push_back(r.algorithm);
       // "...: MPCOMM_ALGO forces OP=ALG, which cannot run here: WHY (the call's shape)": WHY.
       std::string why = r.refused;
       if (const size_t at = why.find("cannot run here: "); at != std::string::npos) why = why.substr(at + 17);
       if (const size_t shape = why.rfind(" ("); shape != std::string::npos && why.ends_with("bytes per rank)")) why.resize(shape);
-      reasons.insert(r.op + " " + r.algorithm + ": " + why);
+      reasons.insert(plan.subject + " " + r.algorithm + ": " + why);
     } else if (r.wrong == 0) {
       p.us[r.algorithm] = r.p50_us;
     } else {
-      reasons.insert(r.op + " " + r.algorithm + ": wrong results at " + tuning::format_size(per_rank) + " per rank (left out)");
+      reasons.insert(plan.subject + " " + r.algorithm + ": wrong results at " + tuning::format_size(per_rank) +
+                     " per rank (left out)");
     }
   }
-  std::string out = tuning::format_header("native") + "\n";
+  std::string out = tuning::format_header(backend) + "\n";
   for (const auto& line : comment) out += "# " + line + "\n";
-  out += "# Rows: per op and measured size (bytes per rank) the fastest algorithm by its median time, from that\n"
-         "# size to the next one measured; us= every candidate's median in microseconds, skipped= those that\n"
-         "# cannot run there:\n";
+  out += "# Rows: per subject and measured size (bytes per rank; for send.path and collective.path per message) the\n"
+         "# fastest candidate by its median time, from that size to the next one measured; us= every candidate's\n"
+         "# median in microseconds, skipped= those that cannot run there:\n";
   for (const auto& why : reasons) out += "#   " + why + "\n";
   // The shape: its ranks and hosts, and whether ranks outnumber the CPUs of a host.
   tuning::Row base;
@@ -123,6 +173,9 @@ std::string table_text(const Shape& s, const std::vector<bench::Row>& rows, cons
   base.per_host = exactly(s.per_host);
   base.cpus_per_rank = s.cpus >= s.per_host ? range(1, std::numeric_limits<double>::infinity()) : range(0, 1, true);
   for (const auto& [key, by_size] : points) {
+    const Plan plan = plan_of(backend, key.first);
+    // Only a native op's rows may ask whether the call is in place (agreed at the call).
+    const bool in_place_rows = backend == "native" && plan.force == Plan::algorithm_setting;
     out += "\n";
     for (auto it = by_size.begin(); it != by_size.end(); ++it) {
       const double lo = it == by_size.begin() ? 0 : it->first;
@@ -130,14 +183,11 @@ std::string table_text(const Shape& s, const std::vector<bench::Row>& rows, cons
       const double hi = next == by_size.end() ? std::numeric_limits<double>::infinity() : next->first;
       const Point* pl = it->second;
       tuning::Row row = base;
-      row.op = key.first;
-      if (key.first == OpKind::send) {  // a send's path: per message, by its size, where the CPUs were
-        row.subject = native::subject_of(native::PathPolicy::p2p);
-        row.subject_name = "send.path";
-        row.placement = s.placement;
+      row.op = op_kind(plan.op);
+      row.subject_name = plan.subject;
+      if (plan.per_message) {
+        row.placement = s.placement;  // which path is faster depends on where the CPUs are
       } else {
-        row.subject = static_cast<int>(key.first);
-        row.subject_name = std::string(to_string(key.first));
         row.dtypes = 1 << static_cast<int>(key.second);
       }
       row.bytes = range(lo, hi);
@@ -153,7 +203,7 @@ std::string table_text(const Shape& s, const std::vector<bench::Row>& rows, cons
         if (!skipped.empty()) r.notes += " skipped=" + skipped;
         out += tuning::format_row(r) + "\n";
       };
-      if (!in_best.empty() && in_best != out_best && it->first >= kInPlaceRowsFrom) {
+      if (in_place_rows && !in_best.empty() && in_best != out_best && it->first >= kInPlaceRowsFrom) {
         emit(pl[0], out_best, tuning::Want::no);
         emit(pl[1], in_best, tuning::Want::yes);
       } else {
@@ -162,6 +212,25 @@ std::string table_text(const Shape& s, const std::vector<bench::Row>& rows, cons
     }
   }
   return out;
+}
+
+std::string merged_table(const std::string& old, const std::string& backend, const std::string& text) {
+  // Sections start at their header lines; what comes before the first belongs to none and is dropped.
+  std::string out;
+  std::istringstream lines(old);
+  bool keep = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("mpcomm-tuning ", 0) == 0) {
+      std::istringstream words(line);
+      std::string word, of;
+      while (words >> word)
+        if (word.rfind("backend=", 0) == 0) of = word.substr(8);
+      keep = of != backend;
+    }
+    if (keep) out += line + "\n";
+  }
+  if (!out.empty() && !out.ends_with("\n\n")) out += "\n";
+  return out + text;
 }
 
 }  // namespace mpcomm::tune
