@@ -548,7 +548,7 @@ bool P2PRequest::test() {
 
 std::unique_ptr<detail::Backend> create_gloo(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
-  // cuda buffers are staged through host memory by the front door (core/staging.h).
+  // cuda buffers are staged through host memory by the front door (core/device_staging.h).
   if (opts.device.kind == Device::cuda) device::require_cuda("gloo on " + to_string(opts.device));
   const auto deadline = net::deadline_after(opts.timeout);
   const std::string who = "gloo communicator setup on rank " + std::to_string(rank) + " of " + std::to_string(size);

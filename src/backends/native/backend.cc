@@ -106,7 +106,7 @@ std::shared_ptr<detail::RequestState> NativeBackend::start(const detail::Op& op)
 
 std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
   Options opts = in.resolved();
-  // cuda buffers are staged through host memory by the front door (core/staging.h).
+  // cuda buffers are staged through host memory by the front door (core/device_staging.h).
   if (opts.device.kind == Device::cuda) device::require_cuda("native on " + to_string(opts.device));
   const auto deadline = net::deadline_after(opts.timeout);
   const int pid = static_cast<int>(getpid());
