@@ -44,6 +44,8 @@ if(MPCOMM_WITH_TORCH)
       get_filename_component(n ${f} NAME)
       configure_file(${f} ${MPCOMM_PYTHON_DIR}/mpcomm/${n} COPYONLY)
     endforeach()
+    set(MPCOMM_BUILT_FOR_TORCH ${Torch_VERSION})
+    configure_file(${CMAKE_SOURCE_DIR}/python/build_info.py.in ${MPCOMM_PYTHON_DIR}/mpcomm/_build_info.py @ONLY)
     # The extension finds libmpcomm.so beside the build's python/ folder, and, installed, in the prefix's
     # library folder: PREFIX/lib/python3.X/dist-packages/mpcomm (or PREFIX/lib/python3/dist-packages/mpcomm
     # for /usr, Debian's folder for the system Python) is four levels below PREFIX.

@@ -3,7 +3,8 @@
     import mpcomm.torch
     torch.distributed.init_process_group("mpcomm")
 
-Importing this module registers the backend. Every torch.distributed op then runs on an mpcomm
+Importing this module registers the backend (PyTorch 1.13: a ProcessGroup; 2.x: a c10d Backend for the "cpu"
+and "cuda" devices, created through the extended API). Every torch.distributed op then runs on an mpcomm
 communicator (MPCOMM_BACKEND picks the one underneath: native by default, gloo, mpi, or nccl for CUDA
 tensors) that meets its peers through the c10d store init_process_group made; the timeout given to
 init_process_group bounds the rendezvous and every op.
@@ -15,18 +16,53 @@ init_process_group's default env:// rendezvous works unchanged.
 """
 
 import os as _os
+import re as _re
 import zlib as _zlib
 
+import torch as _torch
 import torch.distributed as _dist
 
-from mpcomm import _C
+from mpcomm import _build_info
+
+
+def _release(version: str) -> tuple:
+    m = _re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    return tuple(int(x) for x in m.groups()) if m else (version,)
+
+
+# The extension is compiled against one torch's C++ API, which changes between releases: refuse another torch
+# before loading it, by name, rather than fail on a missing symbol.
+if _release(_torch.__version__) != _release(_build_info.TORCH_VERSION):
+    raise ImportError(
+        f"mpcomm: this mpcomm package was built for torch {_build_info.TORCH_VERSION}, but the torch imported is "
+        f"{_torch.__version__} ({_torch.__file__}); rebuild it against this torch "
+        "(pip install --no-build-isolation <mpcomm source>, docs/torch.md)")
+
+from mpcomm import _C  # noqa: E402
+
+_TORCH_2 = _release(_torch.__version__)[0] >= 2
 
 __all__ = ["create_process_group", "backend_of", "flight_record", "available_backends"]
 
 create_process_group = _C.create_process_group
-backend_of = _C.backend_of
-flight_record = _C.flight_record
 available_backends = _C.available_backends
+
+
+def _mpcomm_group(pg):
+    """The mpcomm object under a torch.distributed group: on 2.x the group's CPU backend, on 1.13 the group."""
+    if _TORCH_2 and isinstance(pg, _dist.ProcessGroup):
+        return pg._get_backend(_torch.device("cpu"))
+    return pg
+
+
+def backend_of(pg) -> str:
+    """The mpcomm backend under an mpcomm group (native, gloo, mpi, nccl)."""
+    return _C.backend_of(_mpcomm_group(pg))
+
+
+def flight_record(pg) -> str:
+    """The flight recorder's text of an mpcomm group: its last operations with state and times."""
+    return _C.flight_record(_mpcomm_group(pg))
 
 
 def _job_port(job_id: str) -> str:
@@ -74,6 +110,16 @@ def _create(store, rank, size, timeout):
     return _C.create_process_group(store, rank, size, timeout)
 
 
+def _create_backend(dist_options, backend_options):
+    # 2.x's extended API: the group's store (prefixed for this group), its rank and size, and the timeout given
+    # to init_process_group / new_group.
+    return _C.create_process_group(dist_options.store, dist_options.group_rank, dist_options.group_size,
+                                   dist_options.timeout)
+
+
 _fill_torchrun_env()
 if not hasattr(_dist.Backend, "MPCOMM"):
-    _dist.Backend.register_backend("mpcomm", _create)
+    if _TORCH_2:
+        _dist.Backend.register_backend("mpcomm", _create_backend, extended_api=True, devices=["cpu", "cuda"])
+    else:
+        _dist.Backend.register_backend("mpcomm", _create)

@@ -2,16 +2,19 @@
 // derives from no torch class: the process group (process_group.h) forwards its overrides here.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include <ATen/record_function.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "mpcomm/communicator.h"
+#include "torch/compat.h"
 #include "torch/work.h"
 
 namespace mpcomm::torch_backend {
@@ -62,13 +65,40 @@ class Ops {
   Works recv(std::vector<at::Tensor>& tensors, int src, int tag);
   Works recvAnysource(std::vector<at::Tensor>& tensors, int tag);
   Works barrier(const c10d::BarrierOptions& opts);
+  // Every rank reports to rank 0 within opts.timeout (the group's timeout when 0); rank 0 names the ranks that
+  // did not (the first, or all with wait_all_ranks) in a RuntimeError and aborts the group; else it releases all.
+  void monitored_barrier(const c10d::BarrierOptions& opts, bool wait_all_ranks);
+#if MPCOMM_TORCH_2
+  // The 2.x tensor-coalesced forms (the coalescing manager): one all-gather / reduce-scatter over the tensors'
+  // concatenation.
+  Works allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::AllgatherOptions& opts);
+  Works reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::ReduceScatterOptions& opts);
+#endif
+  // Collectives issued on this group so far (c10d's sequence number).
+  uint64_t collectives_issued() const { return collectives_.load(std::memory_order_relaxed); }
 
  private:
+  // Makes the op's Work (recorded by a running profiler as `title`, c10d's "mpcomm:<op>", with the shapes of
+  // `inputs`), issues its requests under the issue lock and returns it; a collective counts towards the
+  // group's sequence number.
   template <class F>
-  Works launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs, F&& issue);
+  Works launch(c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+               std::vector<at::Tensor> outputs, F&& issue) {
+    const bool profiled = at::hasCallbacks();
+    auto w = c10::make_intrusive<MpcommWork>(rank_, type, profiled ? title : nullptr, inputs, std::move(outputs),
+                                             &done_);
+    std::lock_guard<std::mutex> g(issue_mu_);
+    issue(*w);
+    if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE)
+      collectives_.fetch_add(1, std::memory_order_relaxed);
+    return w;
+  }
 
   std::unique_ptr<Communicator> comm_;
   const int rank_, size_;
+  std::atomic<uint64_t> collectives_{0};
   std::mutex issue_mu_;  // one thread at a time issues on the communicator
   Completions done_;     // started once the communicator exists; stopped before it goes
 };

@@ -80,4 +80,22 @@ Works ProcessGroupMpcomm::recvAnysource(std::vector<at::Tensor>& tensors, int ta
 
 Works ProcessGroupMpcomm::barrier(const c10d::BarrierOptions& opts) { return ops_.barrier(opts); }
 
+void ProcessGroupMpcomm::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  ops_.monitored_barrier(opts, wait_all_ranks);
+}
+
+#if MPCOMM_TORCH_2
+Works ProcessGroupMpcomm::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllgatherOptions& opts) {
+  return ops_.allgather_into_tensor_coalesced(outputs, inputs, opts);
+}
+
+Works ProcessGroupMpcomm::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::ReduceScatterOptions& opts) {
+  return ops_.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+}
+#endif
+
 }  // namespace mpcomm::torch_backend

@@ -1,26 +1,27 @@
-// ProcessGroupMpcomm: PyTorch 1.13's c10d::ProcessGroup for the torch.distributed backend "mpcomm"; every op
-// forwards to Ops (ops.h), which does the work. Only this class and module.cc's bindings name the torch base class.
+// ProcessGroupMpcomm: the torch.distributed backend "mpcomm" — a c10d::ProcessGroup on PyTorch 1.13, a
+// c10d::Backend on 2.x (compat.h). Every op forwards to Ops (ops.h), which does the work. Only this class and
+// module.cc's bindings name the torch base class.
 #pragma once
 
 #include <chrono>
 #include <string>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "mpcomm/communicator.h"
+#include "torch/compat.h"
 #include "torch/ops.h"
 
 namespace mpcomm::torch_backend {
 
-class ProcessGroupMpcomm final : public c10d::ProcessGroup {
+class ProcessGroupMpcomm final : public GroupBase {
  public:
   // Creates the communicator (MPCOMM_BACKEND, native by default) over `store`; blocks until every rank
   // of the group joined or `timeout` passed. The timeout bounds every op too.
   ProcessGroupMpcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout)
-      : c10d::ProcessGroup(rank, size), ops_(store, rank, size, timeout) {}
+      : GroupBase(rank, size), ops_(store, rank, size, timeout) {}
 
   const std::string getBackendName() const override { return "mpcomm"; }
   // The mpcomm backend underneath ("native", "gloo", "mpi", "nccl").
@@ -53,6 +54,17 @@ class ProcessGroupMpcomm final : public c10d::ProcessGroup {
   Works recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   Works recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   Works barrier(const c10d::BarrierOptions& opts) override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  // c10d's sequence number: collectives issued on this group, alike on every rank while they agree.
+  uint64_t getSequenceNumberForGroup() override { return ops_.collectives_issued(); }
+  // Numbers start at 0 on every rank; there is nothing to agree on.
+  void setSequenceNumberForGroup() override {}
+#if MPCOMM_TORCH_2
+  Works allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::AllgatherOptions& opts) override;
+  Works reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::ReduceScatterOptions& opts) override;
+#endif
 
  private:
   Ops ops_;

@@ -24,8 +24,14 @@ class Completions;
 // isCompleted(), or the completion thread once getFuture() armed it) concludes it, once.
 class MpcommWork final : public c10d::Work {
  public:
-  MpcommWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, Completions* done)
-      : c10d::Work(rank, type), outputs_(std::move(outputs)), done_(done) {}
+  // profiling_title: c10d's "<backend>:<op>" name, under which a running profiler records the op with the
+  // shapes of `inputs` from here until conclude() (nullptr when no profiler is on: nothing is recorded).
+  MpcommWork(int rank, c10d::OpType type, const char* profiling_title, const std::vector<at::Tensor>& inputs,
+             std::vector<at::Tensor> outputs, Completions* done)
+      : c10d::Work(rank, type, profiling_title,
+                   profiling_title ? c10::optional<std::vector<at::Tensor>>(inputs) : c10::nullopt),
+        outputs_(std::move(outputs)),
+        done_(done) {}
 
   std::vector<Request> requests;
   std::vector<at::Tensor> keep;                 // buffers the requests use
