@@ -34,11 +34,18 @@ if(MPCOMM_TORCH2_PYTHON)
   target_include_directories(mpcomm_torch2 SYSTEM PRIVATE ${TORCH2_INCLUDES} ${TORCH2_PY_INCLUDE})
   target_compile_definitions(mpcomm_torch2 PRIVATE _GLIBCXX_USE_CXX11_ABI=${TORCH2_CXX11_ABI} TORCH_EXTENSION_NAME=_C)
   target_compile_options(mpcomm_torch2 PRIVATE ${MPCOMM_WARNINGS})
-  # torch's libraries are in the process once `import torch` ran, which mpcomm/__init__ does first.
+  # pip's torch carries a Gloo of its own and exports its symbols; libmpcomm's gloo backend needs the system's
+  # (another version, other layouts). The extension is loaded with RTLD_DEEPBIND (python/mpcomm/torch.py), so
+  # that what it loads looks symbols up in its own dependencies first, in the order of its DT_NEEDED: the
+  # system's libgloo and libmpcomm come before torch's libraries there.
+  if(TARGET gloo)
+    target_link_libraries(mpcomm_torch2 PRIVATE "-Wl,--no-as-needed" gloo "-Wl,--as-needed")
+  endif()
+  target_link_libraries(mpcomm_torch2 PRIVATE mpcomm_shared)
+  # torch's libraries are in the process once `import torch` ran, which mpcomm.torch does first.
   foreach(_lib c10 torch torch_cpu torch_python)
     target_link_libraries(mpcomm_torch2 PRIVATE ${TORCH2_LIBDIR}/lib${_lib}.so)
   endforeach()
-  target_link_libraries(mpcomm_torch2 PRIVATE mpcomm_shared)
   file(GLOB _py_files CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/python/mpcomm/*.py)
   foreach(f ${_py_files})
     get_filename_component(n ${f} NAME)

@@ -38,9 +38,21 @@ if _release(_torch.__version__) != _release(_build_info.TORCH_VERSION):
         f"{_torch.__version__} ({_torch.__file__}); rebuild it against this torch "
         "(pip install --no-build-isolation <mpcomm source>, docs/torch.md)")
 
-from mpcomm import _C  # noqa: E402
-
 _TORCH_2 = _release(_torch.__version__)[0] >= 2
+
+if _TORCH_2:
+    # pip's torch exports a Gloo of its own; the extension's libmpcomm needs the system's. Deep binding makes
+    # what the extension loads find symbols in its own dependencies (the system's libgloo first) before the
+    # process's (cmake/torch2.cmake).
+    import sys as _sys
+    _flags = _sys.getdlopenflags()
+    _sys.setdlopenflags(_flags | _os.RTLD_DEEPBIND)
+    try:
+        from mpcomm import _C
+    finally:
+        _sys.setdlopenflags(_flags)
+else:
+    from mpcomm import _C
 
 __all__ = ["create_process_group", "backend_of", "flight_record", "available_backends"]
 

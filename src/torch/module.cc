@@ -47,8 +47,7 @@ PYBIND11_MODULE(_C, m) {
   // scripts/torch-bench's "c++" column: private, not part of mpcomm.torch's API.
   m.def(
       "_time_from_cpp",
-      [](const c10::intrusive_ptr<GroupBase>& pg, const std::string& op, size_t count, int iters,
-         bool barrier) {
+      [](const c10::intrusive_ptr<GroupBase>& pg, const std::string& op, size_t count, int iters, bool barrier) {
         return mpcomm::torch_backend::time_from_cpp(mpcomm_group(pg, "time_from_cpp").ops(), op, count, iters, barrier);
       },
       py::arg("pg"), py::arg("op"), py::arg("count"), py::arg("iters"), py::arg("barrier") = true,

@@ -37,9 +37,22 @@ std::unique_ptr<Communicator> create_communicator(const c10::intrusive_ptr<c10d:
 Ops::Ops(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
     : comm_(create_communicator(store, rank, size, timeout)), rank_(rank), size_(size) {}
 
-Ops::~Ops() {
+Ops::~Ops() { shutdown(); }
+
+void Ops::shutdown() {
+  std::lock_guard<std::mutex> g(issue_mu_);
   done_.stop();
   comm_.reset();
+}
+
+void Ops::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> g(issue_mu_);
+  if (comm_) comm_->abort(reason);
+}
+
+Communicator& Ops::communicator() const {
+  if (!comm_) throw std::runtime_error("mpcomm: the group was shut down (destroy_process_group): no op can run on it");
+  return *comm_;
 }
 
 // ---- the ops ------------------------------------------------------------------------------------------
@@ -47,39 +60,40 @@ Ops::~Ops() {
 Ops::Works Ops::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   const std::string op = "broadcast";
   check_list(tensors, 1, op, "the tensor list");
-  check_tensor(tensors[0], op, *comm_);
+  check_tensor(tensors[0], op, communicator());
   check_root(opts.rootRank, size_, op);
   return launch(c10d::OpType::BROADCAST, "mpcomm:broadcast", tensors, tensors, [&](MpcommWork& w) {
     at::Tensor t = contiguous(w, tensors[0], true);
     w.keep.push_back(tensors[0]);
-    w.requests.push_back(comm_->ibroadcast(t.data_ptr(), elems(t), to_mpcomm(t, op), static_cast<int>(opts.rootRank)));
+    w.requests.push_back(
+        communicator().ibroadcast(t.data_ptr(), elems(t), to_mpcomm(t, op), static_cast<int>(opts.rootRank)));
   });
 }
 
 Ops::Works Ops::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   const std::string op = "allreduce";
   check_list(tensors, 1, op, "the tensor list");
-  check_tensor(tensors[0], op, *comm_);
+  check_tensor(tensors[0], op, communicator());
   const ReduceOp r = to_mpcomm(opts.reduceOp, tensors[0], op);
   return launch(c10d::OpType::ALLREDUCE, "mpcomm:all_reduce", tensors, tensors, [&](MpcommWork& w) {
     at::Tensor t = contiguous(w, tensors[0], true);
     w.keep.push_back(tensors[0]);
-    w.requests.push_back(comm_->iallreduce(t.data_ptr(), t.data_ptr(), elems(t), to_mpcomm(t, op), r));
+    w.requests.push_back(communicator().iallreduce(t.data_ptr(), t.data_ptr(), elems(t), to_mpcomm(t, op), r));
   });
 }
 
 Ops::Works Ops::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   const std::string op = "reduce";
   check_list(tensors, 1, op, "the tensor list");
-  check_tensor(tensors[0], op, *comm_);
+  check_tensor(tensors[0], op, communicator());
   check_root(opts.rootRank, size_, op);
   const ReduceOp r = to_mpcomm(opts.reduceOp, tensors[0], op);
   const int root = static_cast<int>(opts.rootRank);
   return launch(c10d::OpType::REDUCE, "mpcomm:reduce", tensors, tensors, [&](MpcommWork& w) {
     at::Tensor t = contiguous(w, tensors[0], rank_ == root);
     w.keep.push_back(tensors[0]);
-    w.requests.push_back(comm_->ireduce(t.data_ptr(), rank_ == root ? t.data_ptr() : nullptr, elems(t),
-                                        to_mpcomm(t, op), r, root));
+    w.requests.push_back(communicator().ireduce(t.data_ptr(), rank_ == root ? t.data_ptr() : nullptr, elems(t),
+                                                to_mpcomm(t, op), r, root));
   });
 }
 
@@ -90,10 +104,10 @@ Ops::Works Ops::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::ve
   if (outputs.size() != 1) refuse(op, "the output must be one list of tensors, got " + std::to_string(outputs.size()));
   check_list(outputs[0], static_cast<size_t>(size_), op, "the output list");
   const at::Tensor& in = inputs[0];
-  check_tensor(in, op, *comm_);
+  check_tensor(in, op, communicator());
   bool even = true;
   for (const auto& o : outputs[0]) {
-    check_tensor(o, op, *comm_);
+    check_tensor(o, op, communicator());
     if (o.scalar_type() != in.scalar_type())
       refuse(op, "output dtype " + std::string(c10::toString(o.scalar_type())) + " differs from the input's " +
                      c10::toString(in.scalar_type()));
@@ -107,7 +121,7 @@ Ops::Works Ops::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::ve
     unflatten_after(w, f, outputs[0]);
     const DataType dt = to_mpcomm(in, op);
     if (even) {
-      w.requests.push_back(comm_->iallgather(src.data_ptr(), f.data_ptr(), elems(src), dt));
+      w.requests.push_back(communicator().iallgather(src.data_ptr(), f.data_ptr(), elems(src), dt));
     } else {
       std::vector<size_t> counts, displs;
       size_t off = 0;
@@ -116,24 +130,24 @@ Ops::Works Ops::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::ve
         displs.push_back(off);
         off += elems(o);
       }
-      w.requests.push_back(comm_->iallgatherv(src.data_ptr(), elems(src), f.data_ptr(), counts, displs, dt));
+      w.requests.push_back(communicator().iallgatherv(src.data_ptr(), elems(src), f.data_ptr(), counts, displs, dt));
     }
   });
 }
 
 Ops::Works Ops::_allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
   const std::string op = "_allgather_base";
-  check_tensor(input, op, *comm_);
-  check_tensor(output, op, *comm_);
+  check_tensor(input, op, communicator());
+  check_tensor(output, op, communicator());
   if (output.scalar_type() != input.scalar_type()) refuse(op, "output and input dtypes differ");
   if (output.numel() != input.numel() * size_)
-    refuse(op, "the output holds " + std::to_string(output.numel()) + " elements, not world size × input = " +
-                   std::to_string(input.numel() * size_));
+    refuse(op, "the output holds " + std::to_string(output.numel()) +
+                   " elements, not world size × input = " + std::to_string(input.numel() * size_));
   return launch(c10d::OpType::_ALLGATHER_BASE, "mpcomm:all_gather_into_tensor", {input}, {output}, [&](MpcommWork& w) {
     at::Tensor src = contiguous(w, input, false);
     at::Tensor dst = contiguous(w, output, true);
     w.keep.insert(w.keep.end(), {input, output});
-    w.requests.push_back(comm_->iallgather(src.data_ptr(), dst.data_ptr(), elems(src), to_mpcomm(src, op)));
+    w.requests.push_back(communicator().iallgather(src.data_ptr(), dst.data_ptr(), elems(src), to_mpcomm(src, op)));
   });
 }
 
@@ -141,7 +155,7 @@ Ops::Works Ops::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vecto
                        const c10d::GatherOptions& opts) {
   const std::string op = "gather";
   check_list(inputs, 1, op, "the input list");
-  check_tensor(inputs[0], op, *comm_);
+  check_tensor(inputs[0], op, communicator());
   check_root(opts.rootRank, size_, op);
   const int root = static_cast<int>(opts.rootRank);
   const bool at_root = rank_ == root;
@@ -149,7 +163,7 @@ Ops::Works Ops::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vecto
     if (outputs.size() != 1) refuse(op, "the root needs one list of output tensors");
     check_list(outputs[0], static_cast<size_t>(size_), op, "the root's output list");
     for (const auto& o : outputs[0]) {
-      check_tensor(o, op, *comm_);
+      check_tensor(o, op, communicator());
       check_same(o, inputs[0], op, "an output against the input");
     }
   } else if (!outputs.empty() && !(outputs.size() == 1 && outputs[0].empty())) {
@@ -165,7 +179,7 @@ Ops::Works Ops::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vecto
       unflatten_after(w, f, outs);
       dst = f.data_ptr();
     }
-    w.requests.push_back(comm_->igather(src.data_ptr(), dst, elems(src), to_mpcomm(src, op), root));
+    w.requests.push_back(communicator().igather(src.data_ptr(), dst, elems(src), to_mpcomm(src, op), root));
   });
 }
 
@@ -173,7 +187,7 @@ Ops::Works Ops::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vecto
                         const c10d::ScatterOptions& opts) {
   const std::string op = "scatter";
   check_list(outputs, 1, op, "the output list");
-  check_tensor(outputs[0], op, *comm_);
+  check_tensor(outputs[0], op, communicator());
   check_root(opts.rootRank, size_, op);
   const int root = static_cast<int>(opts.rootRank);
   const bool at_root = rank_ == root;
@@ -181,7 +195,7 @@ Ops::Works Ops::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vecto
     if (inputs.size() != 1) refuse(op, "the root needs one list of input tensors");
     check_list(inputs[0], static_cast<size_t>(size_), op, "the root's input list");
     for (const auto& t : inputs[0]) {
-      check_tensor(t, op, *comm_);
+      check_tensor(t, op, communicator());
       check_same(t, outputs[0], op, "an input against the output");
     }
   } else if (!inputs.empty() && !(inputs.size() == 1 && inputs[0].empty())) {
@@ -192,7 +206,7 @@ Ops::Works Ops::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vecto
     w.keep.push_back(outputs[0]);
     const void* src = nullptr;
     if (at_root) src = flat(w, inputs[0], dst, true).data_ptr();
-    w.requests.push_back(comm_->iscatter(src, dst.data_ptr(), elems(dst), to_mpcomm(dst, op), root));
+    w.requests.push_back(communicator().iscatter(src, dst.data_ptr(), elems(dst), to_mpcomm(dst, op), root));
   });
 }
 
@@ -202,9 +216,9 @@ Ops::Works Ops::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std
   check_list(outputs, 1, op, "the output list");
   if (inputs.size() != 1) refuse(op, "the input must be one list of tensors");
   check_list(inputs[0], static_cast<size_t>(size_), op, "the input list");
-  check_tensor(outputs[0], op, *comm_);
+  check_tensor(outputs[0], op, communicator());
   for (const auto& t : inputs[0]) {
-    check_tensor(t, op, *comm_);
+    check_tensor(t, op, communicator());
     check_same(t, outputs[0], op, "an input against the output");
   }
   const ReduceOp r = to_mpcomm(opts.reduceOp, outputs[0], op);
@@ -212,25 +226,28 @@ Ops::Works Ops::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std
     at::Tensor dst = contiguous(w, outputs[0], true);
     w.keep.push_back(outputs[0]);
     at::Tensor src = flat(w, inputs[0], dst, true);
-    w.requests.push_back(comm_->ireduce_scatter(src.data_ptr(), dst.data_ptr(), elems(dst), to_mpcomm(dst, op), r));
+    w.requests.push_back(
+        communicator().ireduce_scatter(src.data_ptr(), dst.data_ptr(), elems(dst), to_mpcomm(dst, op), r));
   });
 }
 
 Ops::Works Ops::_reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   const std::string op = "_reduce_scatter_base";
-  check_tensor(input, op, *comm_);
-  check_tensor(output, op, *comm_);
+  check_tensor(input, op, communicator());
+  check_tensor(output, op, communicator());
   if (output.scalar_type() != input.scalar_type()) refuse(op, "output and input dtypes differ");
   if (input.numel() != output.numel() * size_)
-    refuse(op, "the input holds " + std::to_string(input.numel()) + " elements, not world size × output = " +
-                   std::to_string(output.numel() * size_));
+    refuse(op, "the input holds " + std::to_string(input.numel()) +
+                   " elements, not world size × output = " + std::to_string(output.numel() * size_));
   const ReduceOp r = to_mpcomm(opts.reduceOp, output, op);
-  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "mpcomm:reduce_scatter_tensor", {input}, {output}, [&](MpcommWork& w) {
-    at::Tensor src = contiguous(w, input, false);
-    at::Tensor dst = contiguous(w, output, true);
-    w.keep.insert(w.keep.end(), {input, output});
-    w.requests.push_back(comm_->ireduce_scatter(src.data_ptr(), dst.data_ptr(), elems(dst), to_mpcomm(dst, op), r));
-  });
+  return launch(
+      c10d::OpType::_REDUCE_SCATTER_BASE, "mpcomm:reduce_scatter_tensor", {input}, {output}, [&](MpcommWork& w) {
+        at::Tensor src = contiguous(w, input, false);
+        at::Tensor dst = contiguous(w, output, true);
+        w.keep.insert(w.keep.end(), {input, output});
+        w.requests.push_back(
+            communicator().ireduce_scatter(src.data_ptr(), dst.data_ptr(), elems(dst), to_mpcomm(dst, op), r));
+      });
 }
 
 namespace {
@@ -271,8 +288,8 @@ std::vector<size_t> displacements(const std::vector<size_t>& counts) {
 Ops::Works Ops::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
                               std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
   const std::string op = "alltoall_base";
-  check_tensor(input, op, *comm_);
-  check_tensor(output, op, *comm_);
+  check_tensor(input, op, communicator());
+  check_tensor(output, op, communicator());
   if (output.scalar_type() != input.scalar_type()) refuse(op, "output and input dtypes differ");
   const int n = size_;
   const bool even = output_split_sizes.empty() && input_split_sizes.empty();
@@ -296,10 +313,11 @@ Ops::Works Ops::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector
     w.keep.insert(w.keep.end(), {input, output});
     const DataType dt = to_mpcomm(src, op);
     if (even)
-      w.requests.push_back(comm_->ialltoall(src.data_ptr(), dst.data_ptr(), elems(src) / static_cast<size_t>(n), dt));
+      w.requests.push_back(
+          communicator().ialltoall(src.data_ptr(), dst.data_ptr(), elems(src) / static_cast<size_t>(n), dt));
     else
-      w.requests.push_back(comm_->ialltoallv(src.data_ptr(), sc, displacements(sc), dst.data_ptr(), rc,
-                                             displacements(rc), dt));
+      w.requests.push_back(
+          communicator().ialltoallv(src.data_ptr(), sc, displacements(sc), dst.data_ptr(), rc, displacements(rc), dt));
   });
 }
 
@@ -310,8 +328,8 @@ Ops::Works Ops::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tenso
   check_list(inputs, n, op, "the input list");
   check_list(outputs, n, op, "the output list");
   for (size_t i = 0; i < n; ++i) {
-    check_tensor(inputs[i], op, *comm_);
-    check_tensor(outputs[i], op, *comm_);
+    check_tensor(inputs[i], op, communicator());
+    check_tensor(outputs[i], op, communicator());
     if (inputs[i].scalar_type() != inputs[0].scalar_type() || outputs[i].scalar_type() != inputs[0].scalar_type())
       refuse(op, "every input and output must have one dtype");
   }
@@ -324,8 +342,8 @@ Ops::Works Ops::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tenso
       sc.push_back(elems(inputs[i]));
       rc.push_back(elems(outputs[i]));
     }
-    w.requests.push_back(comm_->ialltoallv(src.data_ptr(), sc, displacements(sc), dst.data_ptr(), rc, displacements(rc),
-                                           to_mpcomm(src, op)));
+    w.requests.push_back(communicator().ialltoallv(src.data_ptr(), sc, displacements(sc), dst.data_ptr(), rc,
+                                                   displacements(rc), to_mpcomm(src, op)));
   });
 }
 

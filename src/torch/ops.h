@@ -2,16 +2,16 @@
 // derives from no torch class: the process group (process_group.h) forwards its overrides here.
 #pragma once
 
+#include <ATen/record_function.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <vector>
-
-#include <ATen/record_function.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
 
 #include "mpcomm/communicator.h"
 #include "torch/compat.h"
@@ -34,8 +34,13 @@ class Ops {
   Ops(const Ops&) = delete;
   Ops& operator=(const Ops&) = delete;
 
-  Communicator& communicator() { return *comm_; }
-  const Communicator& communicator() const { return *comm_; }
+  // The group's communicator; throws once the group was shut down.
+  Communicator& communicator() const;
+  // Ends the completion thread and frees the communicator (destroy_process_group on 2.x; the destructor):
+  // every later op is refused.
+  void shutdown();
+  // Fails every pending and later op with `reason` (nothing once shut down).
+  void abort(const std::string& reason);
   int rank() const { return rank_; }
   int size() const { return size_; }
   // One thread at a time issues on the communicator: each op holds this while it issues.
@@ -87,8 +92,8 @@ class Ops {
   Works launch(c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
                std::vector<at::Tensor> outputs, F&& issue) {
     const bool profiled = at::hasCallbacks();
-    auto w = c10::make_intrusive<MpcommWork>(rank_, type, profiled ? title : nullptr, inputs, std::move(outputs),
-                                             &done_);
+    auto w =
+        c10::make_intrusive<MpcommWork>(rank_, type, profiled ? title : nullptr, inputs, std::move(outputs), &done_);
     std::lock_guard<std::mutex> g(issue_mu_);
     issue(*w);
     if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE)

@@ -1,8 +1,8 @@
 // The coalesced forms of Ops: many tensors, one collective over their concatenation (DDP's and FSDP2's
 // buckets), and each tensor copied back to its place when the op ends.
-#include <string>
-
 #include <ATen/ops/empty.h>
+
+#include <string>
 
 #include "torch/compat.h"
 #include "torch/ops.h"
@@ -14,16 +14,16 @@ Ops::Works Ops::allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10d
   const std::string op = "allreduce_coalesced";
   if (tensors.empty()) refuse(op, "the tensor list is empty");
   for (const auto& t : tensors) {
-    check_tensor(t, op, *comm_);
+    check_tensor(t, op, communicator());
     if (t.scalar_type() != tensors[0].scalar_type())
-      refuse(op, "every tensor must have one dtype (" + std::string(c10::toString(tensors[0].scalar_type())) +
-                     " and " + c10::toString(t.scalar_type()) + " given)");
+      refuse(op, "every tensor must have one dtype (" + std::string(c10::toString(tensors[0].scalar_type())) + " and " +
+                     c10::toString(t.scalar_type()) + " given)");
   }
   const ReduceOp r = to_mpcomm(opts.reduceOp, tensors[0], op);
   return launch(c10d::OpType::ALLREDUCE_COALESCED, "mpcomm:allreduce_coalesced", tensors, tensors, [&](MpcommWork& w) {
     at::Tensor f = flat(w, tensors, tensors[0], true);
     unflatten_after(w, f, tensors);
-    w.requests.push_back(comm_->iallreduce(f.data_ptr(), f.data_ptr(), elems(f), to_mpcomm(f, op), r));
+    w.requests.push_back(communicator().iallreduce(f.data_ptr(), f.data_ptr(), elems(f), to_mpcomm(f, op), r));
   });
 }
 
@@ -33,13 +33,13 @@ Ops::Works Ops::allgather_coalesced(std::vector<std::vector<at::Tensor>>& output
   if (inputs.empty()) refuse(op, "the input list is empty");
   check_list(std::vector<at::Tensor>(outputs.size()), static_cast<size_t>(size_), op, "the output lists");
   for (const auto& t : inputs) {
-    check_tensor(t, op, *comm_);
+    check_tensor(t, op, communicator());
     if (t.scalar_type() != inputs[0].scalar_type()) refuse(op, "every input must have one dtype");
   }
   for (const auto& list : outputs) {
     check_list(list, inputs.size(), op, "each output list");
     for (size_t i = 0; i < list.size(); ++i) {
-      check_tensor(list[i], op, *comm_);
+      check_tensor(list[i], op, communicator());
       check_same(list[i], inputs[i], op, "output " + std::to_string(i) + " against input " + std::to_string(i));
     }
   }
@@ -49,7 +49,7 @@ Ops::Works Ops::allgather_coalesced(std::vector<std::vector<at::Tensor>>& output
     at::Tensor in = flat(w, inputs, inputs[0], true);
     at::Tensor f = flat(w, all_out, inputs[0], false);  // rank r's block: its inputs in order
     unflatten_after(w, f, all_out);
-    w.requests.push_back(comm_->iallgather(in.data_ptr(), f.data_ptr(), elems(in), to_mpcomm(in, op)));
+    w.requests.push_back(communicator().iallgather(in.data_ptr(), f.data_ptr(), elems(in), to_mpcomm(in, op)));
   });
 }
 
@@ -84,34 +84,34 @@ void check_pairs(const std::vector<at::Tensor>& outputs, const std::vector<at::T
 Ops::Works Ops::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                                 const c10d::AllgatherOptions&) {
   const std::string op = "allgather_into_tensor_coalesced";
-  check_pairs(outputs, inputs, *comm_, op, true, size_);
-  return launch(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "mpcomm:all_gather_into_tensor_coalesced", inputs, outputs,
-                [&](MpcommWork& w) {
-                  // Rank r's block of the gathered buffer: its inputs in order; output i takes piece i of each.
-                  at::Tensor in = flat(w, inputs, inputs[0], true);
-                  at::Tensor f = at::empty({in.numel() * size_}, in.options());
-                  w.keep.push_back(f);
-                  const int64_t block = in.numel();
-                  w.copy_out.push_back([f, block, outputs, size = size_]() mutable {
-                    int64_t off = 0;
-                    for (auto& o : outputs) {
-                      const int64_t n = o.numel() / size;
-                      for (int r = 0; r < size; ++r)
-                        o.view({-1}).narrow(0, r * n, n).copy_(f.narrow(0, r * block + off, n));
-                      off += n;
-                    }
-                  });
-                  w.requests.push_back(comm_->iallgather(in.data_ptr(), f.data_ptr(), elems(in), to_mpcomm(in, op)));
-                });
+  check_pairs(outputs, inputs, communicator(), op, true, size_);
+  return launch(
+      c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "mpcomm:all_gather_into_tensor_coalesced", inputs, outputs,
+      [&](MpcommWork& w) {
+        // Rank r's block of the gathered buffer: its inputs in order; output i takes piece i of each.
+        at::Tensor in = flat(w, inputs, inputs[0], true);
+        at::Tensor f = at::empty({in.numel() * size_}, in.options());
+        w.keep.push_back(f);
+        const int64_t block = in.numel();
+        w.copy_out.push_back([f, block, outputs, size = size_]() mutable {
+          int64_t off = 0;
+          for (auto& o : outputs) {
+            const int64_t n = o.numel() / size;
+            for (int r = 0; r < size; ++r) o.view({-1}).narrow(0, r * n, n).copy_(f.narrow(0, r * block + off, n));
+            off += n;
+          }
+        });
+        w.requests.push_back(communicator().iallgather(in.data_ptr(), f.data_ptr(), elems(in), to_mpcomm(in, op)));
+      });
 }
 
 Ops::Works Ops::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) {
   const std::string op = "reduce_scatter_tensor_coalesced";
-  check_pairs(outputs, inputs, *comm_, op, false, size_);
+  check_pairs(outputs, inputs, communicator(), op, false, size_);
   const ReduceOp r = to_mpcomm(opts.reduceOp, outputs[0], op);
-  return launch(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "mpcomm:reduce_scatter_tensor_coalesced", inputs, outputs,
-                [&](MpcommWork& w) {
+  return launch(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "mpcomm:reduce_scatter_tensor_coalesced", inputs,
+                outputs, [&](MpcommWork& w) {
                   // Rank r's block of the buffer reduced: piece r of each input, in order.
                   int64_t block = 0;
                   for (const auto& o : outputs) block += o.numel();
@@ -127,7 +127,7 @@ Ops::Works Ops::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs
                   at::Tensor dst = flat(w, outputs, outputs[0], false);
                   unflatten_after(w, dst, outputs);
                   w.requests.push_back(
-                      comm_->ireduce_scatter(f.data_ptr(), dst.data_ptr(), elems(dst), to_mpcomm(dst, op), r));
+                      communicator().ireduce_scatter(f.data_ptr(), dst.data_ptr(), elems(dst), to_mpcomm(dst, op), r));
                 });
 }
 

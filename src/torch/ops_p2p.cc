@@ -13,22 +13,22 @@ namespace mpcomm::torch_backend {
 Ops::Works Ops::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   const std::string op = "send";
   check_list(tensors, 1, op, "the tensor list");
-  check_tensor(tensors[0], op, *comm_);
+  check_tensor(tensors[0], op, communicator());
   return launch(c10d::OpType::SEND, "mpcomm:send", tensors, {}, [&](MpcommWork& w) {
     at::Tensor t = contiguous(w, tensors[0], false);
     w.keep.push_back(tensors[0]);
-    w.requests.push_back(comm_->isend(t.data_ptr(), elems(t), to_mpcomm(t, op), dst, tag));
+    w.requests.push_back(communicator().isend(t.data_ptr(), elems(t), to_mpcomm(t, op), dst, tag));
   });
 }
 
 Ops::Works Ops::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   const std::string op = "recv";
   check_list(tensors, 1, op, "the tensor list");
-  check_tensor(tensors[0], op, *comm_);
+  check_tensor(tensors[0], op, communicator());
   return launch(c10d::OpType::RECV, "mpcomm:recv", tensors, tensors, [&](MpcommWork& w) {
     at::Tensor t = contiguous(w, tensors[0], true);
     w.keep.push_back(tensors[0]);
-    w.requests.push_back(comm_->irecv(t.data_ptr(), elems(t), to_mpcomm(t, op), src, tag));
+    w.requests.push_back(communicator().irecv(t.data_ptr(), elems(t), to_mpcomm(t, op), src, tag));
   });
 }
 
@@ -37,7 +37,8 @@ Ops::Works Ops::recvAnysource(std::vector<at::Tensor>&, int) {
 }
 
 Ops::Works Ops::barrier(const c10d::BarrierOptions&) {
-  return launch(c10d::OpType::BARRIER, "mpcomm:barrier", {}, {}, [&](MpcommWork& w) { w.requests.push_back(comm_->ibarrier()); });
+  return launch(c10d::OpType::BARRIER, "mpcomm:barrier", {}, {},
+                [&](MpcommWork& w) { w.requests.push_back(communicator().ibarrier()); });
 }
 
 namespace {
@@ -55,15 +56,15 @@ std::string ranks_text(const std::vector<int>& ranks) {
 
 void Ops::monitored_barrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   const std::chrono::milliseconds timeout =
-      opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(comm_->options().timeout.count());
+      opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(communicator().options().timeout.count());
   std::vector<uint8_t> tokens(static_cast<size_t>(size_) + 1, 1);
   if (rank_ != 0) {
     // Report to rank 0, then wait for its release (bounded by the group's timeout).
     Request sent, released;
     {
       auto g = issue_lock();
-      sent = comm_->isend(&tokens[0], 1, DataType::uint8, 0, kMonitoredBarrierTag);
-      released = comm_->irecv(&tokens[1], 1, DataType::uint8, 0, kMonitoredBarrierTag);
+      sent = communicator().isend(&tokens[0], 1, DataType::uint8, 0, kMonitoredBarrierTag);
+      released = communicator().irecv(&tokens[1], 1, DataType::uint8, 0, kMonitoredBarrierTag);
     }
     sent.wait();
     released.wait();
@@ -74,7 +75,7 @@ void Ops::monitored_barrier(const c10d::BarrierOptions& opts, bool wait_all_rank
     auto g = issue_lock();
     for (int r = 1; r < size_; ++r)
       arrived[static_cast<size_t>(r)] =
-          comm_->irecv(&tokens[static_cast<size_t>(r)], 1, DataType::uint8, r, kMonitoredBarrierTag);
+          communicator().irecv(&tokens[static_cast<size_t>(r)], 1, DataType::uint8, r, kMonitoredBarrierTag);
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<int> missing;
@@ -92,14 +93,15 @@ void Ops::monitored_barrier(const c10d::BarrierOptions& opts, bool wait_all_rank
                             ranks_text(missing) + " failed to pass monitoredBarrier in " +
                             std::to_string(timeout.count()) + " ms";
     // The receives still posted would take a later message of those ranks: the group cannot go on.
-    comm_->abort(msg);
+    communicator().abort(msg);
     throw std::runtime_error(msg);
   }
   std::vector<Request> releases;
   {
     auto g = issue_lock();
     for (int r = 1; r < size_; ++r)
-      releases.push_back(comm_->isend(&tokens[static_cast<size_t>(r)], 1, DataType::uint8, r, kMonitoredBarrierTag));
+      releases.push_back(
+          communicator().isend(&tokens[static_cast<size_t>(r)], 1, DataType::uint8, r, kMonitoredBarrierTag));
   }
   for (auto& r : releases) r.wait();
 }

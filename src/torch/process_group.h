@@ -5,9 +5,8 @@
 
 #include <chrono>
 #include <string>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 #include "mpcomm/communicator.h"
 #include "torch/compat.h"
@@ -60,6 +59,10 @@ class ProcessGroupMpcomm final : public GroupBase {
   // Numbers start at 0 on every rank; there is nothing to agree on.
   void setSequenceNumberForGroup() override {}
 #if MPCOMM_TORCH_2
+  // destroy_process_group: the communicator goes now, not when Python drops its last reference.
+  void shutdown() override { ops_.shutdown(); }
+  // ProcessGroup.abort(): every pending and later op fails.
+  void abort() override { ops_.abort("aborted by torch.distributed (ProcessGroup abort)"); }
   Works allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::AllgatherOptions& opts) override;
   Works reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,

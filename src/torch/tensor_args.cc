@@ -12,15 +12,24 @@ namespace mpcomm::torch_backend {
 
 DataType to_mpcomm(const at::Tensor& t, const std::string& op) {
   switch (t.scalar_type()) {
-    case at::kHalf: return DataType::float16;
-    case at::kBFloat16: return DataType::bfloat16;
-    case at::kFloat: return DataType::float32;
-    case at::kDouble: return DataType::float64;
-    case at::kChar: return DataType::int8;
-    case at::kByte: return DataType::uint8;
-    case at::kBool: return DataType::uint8;
-    case at::kInt: return DataType::int32;
-    case at::kLong: return DataType::int64;
+    case at::kHalf:
+      return DataType::float16;
+    case at::kBFloat16:
+      return DataType::bfloat16;
+    case at::kFloat:
+      return DataType::float32;
+    case at::kDouble:
+      return DataType::float64;
+    case at::kChar:
+      return DataType::int8;
+    case at::kByte:
+      return DataType::uint8;
+    case at::kBool:
+      return DataType::uint8;
+    case at::kInt:
+      return DataType::int32;
+    case at::kLong:
+      return DataType::int64;
     default:
       refuse(op, std::string("dtype ") + c10::toString(t.scalar_type()) +
                      " is not supported (float16, bfloat16, float32, float64, int8, uint8, int32, int64, bool are)");
@@ -31,13 +40,17 @@ ReduceOp to_mpcomm(const c10d::ReduceOp& r, const at::Tensor& t, const std::stri
   const bool is_bool = t.scalar_type() == at::kBool;
   switch (r.op_) {
     // bool: a sum or maximum is a logical or, a product or minimum a logical and (as in NCCL).
-    case c10d::ReduceOp::SUM: return is_bool ? ReduceOp::max : ReduceOp::sum;
+    case c10d::ReduceOp::SUM:
+      return is_bool ? ReduceOp::max : ReduceOp::sum;
     case c10d::ReduceOp::AVG:
       if (is_bool) refuse(op, "AVG of bool tensors has no meaning");
       return ReduceOp::avg;
-    case c10d::ReduceOp::PRODUCT: return is_bool ? ReduceOp::min : ReduceOp::prod;
-    case c10d::ReduceOp::MIN: return ReduceOp::min;
-    case c10d::ReduceOp::MAX: return ReduceOp::max;
+    case c10d::ReduceOp::PRODUCT:
+      return is_bool ? ReduceOp::min : ReduceOp::prod;
+    case c10d::ReduceOp::MIN:
+      return ReduceOp::min;
+    case c10d::ReduceOp::MAX:
+      return ReduceOp::max;
     case c10d::ReduceOp::BAND:
     case c10d::ReduceOp::BOR:
     case c10d::ReduceOp::BXOR: {
@@ -49,8 +62,9 @@ ReduceOp to_mpcomm(const c10d::ReduceOp& r, const at::Tensor& t, const std::stri
       return r.op_ == c10d::ReduceOp::BOR ? ReduceOp::bor : ReduceOp::bxor;
     }
     case c10d::ReduceOp::PREMUL_SUM:
-      refuse(op, "PREMUL_SUM (NCCL's pre-multiplied sum) is not supported "
-                 "(SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR are)");
+      refuse(op,
+             "PREMUL_SUM (NCCL's pre-multiplied sum) is not supported "
+             "(SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR are)");
     default:
       refuse(op, "reduce op " + std::to_string(static_cast<int>(r.op_)) +
                      " is not supported (SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR are)");
@@ -78,15 +92,14 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const std::string& op,
     refuse(op, what + ": dtypes differ (" + std::string(c10::toString(a.scalar_type())) + " and " +
                    c10::toString(b.scalar_type()) + ")");
   if (a.numel() != b.numel())
-    refuse(op, what + ": sizes differ (" + std::to_string(a.numel()) + " and " + std::to_string(b.numel()) +
-                   " elements)");
+    refuse(op,
+           what + ": sizes differ (" + std::to_string(a.numel()) + " and " + std::to_string(b.numel()) + " elements)");
 }
 
 void check_root(int64_t root, int size, const std::string& op) {
   if (root < 0 || root >= size)
     refuse(op, "root rank " + std::to_string(root) + " is out of range [0, " + std::to_string(size) + ")");
 }
-
 
 at::Tensor contiguous(MpcommWork& w, const at::Tensor& t, bool out) {
   if (t.is_contiguous()) return t;

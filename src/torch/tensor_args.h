@@ -3,11 +3,11 @@
 // the conversions to mpcomm's dtypes and reduce ops, and the contiguous buffers an op works on.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include <ATen/core/Tensor.h>
+
+#include <string>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <vector>
 
 #include "mpcomm/communicator.h"
 #include "torch/work.h"

@@ -2,16 +2,16 @@
 // thread that ends works off the progress thread. Nothing here depends on the process group's base class.
 #pragma once
 
+#include <ATen/core/ivalue.h>
+
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <vector>
-
-#include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
 
 #include "mpcomm/communicator.h"
 

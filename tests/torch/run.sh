@@ -3,9 +3,10 @@
 #
 #   tests/torch/run.sh [--expect-ok K] LAUNCHER N SCRIPT [ARGS...]
 #
-# LAUNCHER: torchrun (Debian's, with --redirects 1 --tee 1, without which it crashes on Python 3.11),
+# LAUNCHER: torchrun (with --redirects 1 --tee 1, without which Debian's crashes on Python 3.11),
 # mpcomm (`mpcomm launch`), mpirun. Needs MPCOMM_TEST_CLI (the mpcomm executable) and MPCOMM_TEST_PYTHONPATH (the
-# built package, build/python) in the environment; runs /usr/bin/python3, the interpreter with torch.
+# built package: build/python for PyTorch 1.13, build/python-torch2 for 2.x) in the environment; runs
+# MPCOMM_TEST_PYTHON, the interpreter with that torch (default /usr/bin/python3, Debian's 1.13).
 # Passes when the job exits 0 and every rank says it passed — or, with --expect-ok K (a job where a rank is
 # meant to fail), when at least K ranks say so — no rank says FAIL, and afterwards no process of this job
 # and no shared-memory segment of mpcomm's remains.
@@ -15,7 +16,7 @@ if [[ "${1:-}" == "--expect-ok" ]]; then expect_ok=$2; shift 2; fi
 launcher=$1 n=$2 script=$3
 shift 3
 : "${MPCOMM_TEST_CLI:?set MPCOMM_TEST_CLI to the mpcomm executable}" "${MPCOMM_TEST_PYTHONPATH:?set MPCOMM_TEST_PYTHONPATH to build/python}"
-py=/usr/bin/python3
+py=${MPCOMM_TEST_PYTHON:-/usr/bin/python3}
 export PYTHONPATH="$MPCOMM_TEST_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS=1
 tag="mpcomm-torch-test-$$-$RANDOM"  # in every rank's argv: how leftovers are found

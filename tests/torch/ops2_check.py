@@ -1,0 +1,160 @@
+"""The ops PyTorch 2.x code calls beyond 1.13's, on the "mpcomm" backend: all_gather_into_tensor and
+reduce_scatter_tensor (FSDP2's), their coalesced forms and all_reduce's through the coalescing manager,
+batch_isend_irecv, barrier(device_ids=...), monitored_barrier, functional collectives, c10d's sequence numbers,
+what the profiler records for each op, and a refused dtype leaving the group usable. Results exact (integer-valued
+inputs) against a reference from every rank's inputs, and against PyTorch's own gloo in the same job.
+
+Run as every rank of a job under PyTorch 2.x (torchrun, mpcomm launch, mpirun):
+    python tests/torch/ops2_check.py
+Prints one line per failure and a summary; exits 1 on any failure.
+"""
+
+import argparse
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+import mpcomm.torch  # noqa: F401  (registers the backend)
+
+failures = []
+cases = [0]
+
+
+def check(name, got, want):
+    cases[0] += 1
+    got = got if isinstance(got, (list, tuple)) else [got]
+    want = want if isinstance(want, (list, tuple)) else [want]
+    if len(got) != len(want) or not all(g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
+                                        for g, w in zip(got, want)):
+        failures.append(name)
+        print(f"rank {dist.get_rank()}: FAIL {name}: got {[g.flatten()[:6].tolist() for g in got][:2]} "
+              f"want {[w.flatten()[:6].tolist() for w in want][:2]}", flush=True)
+
+
+def expect(name, cond):
+    cases[0] += 1
+    if not cond:
+        failures.append(name)
+        print(f"rank {dist.get_rank()}: FAIL {name}", flush=True)
+
+
+def values(rank, n, dtype, salt=0):
+    i = torch.arange(n, dtype=torch.int64)
+    return ((i * 7 + rank * 5 + salt * 3) % 7 - 3).to(dtype)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tag", help="ignored (marks the job's processes for the test runner)")
+    ap.parse_args()
+    dist.init_process_group("mpcomm")
+    gloo = dist.new_group(backend="gloo")
+    r, n = dist.get_rank(), dist.get_world_size()
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for count in (1, 7, 1000):
+            tag = f"[{str(dtype).split('.')[1]}, {count}]"
+            for g, who in ((None, ""), (gloo, " (gloo)")):
+                out = torch.empty(count * n, dtype=dtype)
+                dist.all_gather_into_tensor(out, values(r, count, dtype), group=g)
+                check("all_gather_into_tensor" + tag + who, out, torch.cat([values(q, count, dtype) for q in range(n)]))
+                for opname, op in (("SUM", dist.ReduceOp.SUM), ("MAX", dist.ReduceOp.MAX)):
+                    rs = torch.empty(count, dtype=dtype)
+                    dist.reduce_scatter_tensor(rs, values(r, count * n, dtype, salt=1), op=op, group=g)
+                    stack = torch.stack([values(q, count * n, dtype, salt=1) for q in range(n)])
+                    ref = stack.sum(0) if opname == "SUM" else stack.max(0).values
+                    check(f"reduce_scatter_tensor {opname}" + tag + who, rs, ref[r * count:(r + 1) * count].to(dtype))
+
+    # The coalescing manager: many tensors, one collective (sizes differ per tensor).
+    sizes = [3, 1, 17]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        ts = [values(r, k, torch.float32, salt=i) for i, k in enumerate(sizes)]
+        for t in ts:
+            dist.all_reduce(t)
+    cm.wait()
+    check("coalesced all_reduce", ts, [sum(values(q, k, torch.float32, salt=i) for q in range(n))
+                                       for i, k in enumerate(sizes)])
+    outs = [torch.empty(k * n) for k in sizes]
+    with dist._coalescing_manager():
+        for i, (k, o) in enumerate(zip(sizes, outs)):
+            dist.all_gather_into_tensor(o, values(r, k, torch.float32, salt=i))
+    check("coalesced all_gather_into_tensor", outs,
+          [torch.cat([values(q, k, torch.float32, salt=i) for q in range(n)]) for i, k in enumerate(sizes)])
+    outs = [torch.empty(k) for k in sizes]
+    with dist._coalescing_manager():
+        for i, (k, o) in enumerate(zip(sizes, outs)):
+            dist.reduce_scatter_tensor(o, values(r, k * n, torch.float32, salt=i))
+    check("coalesced reduce_scatter_tensor", outs,
+          [sum(values(q, k * n, torch.float32, salt=i) for q in range(n))[r * k:(r + 1) * k] for i, k in enumerate(sizes)])
+
+    # batch_isend_irecv: a ring both ways at once (a rank alone has no peer: mpcomm sends to no rank itself).
+    if n > 1:
+        got = [torch.empty(5), torch.empty(5)]
+        ops = [dist.P2POp(dist.isend, values(r, 5, torch.float32, salt=2), (r + 1) % n),
+               dist.P2POp(dist.isend, values(r, 5, torch.float32, salt=3), (r - 1) % n),
+               dist.P2POp(dist.irecv, got[0], (r - 1) % n), dist.P2POp(dist.irecv, got[1], (r + 1) % n)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        check("batch_isend_irecv", got, [values((r - 1) % n, 5, torch.float32, salt=2),
+                                         values((r + 1) % n, 5, torch.float32, salt=3)])
+
+    # Functional collectives (torch.compile's and DTensor's path) on CPU tensors.
+    x = values(r, 6, torch.float32, salt=4)
+    y = funcol.wait_tensor(funcol.all_reduce(x, "sum", dist.group.WORLD))
+    check("funcol.all_reduce", y, sum(values(q, 6, torch.float32, salt=4) for q in range(n)))
+    gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor  # renamed in later 2.x
+    y = funcol.wait_tensor(gather(x, 0, dist.group.WORLD))
+    check("funcol.all_gather_tensor", y, torch.cat([values(q, 6, torch.float32, salt=4) for q in range(n)]))
+
+    # c10d's sequence number: alike on every rank, one more per collective.
+    before = dist.group.WORLD._get_sequence_number_for_group()
+    dist.all_reduce(torch.ones(1))
+    dist.barrier(device_ids=[0])
+    after = dist.group.WORLD._get_sequence_number_for_group()
+    expect(f"sequence number +2 over two collectives ({before} -> {after})", after == before + 2)
+    seqs = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
+    dist.all_gather(seqs, torch.tensor([after], dtype=torch.int64), group=gloo)
+    expect(f"sequence numbers alike on every rank ({[int(s) for s in seqs]})", all(int(s) == after for s in seqs))
+
+    # The profiler records each op under c10d's name with its input shapes.
+    with torch.profiler.profile(record_shapes=True) as prof:
+        dist.all_reduce(torch.ones(4, 3))
+        dist.broadcast(torch.ones(2), src=0)
+        dist.all_gather_into_tensor(torch.empty(4 * n), torch.ones(4))
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * n))
+        if n > 1:
+            if r == 0:
+                dist.send(torch.ones(3), dst=1)
+            elif r == 1:
+                dist.recv(torch.empty(3), src=0)
+        dist.barrier()
+    events = {e.name: e for e in prof.events() if e.name.startswith("mpcomm:")}
+    want = ["mpcomm:all_reduce", "mpcomm:broadcast", "mpcomm:all_gather_into_tensor", "mpcomm:reduce_scatter_tensor",
+            "mpcomm:barrier"] + (["mpcomm:send"] if r == 0 and n > 1 else ["mpcomm:recv"] if r == 1 else [])
+    for name in want:
+        expect(f"profiler saw {name} (it saw {sorted(events)})", name in events)
+    if "mpcomm:all_reduce" in events:
+        expect(f"all_reduce's recorded shapes {events['mpcomm:all_reduce'].input_shapes}",
+               events["mpcomm:all_reduce"].input_shapes == [[4, 3]])
+
+    # A dtype mpcomm cannot reduce is refused by name, and the group goes on.
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.uint16))
+        expect("all_reduce of uint16 refused", False)
+    except (RuntimeError, ValueError) as e:
+        expect(f"the refusal names the dtype: {e}", "UInt16" in str(e))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    check("all_reduce after a refused call", t, torch.full((2,), float(n)))
+
+    dist.monitored_barrier(wait_all_ranks=True)
+    dist.barrier()
+    print(f"rank {r} of {n}: {cases[0]} checks, {len(failures)} failed", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
