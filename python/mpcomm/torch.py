@@ -133,5 +133,10 @@ _fill_torchrun_env()
 if not hasattr(_dist.Backend, "MPCOMM"):
     if _TORCH_2:
         _dist.Backend.register_backend("mpcomm", _create_backend, extended_api=True, devices=["cpu", "cuda"])
+        # mpcomm keeps a flight record of its own (flight_record(group), printed when an op fails); torch's
+        # recorder hook on every op of a group would double the cost of a small collective.
+        _self_recording = getattr(_dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+        if isinstance(_self_recording, set):
+            _self_recording.add("mpcomm")
     else:
         _dist.Backend.register_backend("mpcomm", _create)
