@@ -8,7 +8,7 @@ relative (fp32).
     ddp       DistributedDataParallel
 
 Run as every rank of a job (torchrun): python tests/torch/workloads2_check.py WORKLOAD [--backend mpcomm|gloo]
-[--steps S]. Prints "rank R of N: ..., 0 failed" and the median step time; exits 1 on a failure.
+[--steps S] [--dim D]. Prints "rank R of N: ..., 0 failed" and the median step time; exits 1 on a failure.
 """
 
 import argparse
@@ -23,7 +23,8 @@ import torch.nn as nn
 
 import mpcomm.torch  # noqa: F401  (registers the backend)
 
-D, HEADS, FF, SEQ, BATCH, LR = 32, 4, 64, 8, 16, 0.05
+HEADS, SEQ, BATCH, LR = 4, 8, 16, 0.05
+D, FF = 32, 64  # --dim sets D (FF = 2 D)
 
 
 def transformer(layers=2):
@@ -159,8 +160,11 @@ def main():
     ap.add_argument("workload", choices=["fsdp", "tp2d", "pipeline", "ddp"])
     ap.add_argument("--backend", default="mpcomm")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--dim", type=int, default=32, help="model width (default 32; the feed-forward is twice it)")
     ap.add_argument("--tag", help="ignored (marks the job's processes for the test runner)")
     a = ap.parse_args()
+    global D, FF
+    D, FF = a.dim, 2 * a.dim
     dist.init_process_group(a.backend)
     failures = []
     worst, times = run(a.workload, a.steps, failures)
