@@ -6,6 +6,9 @@
                                the timeout (3 s) + 5 s, naming the rank it waited for
     faults_check.py kill       rank 1 SIGKILLs itself while an all_reduce is in flight: every other rank
                                raises within a few seconds (the timeout is 60 s)
+    faults_check.py monitored  (PyTorch 2.x; 1.13 lets only gloo run it) the last rank skips monitored_barrier:
+                               rank 0 raises within its 2 s timeout + 3 s naming that rank; the others raise
+                               within the group's timeout (3 s) + 5 s
     faults_check.py subgroup   new_group(ranks=[0, n-1], backend="mpcomm"): exact results inside it, the
                                others are not members
 
@@ -105,6 +108,26 @@ def skip():
         return fails
 
 
+def monitored():
+    r, n = dist.get_rank(), dist.get_world_size()
+    missing = n - 1
+    if r == missing:
+        time.sleep(12)  # stays alive (no peer failure) past the others' timeout
+        return []
+    t0 = time.monotonic()
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=2), wait_all_ranks=True)
+        return ["monitored_barrier passed without the last rank"]
+    except RuntimeError as e:
+        took, text = time.monotonic() - t0, str(e)
+        out(f"raised after {took:.1f} s: {text.splitlines()[0][:300]}")
+        if r == 0:
+            fails = [] if f"Rank {missing} failed to pass monitoredBarrier in 2000 ms" in text else [
+                f"rank 0's error does not name rank {missing}: {text}"]
+            return fails + ([f"raised after {took:.1f} s, past 2 s + 3 s"] if took > 5 else [])
+        return [f"raised after {took:.1f} s, past the timeout + 5 s"] if took > 8 else []
+
+
 def kill():
     r, n = dist.get_rank(), dist.get_world_size()
     t = torch.ones(1 << 22)
@@ -141,9 +164,9 @@ def subgroup():
 
 def main():
     mode = sys.argv[1]
-    timeout = {"skip": 3, "kill": 60}.get(mode, 60)
+    timeout = {"skip": 3, "monitored": 3, "kill": 60}.get(mode, 60)
     dist.init_process_group("mpcomm", timeout=datetime.timedelta(seconds=timeout))
-    fails = {"bad": bad, "skip": skip, "kill": kill, "subgroup": subgroup}[mode]()
+    fails = {"bad": bad, "skip": skip, "monitored": monitored, "kill": kill, "subgroup": subgroup}[mode]()
     for f in fails:
         out("FAIL " + f)
     if not fails:

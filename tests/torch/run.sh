@@ -33,7 +33,10 @@ shm_before=$(ls /dev/shm 2>/dev/null | grep -c "$shm_pattern" || true)
 free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 case "$launcher" in
-  torchrun) cmd=("$py" -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node "$n"
+  # MPCOMM_TEST_TORCHRUN_MONITOR=5: how often torchrun's agent looks at the ranks (1.13's default). 2.x's looks
+  # every 0.1 s and ends the whole job as soon as one rank died, before the survivors can say how they saw it.
+  torchrun) cmd=("$py" -m torch.distributed.run --redirects 1 --tee 1
+                 ${MPCOMM_TEST_TORCHRUN_MONITOR:+--monitor_interval "$MPCOMM_TEST_TORCHRUN_MONITOR"} --nproc_per_node "$n"
                  --master_port "$(free_port)" "$script" "$@" --tag "$tag") ;;
   mpcomm)   cmd=("$MPCOMM_TEST_CLI" launch -n "$n" --timeout 300 -- "$py" "$script" "$@" --tag "$tag") ;;
   mpirun)   cmd=(mpirun -n "$n" --oversubscribe -x PYTHONPATH -x OMP_NUM_THREADS -x MPCOMM_JOB_ID)

@@ -85,6 +85,18 @@ def timed_steps(step, data):
     return times
 
 
+def shard_step(model, index, shards):
+    """A data-parallel training step: this replica trains on its shard `index` of `shards` of the batch."""
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    per = BATCH // shards
+
+    def step(x, y):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x[index * per:(index + 1) * per]), y[index * per:(index + 1) * per]).backward()
+        opt.step()
+    return step
+
+
 def run(workload, steps, failures):
     r, n = dist.get_rank(), dist.get_world_size()
     data = batches(steps)
@@ -98,14 +110,7 @@ def run(workload, steps, failures):
             fully_shard(model)
         else:
             model = nn.parallel.DistributedDataParallel(model)
-        opt = torch.optim.SGD(model.parameters(), lr=LR)
-        per = BATCH // n
-
-        def step(x, y):
-            opt.zero_grad()
-            nn.functional.mse_loss(model(x[r * per:(r + 1) * per]), y[r * per:(r + 1) * per]).backward()
-            opt.step()
-        times = timed_steps(step, data)
+        times = timed_steps(shard_step(model, r, n), data)
         mine = model.module if workload == "ddp" else model
         worst = compare(workload, list(mine.named_parameters()), list(ref.parameters()), failures)
     elif workload == "tp2d":
@@ -121,15 +126,7 @@ def run(workload, steps, failures):
             parallelize_module(block, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
             fully_shard(block, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])
-        opt = torch.optim.SGD(model.parameters(), lr=LR)
-        dp, ndp = mesh["dp"].get_local_rank(), n // 2
-        per = BATCH // ndp
-
-        def step(x, y):
-            opt.zero_grad()
-            nn.functional.mse_loss(model(x[dp * per:(dp + 1) * per]), y[dp * per:(dp + 1) * per]).backward()
-            opt.step()
-        times = timed_steps(step, data)
+        times = timed_steps(shard_step(model, mesh["dp"].get_local_rank(), n // 2), data)
         worst = compare("tp2d", list(model.named_parameters()), list(ref.parameters()), failures)
     elif workload == "pipeline":
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
