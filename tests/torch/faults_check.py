@@ -84,48 +84,53 @@ def bad():
     return fails
 
 
-def skip():
+def absent_last_rank(call):
+    """The last rank stays away (alive: no peer failure) past the others' timeout while they make `call`.
+    Returns (the absent rank, seconds until call raised, its text): (rank, None, None) on the absent rank,
+    (rank, seconds, None) where call returned."""
     r, n = dist.get_rank(), dist.get_world_size()
     missing = n - 1
     if r == missing:
-        time.sleep(12)  # stays alive (no peer failure) past the others' timeout
-        return []
+        time.sleep(12)
+        return missing, None, None
     t0 = time.monotonic()
     try:
-        dist.all_reduce(torch.ones(1000))
-        return ["the all_reduce completed without the last rank"]
-    except RuntimeError as e:
-        took = time.monotonic() - t0
-        text = str(e)
-        fails = []
-        if took > 3 + 5:
-            fails.append(f"raised after {took:.1f} s, past the timeout + 5 s")
-        if f"rank {missing}" not in text and "communicator was aborted" not in text:
-            fails.append(f"the error does not name rank {missing}: {text}")
-        if "allreduce" not in text:
-            fails.append(f"the error does not name the op: {text}")
-        out(f"raised after {took:.1f} s: {text.splitlines()[0][:300]}")
-        return fails
-
-
-def monitored():
-    r, n = dist.get_rank(), dist.get_world_size()
-    missing = n - 1
-    if r == missing:
-        time.sleep(12)  # stays alive (no peer failure) past the others' timeout
-        return []
-    t0 = time.monotonic()
-    try:
-        dist.monitored_barrier(timeout=datetime.timedelta(seconds=2), wait_all_ranks=True)
-        return ["monitored_barrier passed without the last rank"]
+        call()
+        return missing, time.monotonic() - t0, None
     except RuntimeError as e:
         took, text = time.monotonic() - t0, str(e)
         out(f"raised after {took:.1f} s: {text.splitlines()[0][:300]}")
-        if r == 0:
-            fails = [] if f"Rank {missing} failed to pass monitoredBarrier in 2000 ms" in text else [
-                f"rank 0's error does not name rank {missing}: {text}"]
-            return fails + ([f"raised after {took:.1f} s, past 2 s + 3 s"] if took > 5 else [])
-        return [f"raised after {took:.1f} s, past the timeout + 5 s"] if took > 8 else []
+        return missing, took, text
+
+
+def skip():
+    missing, took, text = absent_last_rank(lambda: dist.all_reduce(torch.ones(1000)))
+    if took is None:
+        return []
+    if text is None:
+        return ["the all_reduce completed without the last rank"]
+    fails = []
+    if took > 3 + 5:
+        fails.append(f"raised after {took:.1f} s, past the timeout + 5 s")
+    if f"rank {missing}" not in text and "communicator was aborted" not in text:
+        fails.append(f"the error does not name rank {missing}: {text}")
+    if "allreduce" not in text:
+        fails.append(f"the error does not name the op: {text}")
+    return fails
+
+
+def monitored():
+    missing, took, text = absent_last_rank(
+        lambda: dist.monitored_barrier(timeout=datetime.timedelta(seconds=2), wait_all_ranks=True))
+    if took is None:
+        return []
+    if text is None:
+        return ["monitored_barrier passed without the last rank"]
+    if dist.get_rank() == 0:
+        fails = [] if f"Rank {missing} failed to pass monitoredBarrier in 2000 ms" in text else [
+            f"rank 0's error does not name rank {missing}: {text}"]
+        return fails + ([f"raised after {took:.1f} s, past 2 s + 3 s"] if took > 5 else [])
+    return [f"raised after {took:.1f} s, past the timeout + 5 s"] if took > 8 else []
 
 
 def kill():
