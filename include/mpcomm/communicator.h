@@ -64,6 +64,9 @@ enum class OpKind : uint8_t {
 inline constexpr int kNumOpKinds = 14;
 MPCOMM_API std::string_view to_string(OpKind k);
 
+// The peer of a receive that takes a message from any rank (Communicator::recv).
+inline constexpr int kAnySource = -1;
+
 // Which host each rank runs on (hosts numbered in order of their lowest rank).
 struct Topology {
   std::vector<int> host_of_rank;       // host index of every rank
@@ -163,6 +166,9 @@ class MPCOMM_API Request {
   // hand the news to another thread for anything more. One callback per Request; a second replaces
   // none and throws InvalidArgument.
   void on_complete(std::function<void(std::exception_ptr)> fn);
+  // The rank a receive's message came from (for a receive from kAnySource, the sender it matched), once the
+  // receive has completed; -1 before that and for every other op.
+  int source() const;
   bool valid() const { return state_ != nullptr; }
 
  private:
@@ -235,9 +241,13 @@ class MPCOMM_API Communicator final {
                       DataType dt);
 
   // Point to point. A receive must name the same count and dtype the sender sent; messages from one
-  // peer with one tag arrive in the order they were sent.
+  // peer with one tag arrive in the order they were sent. A receive from kAnySource takes the first
+  // message with its tag from whichever rank (receives match in the order they were posted, from-any
+  // and from-one alike; a message that arrived before them, the earliest such); recv() returns the
+  // rank it came from, Request::source() tells it for irecv(). Backends without such a receive (nccl)
+  // refuse it with InvalidArgument.
   void send(const void* buf, size_t count, DataType dt, int peer, int tag = 0);
-  void recv(void* buf, size_t count, DataType dt, int peer, int tag = 0);
+  int recv(void* buf, size_t count, DataType dt, int peer, int tag = 0);
   Request isend(const void* buf, size_t count, DataType dt, int peer, int tag = 0);
   Request irecv(void* buf, size_t count, DataType dt, int peer, int tag = 0);
 

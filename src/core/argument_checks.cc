@@ -136,12 +136,17 @@ BufferSpans check_arguments(const Op& op, const Backend& c) {
                    std::string(to_string(op.dtype)));
   if (op.rooted() && (op.root < 0 || op.root >= c.size()))
     bad(op, c, "root " + std::to_string(op.root) + " is out of range [0, " + std::to_string(c.size()) + ")");
-  if (op.kind == OpKind::send || op.kind == OpKind::recv) {
+  if (op.kind == OpKind::recv && op.peer == kAnySource) {
+    if (!c.receives_from_any_source())
+      bad(op, c, "the " + std::string(c.name()) + " backend cannot receive from any source: name the sender");
+    if (c.size() == 1) bad(op, c, "a receive from any source needs another rank to send");
+  } else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
     if (op.peer < 0 || op.peer >= c.size())
       bad(op, c, "peer " + std::to_string(op.peer) + " is out of range [0, " + std::to_string(c.size()) + ")");
     if (op.peer == c.rank()) bad(op, c, "sending to or receiving from oneself is not supported");
-    if (op.tag < 0) bad(op, c, "tag " + std::to_string(op.tag) + " is negative");
   }
+  if ((op.kind == OpKind::send || op.kind == OpKind::recv) && op.tag < 0)
+    bad(op, c, "tag " + std::to_string(op.tag) + " is negative");
   if (c.options().device.kind == Device::cuda)
     device::require_cuda(c.describe(op) + " on " + to_string(c.options().device));
 

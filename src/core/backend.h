@@ -100,6 +100,9 @@ class Backend {
   // every backend.
   virtual bool checks_sizes() const { return false; }
 
+  // Whether start() takes a receive from kAnySource (the request's source() then names the sender).
+  virtual bool receives_from_any_source() const { return true; }
+
   // Whether a request's test() is cheap enough for the progress thread to call it between naps, for sends
   // and receives nobody waits for yet.
   virtual bool cheap_test() const { return true; }

@@ -26,6 +26,8 @@ bool Request::test() {
   return state_->test();
 }
 
+int Request::source() const { return state_ ? state_->source() : -1; }
+
 void Request::on_complete(std::function<void(std::exception_ptr)> fn) {
   if (!state_) throw InvalidArgument("mpcomm: on_complete() on an empty Request");
   if (!fn) throw InvalidArgument("mpcomm: on_complete() with an empty function");
@@ -198,9 +200,9 @@ void Communicator::send(const void* buf, size_t count, DataType dt, int peer, in
   core_->p2p(o);
 }
 
-void Communicator::recv(void* buf, size_t count, DataType dt, int peer, int tag) {
+int Communicator::recv(void* buf, size_t count, DataType dt, int peer, int tag) {
   Op o{.kind = OpKind::recv, .recv = buf, .count = count, .dtype = dt, .peer = peer, .tag = tag};
-  core_->p2p(o);
+  return core_->p2p(o);
 }
 
 void Communicator::abort(const std::string& reason) {

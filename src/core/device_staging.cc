@@ -100,6 +100,7 @@ class StagedRequest final : public RequestState {
     if (staged_ != nullptr) mem_.release(staged_, /*maybe_in_use=*/true);
   }
   void set_inner(std::shared_ptr<RequestState> inner) { inner_ = std::move(inner); }
+  int source() const override { return inner_ ? inner_->source() : -1; }
   void wait() override {
     if (staged_ == nullptr) return;
     inner_->wait();

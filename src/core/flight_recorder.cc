@@ -99,8 +99,9 @@ std::string FlightRecorder::dump(const std::string& who) const {
                   ((p2p ? "p" : "#") + std::to_string(op.seq)).c_str(), std::string(to_string(op.kind)).c_str(),
                   op.count, std::string(to_string(op.dtype)).c_str(),
                   op.reduces() ? std::string(to_string(op.redop)).c_str() : "-", num(op.root, op.rooted()).c_str(),
-                  num(op.peer, p2p).c_str(), num(op.tag, p2p).c_str(), state_name(e.state.load(std::memory_order_acquire)), OpClock::seconds(e.start - t0_) * 1e3, took,
-                  algorithm != nullptr ? algorithm : "-");
+                  (op.kind == OpKind::recv && op.peer == kAnySource ? std::string("any") : num(op.peer, p2p)).c_str(),
+                  num(op.tag, p2p).c_str(), state_name(e.state.load(std::memory_order_acquire)),
+                  OpClock::seconds(e.start - t0_) * 1e3, took, algorithm != nullptr ? algorithm : "-");
     out += line;
     if (!e.error.empty()) out += "  " + e.error;
     out += "\n";

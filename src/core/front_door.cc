@@ -261,7 +261,7 @@ void FrontDoor::collective(Op& op) {
   execute(op, spans, recorder_.start(op, t0), t0);
 }
 
-void FrontDoor::p2p(Op& op) {
+int FrontDoor::p2p(Op& op) {
   op.seq = p2p_seq_;  // a refusal names the number the op would have had
   throw_if_aborted(op);
   const BufferSpans spans = check_arguments(op, *backend_);
@@ -273,6 +273,7 @@ void FrontDoor::p2p(Op& op) {
     progress_now(r, /*wait=*/true);
   }
   if (r.phase == OpRequest::Phase::failed) std::rethrow_exception(r.error);
+  return r.source();
 }
 
 // ---- observers --------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   // The public calls (op filled by the caller; checked and numbered here).
   void collective(Op& op);
   Request icollective(Op& op);
-  void p2p(Op& op);                                 // blocking send or recv
+  int p2p(Op& op);                                  // blocking send or recv: a receive's sender
   Request ip2p(Op& op);                             // isend or irecv
   std::unique_ptr<Communicator> split(int color, int key);
   void abort(ErrorCode code, const std::string& reason);

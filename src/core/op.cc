@@ -88,9 +88,11 @@ std::string describe(const Fingerprint& f) {
 std::string describe(const Op& op, int rank, int size, std::string_view backend) {
   std::string s;
   if (op.kind == OpKind::send || op.kind == OpKind::recv) {
-    s = std::string(to_string(op.kind)) + " #" + std::to_string(op.seq) + " (count " + std::to_string(op.count) +
-        ", " + std::string(to_string(op.dtype)) + (op.kind == OpKind::send ? ", to rank " : ", from rank ") +
-        std::to_string(op.peer) + ", tag " + std::to_string(op.tag) + ")";
+    s = std::string(to_string(op.kind)) + " #" + std::to_string(op.seq) + " (count " + std::to_string(op.count) + ", " +
+        std::string(to_string(op.dtype)) + (op.kind == OpKind::send ? ", to rank " : ", from ") +
+        (op.kind == OpKind::recv ? (op.peer == kAnySource ? "any rank" : "rank " + std::to_string(op.peer))
+                                 : std::to_string(op.peer)) +
+        ", tag " + std::to_string(op.tag) + ")";
   } else if (op.v != nullptr) {
     s = describe(fingerprint(op));
     s.insert(s.size() - 1, "; " + std::to_string(op.count) + " elements out, " + std::to_string(recv_total(op)) + " in");

@@ -30,7 +30,7 @@ struct Op {
   DataType dtype = DataType::uint8;
   ReduceOp redop = ReduceOp::sum;
   int root = -1;              // rooted collectives
-  int peer = -1;              // send/recv
+  int peer = -1;              // send/recv (recv: kAnySource for any rank)
   int tag = 0;                // send/recv
   bool fingerprint_probe = false;  // MPCOMM_CHECK's allgather of fingerprints, which shares the op's seq
   const VCounts* v = nullptr;      // alltoallv, allgatherv
@@ -89,6 +89,8 @@ class RequestState {
   virtual bool test() = 0;
   // Request::on_complete (the front door's requests only).
   virtual void on_complete(std::function<void(std::exception_ptr)> fn);
+  // Request::source: a completed receive's sender; -1 before, and for other ops.
+  virtual int source() const { return -1; }
 };
 
 }  // namespace mpcomm::detail

@@ -23,6 +23,12 @@ class OpRequest final : public RequestState {
   bool test() override { return core_->test(*this); }
   void on_complete(std::function<void(std::exception_ptr)> fn) override { core_->on_complete(*this, std::move(fn)); }
   bool ended() const { return phase == Phase::done || phase == Phase::failed; }
+  // A receive's sender once it ended well: the peer it named, or the backend's answer for kAnySource (inner
+  // is set before the end and never changed).
+  int source() const override {
+    if (op.kind != OpKind::recv || phase.load() != Phase::done) return -1;
+    return op.peer != kAnySource ? op.peer : inner ? inner->source() : -1;
+  }
   bool is_p2p() const { return op.kind == OpKind::send || op.kind == OpKind::recv; }
   // An uneven op's counts and displacements, copied from the caller's arrays (which may go away once the
   // call returns); op.v points at the copies from now on.

@@ -1,4 +1,4 @@
-// Point to point and the barriers of Ops: send, recv (from a named rank), barrier, and the monitored barrier
+// Point to point and the barriers of Ops: send, recv (from a named rank or any), barrier, and the monitored barrier
 // that names the ranks that did not arrive.
 #include <chrono>
 #include <string>
@@ -32,8 +32,15 @@ Ops::Works Ops::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   });
 }
 
-Ops::Works Ops::recvAnysource(std::vector<at::Tensor>&, int) {
-  refuse("recv", "receiving from any source is not supported by mpcomm: name the source rank (src=...)");
+Ops::Works Ops::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  const std::string op = "recv";
+  check_list(tensors, 1, op, "the tensor list");
+  check_tensor(tensors[0], op, communicator());
+  return launch(c10d::OpType::RECVANYSOURCE, "mpcomm:recvAnySource", tensors, tensors, [&](MpcommWork& w) {
+    at::Tensor t = contiguous(w, tensors[0], true);
+    w.keep.push_back(tensors[0]);
+    w.requests.push_back(communicator().irecv(t.data_ptr(), elems(t), to_mpcomm(t, op), kAnySource, tag));
+  });
 }
 
 Ops::Works Ops::barrier(const c10d::BarrierOptions&) {

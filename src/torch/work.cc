@@ -177,4 +177,10 @@ void Completions::loop() {
   }
 }
 
+int MpcommWork::sourceRank() const {
+  const int src = requests.size() == 1 ? requests[0].source() : -1;
+  if (src < 0) throw std::runtime_error("mpcomm: sourceRank: the receive has not completed (or is not a receive)");
+  return src;
+}
+
 }  // namespace mpcomm::torch_backend

@@ -40,6 +40,8 @@ class MpcommWork final : public c10d::Work {
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
+  // A receive from any source: the group rank it came from, once it ended well (what dist.recv returns).
+  int sourceRank() const override;
   void synchronize() override {}
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 

@@ -8,6 +8,10 @@
 //                                   limit forced to 1000 elements, every dtype, in and out of place
 //   mpi_rank_prog bigcount          an allgather of more than INT_MAX elements per rank: Unsupported
 //   mpi_rank_prog p2p               isend/irecv with tags, test(), and a receive of the wrong count
+//   mpi_rank_prog anysource         receives from any source (testing/any_source_check.h)
+//   mpi_rank_prog anysourcebig      with the chunk limit forced to 1000 elements, a receive from any source
+//                                   of 2000: Unsupported (print "rank 0 unsupported: <error>"), and the
+//                                   communicator still usable
 //   mpi_rank_prog partial           write a line in two pieces, flushing in between
 //   mpi_rank_prog exit CODE VICTIM  rank VICTIM exits with CODE after a barrier, the others sleep
 //   mpi_rank_prog latency ITERS     print the mean time of small collectives, back to back
@@ -26,11 +30,11 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-
-#include "harness/flight_record.h"
 #include <vector>
 
+#include "harness/flight_record.h"
 #include "mpcomm/mpcomm.h"
+#include "testing/any_source_check.h"
 #include "testing/collective_check.h"
 
 using namespace mpcomm;
@@ -235,6 +239,7 @@ int main(int argc, char** argv) {
   }
   Options opts;
   if (mode == "chunks") opts.params["MPCOMM_MPI_CHUNK_ELEMENTS"] = "1000";
+  if (mode == "anysourcebig") opts.params["MPCOMM_MPI_CHUNK_ELEMENTS"] = "1000";
   auto comm = init_from_env(opts);
   const int rank = comm->rank();
   try {
@@ -243,6 +248,25 @@ int main(int argc, char** argv) {
     if (mode == "chunks") rc = chunks(*comm);
     if (mode == "bigcount") return bigcount(*comm);
     if (mode == "p2p") rc = p2p(*comm);
+    if (mode == "anysource") {
+      const std::string err = check::any_source_check(*comm, /*native_order=*/false);
+      if (!err.empty()) std::printf("rank %d any source: %s\n", rank, err.c_str());
+      rc = err.empty() ? 0 : 1;
+    }
+    if (mode == "anysourcebig") {
+      std::vector<int32_t> buf(2000, 0);
+      if (rank == 0) {
+        try {
+          comm->recv(buf.data(), buf.size(), DataType::int32, kAnySource, 1);
+        } catch (const Unsupported& e) {
+          std::printf("rank 0 unsupported: %s\n", e.what());
+        }
+      }
+      comm->barrier();
+      if (rank == 1) comm->send(buf.data(), buf.size(), DataType::int32, 0, 1);
+      if (rank == 0) comm->recv(buf.data(), buf.size(), DataType::int32, 1, 1);
+      rc = 0;
+    }
     if (mode == "latency") rc = latency(*comm, argc > 2 ? std::atoi(argv[2]) : 1000);
     if (mode == "exit") {
       comm->barrier();

@@ -86,7 +86,7 @@ class MpiProcesses : public ::testing::Test {
     for (const std::string& e : mpcomm_shm_entries())
       EXPECT_NE(std::find(shm_before_.begin(), shm_before_.end(), e), shm_before_.end()) << "shared memory left behind: " << e;
     for (const char* mode : {"topology", "grid", "mismatch", "kill", "stall", "abort", "chunks", "bigcount", "p2p",
-                             "partial", "exit", "wrongsize"})
+                             "anysource", "anysourcebig", "partial", "exit", "wrongsize"})
       EXPECT_EQ(count_processes_running(kProg, mode) + count_processes_running(kTestProg, mode), 0)
           << "ranks of '" << mode << "' left behind";
     EXPECT_EQ(count_processes_running("mpirun", "-n"), 0) << "mpirun left behind";
@@ -276,6 +276,22 @@ TEST_F(MpiProcesses, LargeCountsAreSplitIntoChunks) {
   RunResult r = run_command(launch("-n 3 --timeout 60 -- " + kProg + " chunks"));
   ASSERT_EQ(r.status, 0) << r.output;
   expect_every_rank_ok(r, 3);
+}
+
+// MPI_ANY_SOURCE: whole messages from their senders. One that would take more than one MPI message (the
+// chunk limit forced to 1000 elements) is refused, and the communicator goes on.
+TEST_F(MpiProcesses, ReceivesFromAnySource) {
+  RunResult r = run_command(launch("-n 3 --timeout 60 -- " + kProg + " anysource"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_every_rank_ok(r, 3);
+  r = run_command(launch("-n 2 --timeout 60 -- " + kProg + " anysourcebig"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_every_rank_ok(r, 2);
+  EXPECT_TRUE(
+      contains(line_with(r.output, "[0] rank 0 unsupported: "),
+               "recv #0 (count 2000, int32, from any rank, tag 1) on rank 0 of 2 [mpi]: the mpi backend receives "
+               "from any source at most 1000 elements (one MPI message)"))
+      << r.output;
 }
 
 // Refused before any MPI call, with either kind of call; the communicator stays usable past the timeout

@@ -100,6 +100,25 @@ def main():
         check("batch_isend_irecv", got, [values((r - 1) % n, 5, torch.float32, salt=2),
                                          values((r + 1) % n, 5, torch.float32, salt=3)])
 
+    # Receive from any source: rank 0 takes one message from every other rank as they come (dist.recv without
+    # src returns the sender), on the world and on a subgroup of the odd ranks (which returns global ranks).
+    for name, members in (("world", list(range(n))), ("odd ranks", [q for q in range(n) if q % 2 == 1])):
+        g = dist.new_group(members) if name != "world" and len(members) > 1 else None
+        if len(members) < 2 or r not in members:
+            continue
+        head = members[0]
+        if r == head:
+            got = {}
+            for _ in members[1:]:
+                t = torch.empty(1000)
+                src = dist.recv(t, tag=9, group=g)
+                got[src] = t
+            expect(f"recv from any source ({name}): senders {sorted(got)}", sorted(got) == members[1:])
+            check(f"recv from any source ({name})", [got.get(q, torch.empty(0)) for q in members[1:]],
+                  [values(q, 1000, torch.float32, salt=7) for q in members[1:]])
+        else:
+            dist.send(values(r, 1000, torch.float32, salt=7), dst=head, tag=9, group=g)
+
     # Functional collectives (torch.compile's and DTensor's path) on CPU tensors.
     x = values(r, 6, torch.float32, salt=4)
     y = funcol.wait_tensor(funcol.all_reduce(x, "sum", dist.group.WORLD))

@@ -282,6 +282,19 @@ def main():
                 check("isend/irecv ring" + tag, run_both("isend/irecv ring" + tag, ring, gloo, gs),
                       values((r - 1) % n, count, dtype, salt=30))
 
+                # rank 0 receives from any source, one message from every other rank as they come
+                def fan_in(g):
+                    if r != 0:
+                        dist.send(values(r, count, dtype, salt=40), dst=0, tag=9, group=g)
+                        return []
+                    got = {}
+                    for _ in range(n - 1):
+                        t = torch.empty(count, dtype=dtype)
+                        got[dist.recv(t, tag=9, group=g)] = t
+                    return [got.get(q, torch.empty(0)) for q in range(1, n)]
+                check("recv from any source" + tag, run_both("recv from any source" + tag, fan_in, gloo, gs),
+                      [values(q, count, dtype, salt=40) for q in range(1, n)] if r == 0 else [])
+
     # a non-contiguous tensor: allreduce of a transposed view, written back in place
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
     dist.all_reduce(t)

@@ -15,7 +15,6 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
-
 #include <signal.h>
 
 #include <atomic>
@@ -23,12 +22,13 @@
 #include <mutex>
 #include <thread>
 
-#include "bootstrap/peer_directory.h"
+#include "backends/gloo/p2p_request.h"
 #include "bootstrap/abort_record.h"
-#include "device/device.h"
-#include "log/log.h"
+#include "bootstrap/peer_directory.h"
 #include "core/op.h"
+#include "device/device.h"
 #include "kernels/reduce.h"
+#include "log/log.h"
 
 namespace mpcomm::gloo_backend {
 
@@ -161,29 +161,6 @@ constexpr uint8_t kAllgathervSlotPrefix = 0x22;
 
 class GlooBackend;
 
-// A send or receive on a Gloo unbound buffer. Gloo's own threads move the bytes; completion is seen in
-// waitSend/waitRecv, and Gloo has no way to ask without waiting (a wait that times out signals the
-// timeout to every pair of the context, closing them all). So test() hands the wait to a thread of the
-// request's own, started at the first test(), and reports what it saw.
-class P2PRequest : public detail::RequestState {
- public:
-  P2PRequest(GlooBackend* c, std::unique_ptr<::gloo::transport::UnboundBuffer> buf, detail::Op op)
-      : c_(c), buf_(std::move(buf)), op_(op) {}
-  ~P2PRequest() override;
-  void wait() override;
-  bool test() override;
-
- private:
-  void wait_here();  // the bounded wait; throws the op's error
-  GlooBackend* c_;
-  std::unique_ptr<::gloo::transport::UnboundBuffer> buf_;
-  detail::Op op_;
-  bool done_ = false;
-  std::thread waiter_;                 // test()'s wait, when test() was called before completion
-  std::atomic<bool> waiter_done_{false};
-  std::exception_ptr waiter_error_;    // written by waiter_ before waiter_done_
-};
-
 class GlooBackend final : public detail::Backend {
  public:
   GlooBackend(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
@@ -192,23 +169,9 @@ class GlooBackend final : public detail::Backend {
         ctx_(std::move(ctx)),
         abort_watch_(store, std::chrono::milliseconds(0), "gloo rank " + std::to_string(rank)) {}
 
-  // Gloo errors become mpcomm errors that name the op: timeouts as Timeout, a closed or failed
-  // connection as PeerFailure.
   template <class F>
   void guarded(const detail::Op& op, F&& f) {
-    try {
-      f();
-    } catch (const ::gloo::IoException& e) {
-      std::string w = e.what();
-      bool timed_out = w.find("imed out") != std::string::npos || w.find("imeout") != std::string::npos;
-      std::string msg = "mpcomm: " + describe(op) + ": gloo: " + w;
-      if (timed_out) throw Timeout(msg);
-      throw PeerFailure(msg);
-    } catch (const ::gloo::Exception& e) {
-      throw PeerFailure("mpcomm: " + describe(op) + ": gloo: " + e.what());
-    } catch (const ::gloo::EnforceNotMet& e) {
-      throw Internal("mpcomm: " + describe(op) + ": gloo: " + e.what());
-    }
+    gloo_backend::guarded(*this, op, std::forward<F>(f));
   }
 
   Millis timeout() const { return options().timeout; }
@@ -230,6 +193,12 @@ class GlooBackend final : public detail::Backend {
       if (op.kind == OpKind::send) {
         buf = ctx_->createUnboundBuffer(const_cast<void*>(op.send), op.bytes());
         buf->send(op.peer, slot);
+      } else if (op.peer == kAnySource) {
+        std::vector<int> others;
+        for (int r = 0; r < size(); ++r)
+          if (r != rank()) others.push_back(r);
+        buf = ctx_->createUnboundBuffer(op.recv, op.bytes());
+        buf->recv(others, slot);
       } else {
         buf = ctx_->createUnboundBuffer(op.recv, op.bytes());
         buf->recv(op.peer, slot);
@@ -496,53 +465,7 @@ class GlooBackend final : public detail::Backend {
   std::mutex abort_mu_;
   std::string abort_;
   AbortWatch abort_watch_;
-  friend class P2PRequest;
 };
-
-P2PRequest::~P2PRequest() {
-  if (!waiter_.joinable()) return;
-  if (!waiter_done_.load()) {  // dropped before it completed: end the waiter's wait
-    if (op_.kind == OpKind::send)
-      buf_->abortWaitSend();
-    else
-      buf_->abortWaitRecv();
-  }
-  waiter_.join();
-}
-
-void P2PRequest::wait_here() {
-  c_->guarded(op_, [&] {
-    bool ok = op_.kind == OpKind::send ? buf_->waitSend(c_->timeout()) : buf_->waitRecv(c_->timeout());
-    if (!ok) throw Timeout("mpcomm: " + c_->describe(op_) + ": gloo: no completion");
-  });
-}
-
-void P2PRequest::wait() {
-  if (done_) return;
-  if (waiter_.joinable()) {
-    waiter_.join();
-    if (waiter_error_) std::rethrow_exception(waiter_error_);
-  } else {
-    wait_here();
-  }
-  done_ = true;
-}
-
-bool P2PRequest::test() {
-  if (done_) return true;
-  if (!waiter_.joinable())
-    waiter_ = std::thread([this] {
-      try {
-        wait_here();
-      } catch (...) {
-        waiter_error_ = std::current_exception();
-      }
-      waiter_done_.store(true);
-    });
-  if (!waiter_done_.load()) return false;
-  wait();
-  return true;
-}
 
 }  // namespace
 

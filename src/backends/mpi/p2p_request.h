@@ -22,19 +22,25 @@ class MpiRequest : public detail::RequestState {
         what_(std::move(what)),
         call_(op.kind == OpKind::send ? "MPI_Isend" : "MPI_Irecv") {}
 
-  // Posts every chunk; on failure the communicator is aborted.
+  // Posts every chunk; on failure the communicator is aborted. A receive from any source is one chunk
+  // (one MPI message): two such receives in flight could each take a chunk of the other's message.
   void start() {
     const MPI_Datatype type = mpi_type(op_.dtype);
     const size_t es = dtype_size(op_.dtype), chunk = st_->chunk_elements(es);
+    const bool any = op_.kind == OpKind::recv && op_.peer == kAnySource;
+    if (any && op_.count > chunk)
+      throw Unsupported("mpcomm: " + what_.str() + ": the mpi backend receives from any source at most " +
+                        std::to_string(chunk) + " elements (one MPI message); name the sender for more");
+    const int peer = any ? MPI_ANY_SOURCE : op_.peer;
     size_t off = 0;
     try {
       do {
         const size_t n = std::min(chunk, op_.count - off);
         st_->post(reqs_, what_, call_, [&](MPI_Request* r) {
           return op_.kind == OpKind::send ? MPI_Isend(static_cast<const char*>(op_.send) + off * es,
-                                                      static_cast<int>(n), type, op_.peer, op_.tag, st_->comm, r)
+                                                      static_cast<int>(n), type, peer, op_.tag, st_->comm, r)
                                           : MPI_Irecv(static_cast<char*>(op_.recv) + off * es, static_cast<int>(n),
-                                                      type, op_.peer, op_.tag, st_->comm, r);
+                                                      type, peer, op_.tag, st_->comm, r);
         });
         expected_.push_back(static_cast<int>(n));
         off += n;
@@ -59,6 +65,8 @@ class MpiRequest : public detail::RequestState {
     }
   }
 
+  int source() const override { return done_ ? source_ : -1; }
+
   bool test() override {
     if (done_) return true;
     throw_if_aborted();
@@ -81,13 +89,14 @@ class MpiRequest : public detail::RequestState {
   // A receive must get exactly the count it named (MPI itself only catches a longer message).
   void finish() {
     if (op_.kind == OpKind::recv) {
+      source_ = statuses_.front().MPI_SOURCE;
       const MPI_Datatype type = mpi_type(op_.dtype);
       for (size_t i = 0; i < statuses_.size(); ++i) {
         int got = 0;
         st_->check(MPI_Get_count(&statuses_[i], type, &got), what_, "MPI_Get_count");
         if (got != expected_[i])
-          throw Mismatch("mpcomm: " + what_.str() + ": rank " + std::to_string(op_.peer) + " sent " + std::to_string(got) +
-                         " elements where " + std::to_string(expected_[i]) + " were expected");
+          throw Mismatch("mpcomm: " + what_.str() + ": rank " + std::to_string(source_) + " sent " +
+                         std::to_string(got) + " elements where " + std::to_string(expected_[i]) + " were expected");
       }
     }
     done_ = true;
@@ -116,6 +125,7 @@ class MpiRequest : public detail::RequestState {
   std::vector<MPI_Request> reqs_;
   std::vector<MPI_Status> statuses_;
   std::vector<int> expected_;  // elements per chunk
+  int source_ = -1;            // a receive's sender, once it completed
   bool done_ = false;
 };
 

@@ -83,6 +83,7 @@ class P2PRequest : public detail::RequestState {
     e_->begin(&op_);
     return e_->test(h_);
   }
+  int source() const override { return h_->done && !h_->is_send ? h_->peer : -1; }
 
  private:
   std::shared_ptr<Engine> e_;

@@ -131,6 +131,7 @@ class Engine final : public HostLocal::Owner {
   Handle recv_reduce(int peer, void* dst, const void* own, size_t bytes, DataType dt, ReduceOp op,
                      void* stream_to = nullptr, bool own_first = true);
   Handle send_p2p(int peer, int tag, const void* data, size_t bytes);
+  // peer kAnySource: the first frame with the tag from any rank (the handle's peer names it once matched).
   Handle recv_p2p(int peer, int tag, void* data, size_t bytes);
 
   void wait(const Handle& h);
@@ -161,6 +162,8 @@ class Engine final : public HostLocal::Owner {
   void wait_shared(const std::function<bool()>& done, const std::function<std::vector<int>()>& pending,
                    const std::function<std::string()>& what) override;
   bool peer_alive(int peer) const override;
+  // A rank of this host whose communicator was destroyed (it closed its doorbell).
+  bool left_in_order(int peer) const;
   void wake_local_peers() const override;
 
  private:
@@ -209,6 +212,9 @@ class Engine final : public HostLocal::Owner {
                    Route route = Route::usual);
   void post_recv(const Handle& x);
   // ---- matching (matching.cc)
+  void post_any_recv(const Handle& x);
+  void claim(const Handle& x, Peer& p, std::list<std::shared_ptr<Unexpected>>::iterator it);
+  void keep_unexpected(Peer& p, std::shared_ptr<Unexpected> u);
   void on_header(int peer, Peer& p);
   Handle take_p2p_recv(int peer, Peer& p, const FrameHeader& h);
   void finish_payload(Peer& p);
@@ -252,6 +258,10 @@ class Engine final : public HostLocal::Owner {
   std::chrono::steady_clock::time_point next_liveness_{};
   std::vector<char> bounce_;  // reducing receives over links without peek(), single-copy reductions
   UnexpectedBuffers buffers_;
+  // Receives from any rank not matched yet, in posting order; the counters that order p2p receives by
+  // posting (Xfer::posted) and unexpected frames by arrival (Unexpected::arrival).
+  std::list<Handle> any_recvs_;
+  uint64_t posted_ = 0, arrived_ = 0;
   int lazy_frames_ = 0;          // lazy single-copy p2p frames held (Unexpected::lazy)
   std::vector<int> notify_due_;  // peers whose Peer::notify_due is set
   // The handle of every send that completed as it was posted (send()'s fast path): done, never changed.

@@ -38,7 +38,8 @@ enum class Route : uint8_t { usual, ring };
 
 // One pending send or receive.
 struct Xfer {
-  int peer = -1;
+  int peer = -1;        // a p2p receive from any rank: kAnySource until a frame matches it
+  uint64_t posted = 0;  // p2p receive: its place in the order receives were posted (from-any ones match by it)
   bool is_send = false;
   uint8_t kind = kFrameCollective;
   int tag = 0;

@@ -1,7 +1,10 @@
 // Matching frames to receives (engine.h): collective frames from one peer match its posted collective
 // receives in order, and carry the sender's fingerprint, which must be ours; point-to-point frames
 // match by tag (FIFO per tag). A frame that comes before its receive is kept as unexpected (unexpected.h)
-// and delivered when the receive is posted; a large collective one instead waits in its link.
+// and delivered when the receive is posted; a large collective one instead waits in its link. A receive
+// from any rank takes the earliest kept frame with its tag, else the first to come; against receives
+// that name the frame's sender, the one posted first wins.
+#include <algorithm>
 #include <cstring>
 
 #include "backends/native/engine/engine.h"
@@ -18,6 +21,8 @@ static void deliver(Xfer& x, const char* data) {
 }
 
 void Engine::post_recv(const Handle& x) {
+  if (x->kind == kFrameP2P) x->posted = ++posted_;
+  if (x->peer == kAnySource) return post_any_recv(x);
   Peer& p = peers_[x->peer];
   // A frame that already arrived (fully or partly) takes precedence over later ones.
   for (auto it = p.unexpected.begin(); it != p.unexpected.end(); ++it) {
@@ -27,31 +32,7 @@ void Engine::post_recv(const Handle& x) {
     if (x->kind == kFrameCollective && !(u.hdr.fp == x->fp))
       fail(ErrorCode::mismatch, "rank " + std::to_string(x->peer) + " called " + frame_name(u.hdr) +
                                     " but this rank called " + detail::describe(x->fp));
-    if (u.hdr.bytes != x->bytes)
-      fail(ErrorCode::mismatch, "expected " + std::to_string(x->bytes) + " bytes from rank " +
-                                    std::to_string(x->peer) + " but it sent " + frame_name(u.hdr));
-    if (u.lazy) {
-      // The payload is still in the sender's buffer: progress() reads it straight into ours (not here:
-      // the caller's next sends go out first, and their receivers can start reading meanwhile).
-      u.claimant = x;
-    } else if (u.complete) {
-      deliver(*x, u.data.get());
-      x->done = true;
-      buffers_.give_back(u);
-      p.unexpected.erase(it);
-    } else if (!x->reduce && p.rx_unexp.get() == &u) {
-      // Arriving now (only the frame at the link's head can be incomplete): what came so far moves
-      // over, the rest of the payload goes straight into the receive's buffer.
-      if (p.rx_got > 0) std::memcpy(x->rdata, u.data.get(), p.rx_got);
-      x->done_bytes = p.rx_got;
-      p.rx_target = x;
-      buffers_.give_back(u);
-      p.rx_unexp.reset();
-      p.unexpected.erase(it);
-    } else {
-      u.claimant = x;
-    }
-    return;
+    return claim(x, p, it);
   }
   if (p.closed) fail(ErrorCode::peer_failure, p.closed_why);
   if (x->kind == kFrameCollective)
@@ -60,19 +41,81 @@ void Engine::post_recv(const Handle& x) {
     p.p2p_recvs.push_back(x);
 }
 
-// The first posted receive from `peer` with the frame's tag, taken off the list; null when none is. A
-// receive of another size is a Mismatch.
-Handle Engine::take_p2p_recv(int peer, Peer& p, const FrameHeader& h) {
-  for (auto it = p.p2p_recvs.begin(); it != p.p2p_recvs.end(); ++it) {
-    if ((*it)->tag != h.tag) continue;
-    if ((*it)->bytes != h.bytes)
-      fail(ErrorCode::mismatch, "rank " + std::to_string(peer) + " sent " + std::to_string(h.bytes) + " bytes with tag " +
-                                    std::to_string(h.tag) + " but the receive expects " + std::to_string((*it)->bytes));
-    Handle x = *it;
-    p.p2p_recvs.erase(it);
-    return x;
+// A p2p receive from any rank: the frame with its tag that arrived first among those kept (every rank's
+// unmatched frames, so none of them is wanted by an earlier receive), else the first such frame to come.
+void Engine::post_any_recv(const Handle& x) {
+  Peer* best = nullptr;
+  std::list<std::shared_ptr<Unexpected>>::iterator best_it;
+  for (int r = 0; r < size_; ++r) {
+    Peer& p = peers_[static_cast<size_t>(r)];
+    for (auto it = p.unexpected.begin(); it != p.unexpected.end(); ++it) {
+      const Unexpected& u = **it;
+      if (u.claimant || u.hdr.kind != kFrameP2P || u.hdr.tag != x->tag) continue;
+      if (best == nullptr || u.arrival < (*best_it)->arrival) {
+        best = &p;
+        best_it = it;
+        x->peer = r;
+      }
+      break;  // a later frame of this rank arrived later
+    }
   }
-  return nullptr;
+  if (best != nullptr) return claim(x, *best, best_it);
+  any_recvs_.push_back(x);
+}
+
+// x (its peer set) takes the unexpected frame *it of p: delivered now when whole, else as it comes.
+void Engine::claim(const Handle& x, Peer& p, std::list<std::shared_ptr<Unexpected>>::iterator it) {
+  Unexpected& u = **it;
+  if (u.hdr.bytes != x->bytes)
+    fail(ErrorCode::mismatch, "expected " + std::to_string(x->bytes) + " bytes from rank " + std::to_string(x->peer) +
+                                  " but it sent " + frame_name(u.hdr));
+  if (u.lazy) {
+    // The payload is still in the sender's buffer: progress() reads it straight into ours (not here:
+    // the caller's next sends go out first, and their receivers can start reading meanwhile).
+    u.claimant = x;
+  } else if (u.complete) {
+    deliver(*x, u.data.get());
+    x->done = true;
+    buffers_.give_back(u);
+    p.unexpected.erase(it);
+  } else if (!x->reduce && p.rx_unexp.get() == &u) {
+    // Arriving now (only the frame at the link's head can be incomplete): what came so far moves
+    // over, the rest of the payload goes straight into the receive's buffer.
+    if (p.rx_got > 0) std::memcpy(x->rdata, u.data.get(), p.rx_got);
+    x->done_bytes = p.rx_got;
+    p.rx_target = x;
+    buffers_.give_back(u);
+    p.rx_unexp.reset();
+    p.unexpected.erase(it);
+  } else {
+    u.claimant = x;
+  }
+}
+
+void Engine::keep_unexpected(Peer& p, std::shared_ptr<Unexpected> u) {
+  u->arrival = ++arrived_;
+  p.unexpected.push_back(std::move(u));
+}
+
+// The first posted receive that wants a p2p frame from `peer` with the frame's tag, taken off its list:
+// from that peer or from any rank, whichever was posted first; null when none is. A receive of another
+// size is a Mismatch.
+Handle Engine::take_p2p_recv(int peer, Peer& p, const FrameHeader& h) {
+  auto mine = std::find_if(p.p2p_recvs.begin(), p.p2p_recvs.end(), [&](const Handle& x) { return x->tag == h.tag; });
+  auto any = std::find_if(any_recvs_.begin(), any_recvs_.end(), [&](const Handle& x) { return x->tag == h.tag; });
+  const bool from_any = any != any_recvs_.end() && (mine == p.p2p_recvs.end() || (*any)->posted < (*mine)->posted);
+  if (!from_any && mine == p.p2p_recvs.end()) return nullptr;
+  Handle x = from_any ? *any : *mine;
+  if (x->bytes != h.bytes)
+    fail(ErrorCode::mismatch, "rank " + std::to_string(peer) + " sent " + std::to_string(h.bytes) + " bytes with tag " +
+                                  std::to_string(h.tag) + " but the receive expects " + std::to_string(x->bytes));
+  if (from_any) {
+    any_recvs_.erase(any);
+    x->peer = peer;
+  } else {
+    p.p2p_recvs.erase(mine);
+  }
+  return x;
 }
 
 // A header has arrived whole (p.rx_hdr): checked, then matched to a posted receive, an acknowledged
@@ -132,7 +175,7 @@ void Engine::on_header(int peer, Peer& p) {
     p.rx_unexp = std::make_shared<Unexpected>();
     p.rx_unexp->hdr = h;
     buffers_.take(*p.rx_unexp, h.bytes);
-    p.unexpected.push_back(p.rx_unexp);
+    keep_unexpected(p, p.rx_unexp);
   }
   p.rx_in_payload = true;
   p.rx_got = 0;

@@ -90,7 +90,7 @@ void Engine::receive_single_copy(int peer, Peer& p) {
       u->remote = p.rx_desc[0];
       u->token = token;
       u->since = Clock::now();
-      p.unexpected.push_back(std::move(u));
+      keep_unexpected(p, std::move(u));
       ++lazy_frames_;
       return;
     }

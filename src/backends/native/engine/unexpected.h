@@ -17,6 +17,7 @@ namespace mpcomm::native {
 // cannot, claim it and take it whole at the end).
 struct Unexpected {
   FrameHeader hdr{};
+  uint64_t arrival = 0;          // the engine's count of frames kept so far: a receive from any rank takes the earliest
   std::unique_ptr<char[]> data;  // not value-initialized: the payload overwrites it
   size_t capacity = 0;           // of data (a reused buffer may be larger than the payload)
   bool complete = false;

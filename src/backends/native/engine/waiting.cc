@@ -28,8 +28,10 @@ void Engine::wait_shared(const std::function<bool()>& done, const std::function<
   wait_until(done, {}, &shared);
 }
 
-
-
+bool Engine::left_in_order(int peer) const {
+  const PeerInfo& in = info_[peer];
+  return seg_ != nullptr && in.local >= 0 && seg_->doorbell(in.local)->closed.load(std::memory_order_acquire) != 0;
+}
 
 bool Engine::peer_alive(int peer) const {
   const PeerInfo& in = info_[peer];
@@ -95,8 +97,23 @@ void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* share
   if (now >= next_liveness_) {
     next_liveness_ = now + kLivenessEvery;
     std::vector<int> watched;
-    for (const auto& h : hs)
-      if (!h->done) watched.push_back(h->peer);
+    for (const auto& h : hs) {
+      if (h->done) continue;
+      if (h->peer != kAnySource) {
+        watched.push_back(h->peer);
+        continue;
+      }
+      // A receive from any rank: a rank that died fails it; ranks that left in order (their communicator
+      // destroyed, their stream closed) only when no rank is left that could send.
+      int open = 0;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_ || peers_[static_cast<size_t>(r)].closed || left_in_order(r)) continue;
+        watched.push_back(r);
+        ++open;
+      }
+      if (open == 0)
+        fail(ErrorCode::peer_failure, "every other rank has left while this rank waited for a message from any rank");
+    }
     if (shared != nullptr)
       for (int r : shared->pending()) watched.push_back(r);
     for (int peer : watched) {
@@ -120,11 +137,13 @@ void Engine::time_out(const std::vector<Handle>& hs, const SharedWait* shared) {
   for (const auto& h : hs) {
     if (h->done) continue;
     if (!who.empty()) who += ", ";
-    who += "rank " + std::to_string(h->peer) + info_[static_cast<size_t>(h->peer)].where + " (" +
-           (h->is_send && h->single_copy ? "send of " + std::to_string(h->bytes) + " bytes by single copy, not read yet"
-                                         : std::string(h->is_send ? "send" : "recv") + " " + std::to_string(h->done_bytes) +
-                                               "/" + std::to_string(h->bytes) + " bytes") +
-           ")";
+    who +=
+        (h->peer == kAnySource ? "any rank (tag " + std::to_string(h->tag) + ", "
+                               : "rank " + std::to_string(h->peer) + info_[static_cast<size_t>(h->peer)].where + " (") +
+        (h->is_send && h->single_copy ? "send of " + std::to_string(h->bytes) + " bytes by single copy, not read yet"
+                                      : std::string(h->is_send ? "send" : "recv") + " " +
+                                            std::to_string(h->done_bytes) + "/" + std::to_string(h->bytes) + " bytes") +
+        ")";
   }
   if (shared != nullptr) who += (who.empty() ? "" : ", ") + shared->what();
   fail(ErrorCode::timeout, "timed out after " + seconds_text(timeout_) + " s waiting for " + who + who_is_behind());
@@ -137,7 +156,8 @@ void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std
   const bool on_futex = seg_ != nullptr && my_local_ >= 0;
   bool only_local = on_futex;
   for (const auto& h : hs)
-    if (!h->done && peers_[h->peer].link && peers_[h->peer].link->poll_fd() >= 0) only_local = false;
+    if (!h->done && (h->peer == kAnySource ? has_tcp_ : peers_[h->peer].link && peers_[h->peer].link->poll_fd() >= 0))
+      only_local = false;
   bool tcp_busy = false;
   if (only_local && has_tcp_)
     for (const auto& p : peers_)
