@@ -73,6 +73,7 @@ Ops::Works Ops::broadcast(std::vector<at::Tensor>& tensors, const c10d::Broadcas
 Ops::Works Ops::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   const std::string op = "allreduce";
   check_list(tensors, 1, op, "the tensor list");
+  if (tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors, opts);
   check_tensor(tensors[0], op, communicator());
   const ReduceOp r = to_mpcomm(opts.reduceOp, tensors[0], op);
   return launch(c10d::OpType::ALLREDUCE, "mpcomm:all_reduce", tensors, tensors, [&](MpcommWork& w) {
@@ -259,7 +260,7 @@ std::vector<size_t> split_counts(const std::vector<int64_t>& splits, const at::T
     refuse(op, what + " split sizes must have one entry per rank (" + std::to_string(size) + "), got " +
                    std::to_string(splits.size()));
   const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
-  const int64_t row = rows > 0 ? t.numel() / rows : 0;
+  const int64_t row = rows > 0 ? static_cast<int64_t>(elems(t)) / rows : 0;  // in to_mpcomm(t)'s elements
   int64_t sum = 0;
   std::vector<size_t> counts;
   for (int64_t s : splits) {

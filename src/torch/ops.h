@@ -69,6 +69,8 @@ class Ops {
   Works send(std::vector<at::Tensor>& tensors, int dst, int tag);
   Works recv(std::vector<at::Tensor>& tensors, int src, int tag);
   Works recvAnysource(std::vector<at::Tensor>& tensors, int tag);
+  // allreduce of one sparse COO tensor (ops_sparse.cc).
+  Works allreduce_sparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
   Works barrier(const c10d::BarrierOptions& opts);
   // Every rank reports to rank 0 within opts.timeout (the group's timeout when 0); rank 0 names the ranks that
   // did not (the first, or all with wait_all_ranks) in a RuntimeError and aborts the group; else it releases all.

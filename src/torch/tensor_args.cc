@@ -10,34 +10,91 @@ namespace mpcomm::torch_backend {
   throw std::invalid_argument("mpcomm: " + op + ": " + why);
 }
 
-DataType to_mpcomm(const at::Tensor& t, const std::string& op) {
-  switch (t.scalar_type()) {
+namespace {
+
+// How a dtype travels: mpcomm's dtype and how many of its elements one tensor element is (0: not at all).
+// Complex numbers go as their real and imaginary parts (sums and averages stay exact per part); unsigned
+// 32/64-bit integers as the signed ones of their width (sums, products and the bitwise ops have the same
+// bits); 16-bit integers and the float8 types only as bytes (no reduction kernels for them).
+struct Wire {
+  DataType dt = DataType::uint8;
+  size_t per = 0;
+  enum Reduces : uint8_t { all, wrapping, sum_avg, none } reduces = all;
+};
+
+Wire wire_of(at::ScalarType s) {
+  switch (s) {
     case at::kHalf:
-      return DataType::float16;
+      return {DataType::float16, 1};
     case at::kBFloat16:
-      return DataType::bfloat16;
+      return {DataType::bfloat16, 1};
     case at::kFloat:
-      return DataType::float32;
+      return {DataType::float32, 1};
     case at::kDouble:
-      return DataType::float64;
+      return {DataType::float64, 1};
     case at::kChar:
-      return DataType::int8;
+      return {DataType::int8, 1};
     case at::kByte:
-      return DataType::uint8;
+      return {DataType::uint8, 1};
     case at::kBool:
-      return DataType::uint8;
+      return {DataType::uint8, 1};
     case at::kInt:
-      return DataType::int32;
+      return {DataType::int32, 1};
     case at::kLong:
-      return DataType::int64;
+      return {DataType::int64, 1};
+    case at::kComplexFloat:
+      return {DataType::float32, 2, Wire::sum_avg};
+    case at::kComplexDouble:
+      return {DataType::float64, 2, Wire::sum_avg};
+    case at::kShort:
+      return {DataType::uint8, 2, Wire::none};
+#if MPCOMM_TORCH_2
+    case at::kUInt16:
+      return {DataType::uint8, 2, Wire::none};
+    case at::kUInt32:
+      return {DataType::int32, 1, Wire::wrapping};
+    case at::kUInt64:
+      return {DataType::int64, 1, Wire::wrapping};
+#endif
     default:
-      refuse(op, std::string("dtype ") + c10::toString(t.scalar_type()) +
-                     " is not supported (float16, bfloat16, float32, float64, int8, uint8, int32, int64, bool are)");
+#if MPCOMM_TORCH_2
+      if (c10::isFloat8Type(s)) return {DataType::uint8, 1, Wire::none};
+#endif
+      return {};
   }
 }
 
+}  // namespace
+
+DataType to_mpcomm(const at::Tensor& t, const std::string& op) {
+  const Wire w = wire_of(t.scalar_type());
+  if (w.per == 0)
+    refuse(op, std::string("dtype ") + c10::toString(t.scalar_type()) +
+                   " is not supported (float16, bfloat16, float32, float64, complex64, complex128, int8, uint8, int16, "
+                   "int32, int64, bool" +
+                   (MPCOMM_TORCH_2 ? ", uint16, uint32, uint64 and the float8 types are)" : " are)"));
+  return w.dt;
+}
+
+size_t elems(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * wire_of(t.scalar_type()).per; }
+
 ReduceOp to_mpcomm(const c10d::ReduceOp& r, const at::Tensor& t, const std::string& op) {
   const bool is_bool = t.scalar_type() == at::kBool;
+  const Wire w = wire_of(t.scalar_type());
+  const char* names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"};
+  const auto name = [&]() -> std::string {
+    const int i = static_cast<int>(r.op_);
+    return i >= 0 && i < 8 ? names[i] : "reduce op " + std::to_string(i);
+  };
+  const std::string dtype = c10::toString(t.scalar_type());
+  if (w.reduces == Wire::none && w.per > 0)
+    refuse(op, name() + " of " + dtype + " tensors: " + dtype +
+                   " is only moved (broadcast, all_gather, all_to_all, scatter, gather, send/recv), never reduced");
+  if (w.reduces == Wire::sum_avg && r.op_ != c10d::ReduceOp::SUM && r.op_ != c10d::ReduceOp::AVG)
+    refuse(op, name() + " of " + dtype + " tensors is not supported (SUM and AVG are)");
+  if (w.reduces == Wire::wrapping &&
+      (r.op_ == c10d::ReduceOp::AVG || r.op_ == c10d::ReduceOp::MIN || r.op_ == c10d::ReduceOp::MAX))
+    refuse(op, name() + " of " + dtype + " tensors is not supported (SUM, PRODUCT, BAND, BOR, BXOR are)");
   switch (r.op_) {
     // bool: a sum or maximum is a logical or, a product or minimum a logical and (as in NCCL).
     case c10d::ReduceOp::SUM:

@@ -10,15 +10,18 @@
 #include <vector>
 
 #include "mpcomm/communicator.h"
+#include "torch/compat.h"
 #include "torch/work.h"
 
 namespace mpcomm::torch_backend {
 
 [[noreturn]] void refuse(const std::string& op, const std::string& why);
 
-// mpcomm's dtype for t's elements; refuses a dtype mpcomm has no kernels for, by name.
+// mpcomm's dtype that t's data travels as (see elems()); refuses a dtype that cannot travel, by name.
 DataType to_mpcomm(const at::Tensor& t, const std::string& op);
-// mpcomm's reduce op for r on tensors like t (bool: sum/max are or, product/min are and).
+// mpcomm's reduce op for r on tensors like t (bool: sum/max are or, product/min are and); refuses by name a
+// reduction a dtype cannot have (any of int16, uint16 and float8; all but SUM and AVG of complex; AVG, MIN, MAX
+// of uint32 and uint64).
 ReduceOp to_mpcomm(const c10d::ReduceOp& r, const at::Tensor& t, const std::string& op);
 
 // A tensor this group can hand to the communicator: strided, of a supported dtype, on the group's device.
@@ -28,7 +31,8 @@ void check_list(const std::vector<at::Tensor>& ts, size_t n, const std::string& 
 void check_same(const at::Tensor& a, const at::Tensor& b, const std::string& op, const std::string& what);
 void check_root(int64_t root, int size, const std::string& op);
 
-inline size_t elems(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
+// How many elements of to_mpcomm(t)'s dtype t's data is (complex: two per element; int16, uint16: two bytes).
+size_t elems(const at::Tensor& t);
 
 // A contiguous tensor with t's data: t itself, or a copy (copied back into t after the op when `out`).
 at::Tensor contiguous(MpcommWork& w, const at::Tensor& t, bool out);

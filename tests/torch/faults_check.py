@@ -47,14 +47,15 @@ def expect_error(what, fn, words):
 def bad():
     r, n = dist.get_rank(), dist.get_world_size()
     fails = []
-    # (all_reduce takes complex tensors as pairs of reals itself; 1.13's broadcast hands them over as they are,
-    # 2.x's as pairs of reals too)
+    # A dtype that cannot travel (1.13: quantized; 2.x's dispatcher keeps quantized tensors from backends, its
+    # bits8 reaches them), and one that travels but is never reduced.
     if torch.__version__.startswith("1."):
-        fails += expect_error("unsupported dtype",
-                              lambda: dist.broadcast(torch.ones(3, dtype=torch.complex64), src=0),
-                              ["dtype", "ComplexFloat", "not supported"])
-    fails += expect_error("int16", lambda: dist.broadcast(torch.ones(3, dtype=torch.int16), src=0),
-                          ["dtype", "Short"])
+        odd, odd_name = torch.quantize_per_tensor(torch.ones(3), 1.0, 0, torch.quint8), "QUInt8"
+    else:
+        odd, odd_name = torch.zeros(3, dtype=torch.uint8).view(torch.bits8), "Bits8"
+    fails += expect_error("unsupported dtype", lambda: dist.broadcast(odd, src=0), ["dtype", odd_name, "not supported"])
+    fails += expect_error("int16 reduced", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)),
+                          ["SUM", "Short", "only moved"])
     fails += expect_error("root out of range", lambda: dist.broadcast(torch.ones(3), src=n + 5),
                           ["root", str(n + 5), "out of range"])
     fails += expect_error("reduce_scatter list of different sizes",

@@ -158,15 +158,98 @@ def main():
         expect(f"all_reduce's recorded shapes {events['mpcomm:all_reduce'].input_shapes}",
                events["mpcomm:all_reduce"].input_shapes == [[4, 3]])
 
-    # A dtype mpcomm cannot reduce is refused by name, and the group goes on.
-    try:
-        dist.all_reduce(torch.ones(3, dtype=torch.uint16))
-        expect("all_reduce of uint16 refused", False)
-    except (RuntimeError, ValueError) as e:
-        expect(f"the refusal names the dtype: {e}", "UInt16" in str(e))
+    # The dtypes 2.x adds. Moved (broadcast, all_gather_into_tensor, all_to_all, send/recv) exactly, bit for bit;
+    # reduced where the dtype allows (uint32/uint64: SUM and the bitwise ops; complex: SUM and AVG); the other
+    # reductions refused by name, the group still usable.
+    def size_of(dtype):
+        return torch.empty(0, dtype=dtype).element_size()
+
+    def bits(dtype, rank, count, salt=0):
+        raw = (torch.arange(count * size_of(dtype), dtype=torch.int64) * 37 + rank * 11 + salt) % 251
+        return raw.to(torch.uint8).view(dtype)
+
+    def zeros_of(dtype, count):
+        return torch.zeros(count * size_of(dtype), dtype=torch.uint8).view(dtype)
+    moved = [torch.uint16, torch.uint32, torch.uint64, torch.int16, torch.complex64, torch.complex128,
+             torch.float8_e4m3fn, torch.float8_e5m2]
+    for dtype in moved:
+        name = str(dtype).split(".")[1]
+        x = bits(dtype, 0, 5) if r == 0 else zeros_of(dtype, 5)
+        dist.broadcast(x, src=0)
+        check(f"broadcast [{name}] (bits)", x.view(torch.uint8), bits(dtype, 0, 5).view(torch.uint8))
+        out = zeros_of(dtype, 7 * n)
+        dist.all_gather_into_tensor(out, bits(dtype, r, 7))
+        check(f"all_gather_into_tensor [{name}] (bits)", out.view(torch.uint8),
+              torch.cat([bits(dtype, q, 7).view(torch.uint8) for q in range(n)]))
+        a2a = zeros_of(dtype, 3 * n)
+        dist.all_to_all_single(a2a, bits(dtype, r, 3 * n, salt=1))
+        check(f"all_to_all_single [{name}] (bits)", a2a.view(torch.uint8),
+              torch.cat([bits(dtype, q, 3 * n, salt=1)[3 * r:3 * r + 3].view(torch.uint8) for q in range(n)]))
+        if n > 1:
+            if r == 0:
+                dist.send(bits(dtype, 0, 9, salt=2), dst=1)
+            elif r == 1:
+                y = zeros_of(dtype, 9)
+                dist.recv(y, src=0)
+                check(f"send/recv [{name}] (bits)", y.view(torch.uint8), bits(dtype, 0, 9, salt=2).view(torch.uint8))
+    for dtype, width in ((torch.uint32, 32), (torch.uint64, 64)):
+        name = str(dtype).split(".")[1]
+        big = (1 << (width - 1)) + 5  # beyond the signed range
+        x = torch.tensor([big, r + 1, 3], dtype=torch.uint64).to(dtype)
+        dist.all_reduce(x)
+        want = torch.tensor([(big * n) % (1 << width), n * (n + 1) // 2, 3 * n], dtype=torch.uint64).to(dtype)
+        check(f"all_reduce SUM [{name}] past the signed range", x, want)
+        x = torch.tensor([1 << (r % 8), 255, 0], dtype=torch.uint64).to(dtype)
+        dist.all_reduce(x, op=dist.ReduceOp.BOR)
+        bor = 0
+        for q in range(n):
+            bor |= 1 << (q % 8)
+        check(f"all_reduce BOR [{name}]", x, torch.tensor([bor, 255, 0], dtype=torch.uint64).to(dtype))
+    for dtype in (torch.complex64, torch.complex128):
+        name = str(dtype).split(".")[1]
+        z = torch.tensor([complex(r + 1, -r), complex(0.5, 2)], dtype=dtype)
+        dist.all_reduce(z)
+        check(f"all_reduce SUM [{name}]", z, torch.tensor([complex(n * (n + 1) / 2, -n * (n - 1) / 2),
+                                                             complex(0.5 * n, 2 * n)], dtype=dtype))
+        z = torch.tensor([complex(2 * (r + 1), 4)], dtype=dtype)
+        dist.all_reduce(z, op=dist.ReduceOp.AVG)
+        check(f"all_reduce AVG [{name}]", z, torch.tensor([complex(n + 1, 4)], dtype=dtype))
+    refusals = [("uint16", torch.uint16, dist.ReduceOp.SUM, ["SUM", "UInt16", "only moved"]),
+                ("float8_e4m3fn", torch.float8_e4m3fn, dist.ReduceOp.SUM, ["SUM", "Float8_e4m3fn", "never reduced"]),
+                ("int16", torch.int16, dist.ReduceOp.MAX, ["MAX", "Short", "only moved"]),
+                ("complex64 MAX", torch.complex64, dist.ReduceOp.MAX, ["MAX", "omplex"]),
+                ("uint32 MIN", torch.uint32, dist.ReduceOp.MIN, ["MIN", "UInt32", "SUM, PRODUCT"])]
+    for what, dtype, op, words in refusals:
+        try:
+            dist.all_reduce(zeros_of(dtype, 3), op=op)
+            expect(f"all_reduce of {what} refused", False)
+        except (RuntimeError, ValueError) as e:
+            expect(f"the refusal of {what} names {words}: {e}", all(w in str(e) for w in words))
     t = torch.ones(2)
     dist.all_reduce(t)
-    check("all_reduce after a refused call", t, torch.full((2,), float(n)))
+    check("all_reduce after the refused calls", t, torch.full((2,), float(n)))
+
+    # Sparse (COO) all_reduce, as DDP's nn.Embedding(sparse=True) gradients make it: every rank's entries summed
+    # (overlapping indices add up), equal to PyTorch's gloo; AVG divides.
+    shape = (max(n, 6), 3, 2)
+
+    def sparse_of(rank):
+        idx = torch.tensor([[rank, 0, 5], [1, rank % 3, 2]], dtype=torch.int64)
+        val = torch.tensor([[1.0 + rank, 2.0], [3.0, -rank], [0.5, 0.25]])
+        return torch.sparse_coo_tensor(idx, val, shape, check_invariants=True)
+    want = sum(sparse_of(q).to_dense() for q in range(n))
+    for g, who in ((None, ""), (gloo, " (gloo)")):
+        sp = sparse_of(r)
+        dist.all_reduce(sp, group=g)
+        check("sparse all_reduce" + who, sp.to_dense(), want)
+        expect("sparse all_reduce stays sparse and coalesced" + who, sp.is_sparse)
+    sp = sparse_of(r)
+    dist.all_reduce(sp, op=dist.ReduceOp.AVG)
+    check("sparse all_reduce AVG", sp.to_dense(), want / n)
+    e = sparse_of(r) if r == 0 else torch.sparse_coo_tensor(torch.zeros((2, 0), dtype=torch.int64),
+                                                            torch.zeros((0, 2)), shape, check_invariants=True)
+    dist.all_reduce(e)
+    check("sparse all_reduce with empty ranks", e.to_dense(), sparse_of(0).to_dense())
 
     dist.monitored_barrier(wait_all_ranks=True)
     dist.barrier()

@@ -295,6 +295,27 @@ def main():
                 check("recv from any source" + tag, run_both("recv from any source" + tag, fan_in, gloo, gs),
                       [values(q, count, dtype, salt=40) for q in range(1, n)] if r == 0 else [])
 
+    # a sparse (COO) all_reduce: every rank's entries summed (overlapping ones add up), as gloo's
+    def sparse_of(q):
+        idx = torch.tensor([[q % 4, 0, 3], [1, q % 3, 2]], dtype=torch.int64)
+        return torch.sparse_coo_tensor(idx, torch.tensor([[1.0 + q, 2.0], [3.0, -q], [0.5, 0.25]]), (4, 3, 2))
+    sp = sparse_of(r)
+    dist.all_reduce(sp)
+    check("sparse all_reduce", sp.to_dense(), sum(sparse_of(q).to_dense() for q in range(n)))
+    if n > 1:
+        theirs = sparse_of(r)
+        dist.all_reduce(theirs, group=gloo)
+        check("sparse all_reduce (against gloo)", sp.to_dense(), theirs.to_dense())
+
+    # int16 and complex tensors are moved bit for bit; complex ones are summed
+    for dtype in (torch.int16, torch.complex64, torch.complex128):
+        x = (torch.arange(6, dtype=torch.int64) * 1009 + 7).to(dtype) if r == 0 else torch.zeros(6, dtype=dtype)
+        dist.broadcast(x, src=0)
+        check(f"broadcast [{dtype}]", x, (torch.arange(6, dtype=torch.int64) * 1009 + 7).to(dtype))
+    z = torch.tensor([complex(r, 1)], dtype=torch.complex64)
+    dist.all_reduce(z)
+    check("all_reduce [complex64]", z, torch.tensor([complex(n * (n - 1) / 2, n)], dtype=torch.complex64))
+
     # a non-contiguous tensor: allreduce of a transposed view, written back in place
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
     dist.all_reduce(t)

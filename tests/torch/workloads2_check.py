@@ -6,6 +6,7 @@ relative (fp32).
     tp2d      a 2-D DeviceMesh (dp x tp): DTensor Colwise/Rowwise tensor parallelism, FSDP2 over dp (4 ranks)
     pipeline  torch.distributed.pipelining, one stage per rank, 1F1B over 4 micro-batches
     ddp       DistributedDataParallel
+    ddp_sparse  DistributedDataParallel of an nn.Embedding(sparse=True) and a linear layer (sparse all_reduce)
 
 Run as every rank of a job (torchrun): python tests/torch/workloads2_check.py WORKLOAD [--backend mpcomm|gloo]
 [--steps S] [--dim D]. Prints "rank R of N: ..., 0 failed" and the median step time; exits 1 on a failure.
@@ -24,6 +25,7 @@ import torch.nn as nn
 import mpcomm.torch  # noqa: F401  (registers the backend)
 
 HEADS, SEQ, BATCH, LR = 4, 8, 16, 0.05
+VOCAB = 50  # ddp_sparse: small, so that every rank's batch shares rows with the others'
 D, FF = 32, 64  # --dim sets D (FF = 2 D)
 
 
@@ -113,6 +115,17 @@ def run(workload, steps, failures):
         times = timed_steps(shard_step(model, r, n), data)
         mine = model.module if workload == "ddp" else model
         worst = compare(workload, list(mine.named_parameters()), list(ref.parameters()), failures)
+    elif workload == "ddp_sparse":
+        def embedding_model():
+            torch.manual_seed(0)
+            return nn.Sequential(nn.Embedding(VOCAB, D, sparse=True), nn.Linear(D, D))
+        g = torch.Generator().manual_seed(2)
+        data = [(torch.randint(0, VOCAB, (BATCH, SEQ), generator=g), torch.randn(BATCH, SEQ, D, generator=g))
+                for _ in range(steps)]
+        ref = train_reference(embedding_model(), data)
+        model = nn.parallel.DistributedDataParallel(embedding_model())
+        times = timed_steps(shard_step(model, r, n), data)
+        worst = compare(workload, list(model.module.named_parameters()), list(ref.parameters()), failures)
     elif workload == "tp2d":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -154,7 +167,7 @@ def run(workload, steps, failures):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("workload", choices=["fsdp", "tp2d", "pipeline", "ddp"])
+    ap.add_argument("workload", choices=["fsdp", "tp2d", "pipeline", "ddp", "ddp_sparse"])
     ap.add_argument("--backend", default="mpcomm")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--dim", type=int, default=32, help="model width (default 32; the feed-forward is twice it)")
