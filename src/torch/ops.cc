@@ -35,7 +35,11 @@ std::unique_ptr<Communicator> create_communicator(const c10::intrusive_ptr<c10d:
 // ---- the communicator ---------------------------------------------------------------------------------
 
 Ops::Ops(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
-    : comm_(create_communicator(store, rank, size, timeout)), rank_(rank), size_(size) {}
+    : comm_(create_communicator(store, rank, size, timeout)),
+      rank_(rank),
+      size_(size),
+      cuda_(comm_->options().device.kind == Device::cuda),
+      timeout_(timeout) {}
 
 Ops::~Ops() { shutdown(); }
 

@@ -15,6 +15,7 @@
 
 #include "mpcomm/communicator.h"
 #include "torch/compat.h"
+#include "torch/cuda_order.h"
 #include "torch/work.h"
 
 namespace mpcomm::torch_backend {
@@ -94,6 +95,7 @@ class Ops {
   Works launch(c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
                std::vector<at::Tensor> outputs, F&& issue) {
     const bool profiled = at::hasCallbacks();
+    if (cuda_) order_after_current_streams(inputs, outputs, timeout_, title);
     auto w =
         c10::make_intrusive<MpcommWork>(rank_, type, profiled ? title : nullptr, inputs, std::move(outputs), &done_);
     std::lock_guard<std::mutex> g(issue_mu_);
@@ -105,6 +107,8 @@ class Ops {
 
   std::unique_ptr<Communicator> comm_;
   const int rank_, size_;
+  const bool cuda_;  // the communicator takes CUDA tensors: ops wait for PyTorch's current stream first
+  const std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> collectives_{0};
   std::mutex issue_mu_;  // one thread at a time issues on the communicator
   Completions done_;     // started once the communicator exists; stopped before it goes
