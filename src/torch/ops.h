@@ -88,6 +88,8 @@ class Ops {
   uint64_t collectives_issued() const { return collectives_.load(std::memory_order_relaxed); }
 
  private:
+  // recv and recvAnysource (src kAnySource).
+  Works receive(std::vector<at::Tensor>& tensors, int src, int tag, c10d::OpType type, const char* title);
   // Makes the op's Work (recorded by a running profiler as `title`, c10d's "mpcomm:<op>", with the shapes of
   // `inputs`), issues its requests under the issue lock and returns it; a collective counts towards the
   // group's sequence number.

@@ -22,24 +22,21 @@ Ops::Works Ops::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
 }
 
 Ops::Works Ops::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  const std::string op = "recv";
-  check_list(tensors, 1, op, "the tensor list");
-  check_tensor(tensors[0], op, communicator());
-  return launch(c10d::OpType::RECV, "mpcomm:recv", tensors, tensors, [&](MpcommWork& w) {
-    at::Tensor t = contiguous(w, tensors[0], true);
-    w.keep.push_back(tensors[0]);
-    w.requests.push_back(communicator().irecv(t.data_ptr(), elems(t), to_mpcomm(t, op), src, tag));
-  });
+  return receive(tensors, src, tag, c10d::OpType::RECV, "mpcomm:recv");
 }
 
 Ops::Works Ops::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return receive(tensors, kAnySource, tag, c10d::OpType::RECVANYSOURCE, "mpcomm:recvAnySource");
+}
+
+Ops::Works Ops::receive(std::vector<at::Tensor>& tensors, int src, int tag, c10d::OpType type, const char* title) {
   const std::string op = "recv";
   check_list(tensors, 1, op, "the tensor list");
   check_tensor(tensors[0], op, communicator());
-  return launch(c10d::OpType::RECVANYSOURCE, "mpcomm:recvAnySource", tensors, tensors, [&](MpcommWork& w) {
+  return launch(type, title, tensors, tensors, [&](MpcommWork& w) {
     at::Tensor t = contiguous(w, tensors[0], true);
     w.keep.push_back(tensors[0]);
-    w.requests.push_back(communicator().irecv(t.data_ptr(), elems(t), to_mpcomm(t, op), kAnySource, tag));
+    w.requests.push_back(communicator().irecv(t.data_ptr(), elems(t), to_mpcomm(t, op), src, tag));
   });
 }
 
