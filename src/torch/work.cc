@@ -11,8 +11,11 @@ namespace mpcomm::torch_backend {
 
 namespace {
 
-// A RuntimeError in Python, with mpcomm's message.
+// A RuntimeError in Python, with mpcomm's message. A timeout also says so in the words c10d's users look for
+// (gloo's "Timed out", NCCL's "timeout"; PyTorch's own tests match " timeout ").
 std::exception_ptr as_python_error(const std::exception& e) {
+  if (dynamic_cast<const Timeout*>(&e) != nullptr)
+    return std::make_exception_ptr(std::runtime_error(std::string(e.what()) + " (c10d: timeout exceeded)"));
   return std::make_exception_ptr(std::runtime_error(e.what()));
 }
 
