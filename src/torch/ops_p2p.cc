@@ -59,8 +59,9 @@ std::string ranks_text(const std::vector<int>& ranks) {
 }  // namespace
 
 void Ops::monitored_barrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  // c10d's unset timeout is negative (kUnsetTimeout): then the group's. Zero is a timeout of its own.
   const std::chrono::milliseconds timeout =
-      opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(communicator().options().timeout.count());
+      opts.timeout.count() >= 0 ? opts.timeout : std::chrono::milliseconds(communicator().options().timeout.count());
   std::vector<uint8_t> tokens(static_cast<size_t>(size_) + 1, 1);
   if (rank_ != 0) {
     // Report to rank 0, then wait for its release (bounded by the group's timeout).
@@ -83,19 +84,27 @@ void Ops::monitored_barrier(const c10d::BarrierOptions& opts, bool wait_all_rank
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<int> missing;
+  bool out_of_time = false;  // the deadline had passed before rank 0 could wait for the first rank missing
   for (int r = 1; r < size_; ++r) {
     // A rank that reported is not waited for again; after the deadline every rank left is only tested.
+    const bool late = std::chrono::steady_clock::now() >= deadline;
     while (!arrived[static_cast<size_t>(r)].test() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     if (!arrived[static_cast<size_t>(r)].test()) {
+      if (missing.empty()) out_of_time = late;
       missing.push_back(r);
       if (!wait_all_ranks) break;
     }
   }
   if (!missing.empty()) {
-    const std::string msg = "mpcomm: monitored_barrier: " + std::string(missing.size() == 1 ? "Rank " : "Ranks ") +
-                            ranks_text(missing) + " failed to pass monitoredBarrier in " +
-                            std::to_string(timeout.count()) + " ms";
+    // gloo's words, which PyTorch's users match: rank 0's own time ran out, or named ranks failed to pass.
+    const std::string msg =
+        "mpcomm: monitored_barrier: " +
+        (out_of_time ? "Rank 0 timed out in monitoredBarrier after " + std::to_string(timeout.count()) +
+                           " ms (not yet reported: " + std::string(missing.size() == 1 ? "rank " : "ranks ") +
+                           ranks_text(missing) + ")"
+                     : std::string(missing.size() == 1 ? "Rank " : "Ranks ") + ranks_text(missing) +
+                           " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms");
     // The receives still posted would take a later message of those ranks: the group cannot go on.
     communicator().abort(msg);
     throw std::runtime_error(msg);

@@ -16,6 +16,7 @@ AS_MPCOMM = os.environ.get("MPCOMM_DIST_SUITE") == "mpcomm"
 os.environ.setdefault("BACKEND", "gloo")
 os.environ.setdefault("WORLD_SIZE", "2")
 os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="mpcomm-dist-suite-"))
+os.environ.setdefault("PYTORCH_PRINT_REPRO_ON_FAILURE", "0")  # the error's last line is the error
 
 import torch.distributed as dist  # noqa: E402
 
