@@ -1,12 +1,13 @@
 // Backend registry: the one table of backends (registry.h), create() by name, available_backends(), and
 // init_from_env().
+#include "backends/registry.h"
+
 #include <cstdlib>
 
-#include "backends/registry.h"
-#include "bootstrap/bind_address.h"
-
+#include "backends/auto/auto_backend.h"
 #include "backends/native/backend.h"
 #include "backends/native/selection/selection.h"
+#include "bootstrap/bind_address.h"
 #ifdef MPCOMM_HAVE_GLOO
 #include "backends/gloo/gloo_communicator.h"
 #endif
@@ -35,8 +36,10 @@ constexpr detail::BackendFactory kGloo = nullptr;
 #endif
 #ifdef MPCOMM_HAVE_MPI
 constexpr detail::BackendFactory kMpi = mpi::create_mpi;
+constexpr bool kHaveMpi = true;
 #else
 constexpr detail::BackendFactory kMpi = nullptr;
+constexpr bool kHaveMpi = false;
 #endif
 #ifdef MPCOMM_HAVE_NCCL
 constexpr detail::BackendFactory kNccl = nccl::create_nccl;
@@ -71,8 +74,11 @@ const BackendEntry kBackends[] = {
      "and rebuild",
      false, false, LaunchNeeds{.via_mpirun = true, .may_pin = true}},
     {"nccl", kNccl,
-     "the CUDA toolkit or NCCL was not found when it was configured; install them, then reconfigure and rebuild",
-     true, true, LaunchNeeds{}},
+     "the CUDA toolkit or NCCL was not found when it was configured; install them, then reconfigure and rebuild", true,
+     true, LaunchNeeds{}},
+    // Every call on the fastest of the others (backends/auto): started by mpirun where this build has
+    // MPI, so that mpi is among them, and pinned as native and mpi are (where it routes calls).
+    {"auto", autosel::create_auto, "", false, true, LaunchNeeds{.via_mpirun = kHaveMpi, .may_pin = true}},
 };
 
 std::string built_names() {
@@ -109,6 +115,12 @@ std::vector<std::string> available_backends() {
   for (const auto& b : kBackends)
     if (b.make != nullptr && (!b.needs_gpu || device::cuda_devices() > 0)) names.emplace_back(b.name);
   return names;
+}
+
+detail::BackendFactory detail::backend_factory(std::string_view backend) {
+  for (const auto& b : kBackends)
+    if (backend == b.name) return b.make;
+  return nullptr;
 }
 
 LaunchNeeds launch_needs(std::string_view backend) { return entry(backend, "launch: --backend ").launch; }

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "bootstrap/launcher.h"
+#include "core/backend.h"
 #include "mpcomm/communicator.h"
 
 namespace mpcomm {
@@ -27,5 +28,10 @@ struct EnvWorld {
   std::shared_ptr<Store> store;
 };
 EnvWorld env_world(const Options& opts);
+
+namespace detail {
+// The factory of `backend` in this build (null: not built, or unknown), for backends made of backends.
+BackendFactory backend_factory(std::string_view backend);
+}  // namespace detail
 
 }  // namespace mpcomm

@@ -130,6 +130,7 @@ struct Row {
 struct Table {
   std::string backend;  // whose subjects the rows name
   std::string source;   // where it came from: "the built-in table", "tuning file PATH"
+  std::string machine;  // the host fingerprint its section's header names ("": none)
   std::vector<Row> rows;
   std::vector<std::string> sections;  // every backend the text has a section for, in order
   bool has_section() const;           // for `backend`
@@ -143,7 +144,7 @@ Table parse_table(std::string_view text, const std::string& source, const std::s
 // Reads the file at `path` (source "tuning file PATH").
 Table load_table(const std::string& path, const std::string& backend, const Vocabulary& vocab);
 // The header line and one line per row, in the format parse_table() reads.
-std::string format_header(const std::string& backend);
+std::string format_header(const std::string& backend, const std::string& machine = "");
 std::string format_row(const Row& r);
 // "64K", "8M", "87381": a size as a table writes it.
 std::string format_size(double bytes);

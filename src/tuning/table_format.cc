@@ -2,7 +2,9 @@
 //
 //   table   := section {section}; blank lines and comments (# to the end of a line) anywhere
 //   section := header, then rows (of that backend)
-//   header  := mpcomm-tuning 1 backend=NAME
+//   header  := mpcomm-tuning 1 backend=NAME [machine=FINGERPRINT]
+//              (machine: the host fingerprint the section was measured on; a table of backend auto
+//              is used only on a matching machine unless it is the built-in one)
 //   row     := SUBJECT {FIELD=VALUE} -> CHOICE {NOTE=VALUE}
 //
 // SUBJECT and CHOICE come from the backend's vocabulary (selection_table.h): an op and one of its
@@ -34,6 +36,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "mpcomm/error.h"
 #include "tuning/selection_table.h"
@@ -200,8 +203,9 @@ std::vector<std::string_view> words_of(std::string_view line) {
   return out;
 }
 
-// The backend a header line names, the line checked.
-std::string_view parse_header(const Where& at, const std::vector<std::string_view>& w, const std::string& backend) {
+// The backend a header line names, and the machine it was measured on ("" when it does not say), the
+// line checked.
+std::pair<std::string_view, std::string_view> parse_header(const Where& at, const std::vector<std::string_view>& w) {
   // Any backend's header: a table may hold several sections, this reader's or not.
   const std::string want = std::string(kMagic) + " " + std::to_string(kVersion) + " backend=NAME";
   if (w.empty() || w[0] != kMagic) at.fail("expected a header '" + want + "' before any row");
@@ -210,8 +214,13 @@ std::string_view parse_header(const Where& at, const std::vector<std::string_vie
             w.size() < 2 ? std::string_view("nothing") : w[1]);
   if (w.size() < 3 || w[2].substr(0, 8) != "backend=" || w[2].size() == 8)
     at.fail("backend", "backend=NAME", w.size() < 3 ? std::string_view("nothing") : w[2]);
-  if (w.size() > 3) at.fail("expected nothing after '" + std::string(w[2]) + "', got '" + std::string(w[3]) + "'");
-  return w[2].substr(8);
+  std::string_view machine;
+  if (w.size() > 3) {
+    if (w[3].substr(0, 8) != "machine=" || w[3].size() == 8) at.fail("machine", "machine=FINGERPRINT", w[3]);
+    machine = w[3].substr(8);
+  }
+  if (w.size() > 4) at.fail("expected nothing after '" + std::string(w[3]) + "', got '" + std::string(w[4]) + "'");
+  return {w[2].substr(8), machine};
 }
 
 std::string list_of(const std::vector<std::string>& names) {
@@ -298,8 +307,9 @@ std::string format_size(double bytes) {
   return std::to_string(static_cast<uint64_t>(bytes));
 }
 
-std::string format_header(const std::string& backend) {
-  return std::string(kMagic) + " " + std::to_string(kVersion) + " backend=" + backend;
+std::string format_header(const std::string& backend, const std::string& machine) {
+  return std::string(kMagic) + " " + std::to_string(kVersion) + " backend=" + backend +
+         (machine.empty() ? "" : " machine=" + machine);
 }
 
 std::string format_row(const Row& r) {
@@ -346,9 +356,10 @@ Table parse_table(std::string_view text, const std::string& source, const std::s
     if (w.empty()) continue;
     const Where at{source, line};
     if (!header || w[0] == kMagic) {
-      const std::string name(parse_header(at, w, backend));
+      const auto [name, machine] = parse_header(at, w);
       ours = name == backend;
-      if (std::find(t.sections.begin(), t.sections.end(), name) == t.sections.end()) t.sections.push_back(name);
+      if (ours) t.machine = std::string(machine);
+      if (std::find(t.sections.begin(), t.sections.end(), name) == t.sections.end()) t.sections.emplace_back(name);
       header = true;
       continue;
     }

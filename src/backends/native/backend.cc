@@ -34,10 +34,11 @@ std::string random_hex(int n) {
 class NativeBackend final : public detail::Backend {
  public:
   NativeBackend(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
-                std::shared_ptr<Engine> engine, Selection selection)
+                std::shared_ptr<Engine> engine, Selection selection, tuning::Shape shape)
       : Backend("native", rank, size, std::move(topo), std::move(opts), std::move(store)),
         engine_(std::move(engine)),
-        selection_(std::move(selection)) {}
+        selection_(std::move(selection)),
+        shape_(shape) {}
 
   ~NativeBackend() override { engine_->close(); }
 
@@ -63,10 +64,12 @@ class NativeBackend final : public detail::Backend {
   void close() override { engine_->close(); }
   // Every frame carries its size, and a receive of another size is a Mismatch (engine.h).
   bool checks_sizes() const override { return true; }
+  const tuning::Shape& shape() const { return shape_; }
 
  private:
   std::shared_ptr<Engine> engine_;
   Selection selection_;
+  tuning::Shape shape_;
   std::vector<char> scratch_;
 };
 
@@ -185,7 +188,12 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
   MPCOMM_LOG(info, "native rank %d/%d up: host %d of %d, %d local ranks, %zu tcp peers; algorithms from %s", rank, size,
              topo.host, topo.num_hosts(), topo.local_size, remote.size(), selection.describe().c_str());
   return std::make_unique<NativeBackend>(rank, size, std::move(topo), std::move(opts), std::move(store),
-                                         std::move(engine), std::move(selection));
+                                         std::move(engine), std::move(selection), facts.shape);
+}
+
+const tuning::Shape* agreed_shape(const detail::Backend& b) {
+  const auto* n = dynamic_cast<const NativeBackend*>(&b);
+  return n != nullptr ? &n->shape() : nullptr;
 }
 
 }  // namespace mpcomm::native

@@ -18,9 +18,13 @@
 #include <memory>
 
 #include "core/backend.h"
+#include "tuning/selection_table.h"
 
 namespace mpcomm::native {
 
 std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
+// The facts a native backend's ranks agreed at its creation (ranks, hosts, CPUs per rank, single copy,
+// placement): what other backends' tables key on (auto). Null when `b` is not a native backend.
+const tuning::Shape* agreed_shape(const detail::Backend& b);
 
 }  // namespace mpcomm::native
