@@ -113,6 +113,10 @@ struct OpStats {
   uint64_t calls = 0;
   uint64_t bytes = 0;  // bytes of the caller's buffer(s) per call, summed
   double seconds = 0;
+  // What the last call of this kind ran: the backend's algorithm or library call ("ring",
+  // "MPI_Allreduce"; auto: "BACKEND/ALGORITHM"), null before the first. A string that lives as long as
+  // the program.
+  const char* algorithm = nullptr;
 };
 
 // A read-only view of sizes (counts or displacements, one per rank): std::span<const size_t> for

@@ -171,6 +171,7 @@ void FrontDoor::finished(const Op& op, uint64_t ticket, uint64_t t0, uint64_t t1
   recorder_.finish(ticket, FlightRecorder::State::done, t1, op.algorithm);
   if (add_call) stats_.add_call(op.kind, op.bytes());
   stats_.add_time(op.kind, t1 - t0);
+  if (op.algorithm != nullptr) stats_.set_algorithm(op.kind, op.algorithm);
 }
 
 // A failed op: recorded; unless it was only refused (bad argument, unsupported), the record is written

@@ -11,6 +11,7 @@ std::array<OpStats, kNumOpKinds> OpStatsTable::snapshot() const {
     out[k].calls = stats_[k].calls.load(std::memory_order_relaxed);
     out[k].bytes = stats_[k].bytes.load(std::memory_order_relaxed);
     out[k].seconds = OpClock::seconds(stats_[k].ticks.load(std::memory_order_relaxed));
+    out[k].algorithm = stats_[k].algorithm.load(std::memory_order_relaxed);
   }
   return out;
 }

@@ -23,11 +23,15 @@ class OpStatsTable {
     Stat& s = stats_[static_cast<size_t>(k)];
     s.ticks.store(s.ticks.load(std::memory_order_relaxed) + ticks, std::memory_order_relaxed);
   }
+  void set_algorithm(OpKind k, const char* algorithm) {
+    stats_[static_cast<size_t>(k)].algorithm.store(algorithm, std::memory_order_relaxed);
+  }
   std::array<OpStats, kNumOpKinds> snapshot() const;
 
  private:
   struct Stat {
     std::atomic<uint64_t> calls{0}, bytes{0}, ticks{0};
+    std::atomic<const char*> algorithm{nullptr};
   };
   std::array<Stat, kNumOpKinds> stats_;
 };

@@ -79,6 +79,9 @@ struct Row {
   // `mpcomm tune`: the candidate forced for the row (an algorithm, a protocol's choice, an MPI call
   // kind), and why it could not run ("": it ran).
   std::string algorithm, refused;
+  // What the backend ran at the row's last call (OpStats::algorithm): for auto, the backend it chose
+  // and that backend's algorithm ("mpi/MPI_Allreduce").
+  std::string ran;
 };
 
 // All ops bench knows, in nccl-tests order.

@@ -87,6 +87,7 @@ std::string to_json(const Row& r) {
   if (!r.transport.empty()) j["transport"] = r.transport;
   if (!std::isnan(r.cpus_round_trip_ns)) j["cpus_round_trip_ns"] = r.cpus_round_trip_ns;
   if (!r.algorithm.empty()) j["algorithm"] = r.algorithm;
+  if (!r.ran.empty()) j["ran"] = r.ran;
   if (!r.refused.empty()) j["refused"] = r.refused;
   return j.dump();
 }
@@ -116,6 +117,7 @@ Row row_from_json(const std::string& line) {
   r.device = j.value("device", "cpu");
   r.transport = j.value("transport", "");
   r.algorithm = j.value("algorithm", "");
+  r.ran = j.value("ran", "");
   r.refused = j.value("refused", "");
   return r;
 }

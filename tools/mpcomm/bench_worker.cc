@@ -166,6 +166,13 @@ Row measure(Communicator& comm, Communicator& control, const Config& c, const st
     lat[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(clock_type::now() - a).count();
   }
   const auto t1 = clock_type::now();
+  // What ran, read before the control communicator's calls (which may be comm) overwrite it.
+  for (int k = 0; k < kNumOpKinds; ++k) {
+    const auto kind = static_cast<OpKind>(k);
+    if (to_string(kind) != (op == "sendrecv" ? "send" : op)) continue;
+    const char* ran = comm.stats()[static_cast<size_t>(k)].algorithm;
+    if (ran != nullptr) row.ran = ran;
+  }
   row.start_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
   row.end_s = std::chrono::duration<double>(t1.time_since_epoch()).count();
   double mean = std::chrono::duration<double, std::micro>(t1 - t0).count() / c.iters, slowest = 0;
