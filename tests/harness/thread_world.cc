@@ -1,11 +1,37 @@
 #include "harness/thread_world.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 
 namespace mpcomm::testing {
+
+namespace {
+
+// Every op on both of auto's children, by size (ranges that every op's conformance counts reach on both
+// sides), so that the suite checks routing, not only native.
+constexpr const char* kMixedAutoTable = R"(mpcomm-tuning 1 backend=auto
+allreduce bytes=[0,16] -> gloo
+allreduce bytes=[256,4K] -> gloo
+broadcast bytes=(16,inf) -> gloo
+reduce bytes=[0,64] -> gloo
+allgather bytes=(16,inf) -> gloo
+reduce_scatter bytes=[0,16] -> gloo
+gather bytes=(16,inf) -> gloo
+scatter bytes=[0,16] -> gloo
+alltoall bytes=(16,inf) -> gloo
+alltoallv dtype=float -> gloo
+allgatherv bytes=[0,16] -> gloo
+barrier -> gloo
+sendrecv bytes=(16,inf) -> gloo
+)";
+
+}  // namespace
 
 std::vector<std::exception_ptr> run_threads(int size, const std::function<void(int)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(size));
@@ -33,8 +59,25 @@ std::string message(const std::exception_ptr& e) {
   }
 }
 
+std::string mixed_auto_table() {
+  // Written once per test process, removed when it exits.
+  struct File {
+    std::string path;
+    File() {
+      const char* tmp = std::getenv("TMPDIR");
+      path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/mpcomm-test-auto-mixed-" +
+             std::to_string(::getpid()) + ".table";
+      std::ofstream(path) << kMixedAutoTable;
+    }
+    ~File() { ::unlink(path.c_str()); }
+  };
+  static const File file;
+  return file.path;
+}
+
 ThreadWorld::ThreadWorld(std::string backend, int size, Options opts, std::vector<std::string> hosts)
     : store_(std::make_shared<HashStore>()), comms_(static_cast<size_t>(size)) {
+  if (backend == "auto" && opts.params.count("MPCOMM_TUNING") == 0) opts.params["MPCOMM_TUNING"] = mixed_auto_table();
   auto errors = run_threads(size, [&](int r) {
     Options o = opts;
     if (!hosts.empty()) o.host_id = hosts[static_cast<size_t>(r)];

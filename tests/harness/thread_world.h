@@ -15,7 +15,8 @@ namespace mpcomm::testing {
 
 class ThreadWorld {
  public:
-  // hosts: optional host id per rank (emulated hosts); empty = all ranks on one host.
+  // hosts: optional host id per rank (emulated hosts); empty = all ranks on one host. An auto world
+  // routes by mixed_auto_table() unless opts name an MPCOMM_TUNING file.
   ThreadWorld(std::string backend, int size, Options opts = {}, std::vector<std::string> hosts = {});
   ~ThreadWorld();
   int size() const { return static_cast<int>(comms_.size()); }
@@ -35,6 +36,10 @@ class ThreadWorld {
 // Backends whose ranks can be threads of one process: every available one but mpi (ranks are
 // processes under mpirun) and nccl (one GPU per process; on a single GPU, one emulated host each).
 std::vector<std::string> thread_backends();
+
+// A table (file) that sends every op of an auto communicator to gloo at some sizes and to native at
+// others.
+std::string mixed_auto_table();
 
 // Runs fn(rank) on `size` threads and returns each one's exception (null on success).
 std::vector<std::exception_ptr> run_threads(int size, const std::function<void(int)>& fn);
