@@ -6,13 +6,15 @@
 #include <string>
 #include <thread>
 
+#include "backends/auto/auto_backend.h"
+#include "backends/auto/route_table.h"
 #include "backends/native/constants.h"
 #include "backends/native/selection/selection.h"
 #include "commands.h"
 #include "device/device.h"
-#include "settings/settings.h"
 #include "kernels/reduce.h"
 #include "mpcomm/mpcomm.h"
+#include "settings/settings.h"
 
 #ifdef MPCOMM_HAVE_MPI
 #include <mpi.h>
@@ -28,6 +30,7 @@ std::string nccl_headers();
 
 std::string backend_line(const std::string& b) {
   if (b == "native") return "mpcomm " MPCOMM_VERSION ": shared memory within a host, TCP between hosts";
+  if (b == "auto") return "every call on the backend its table chooses (auto routing, below)";
 #ifdef MPCOMM_HAVE_GLOO
   if (b == "gloo") return "Gloo " MPCOMM_GLOO_VERSION ": TCP transport between every pair (also within a host)";
 #endif
@@ -88,6 +91,37 @@ std::string tables_text(const tuning::Table* file, const tuning::Table& builtin)
   return out;
 }
 
+// Which backends auto routes to in this environment (as one rank of a job started here: mpi only under
+// mpirun), and which table it routes by (for one host); with `rows` what its rows choose and every row.
+std::string auto_text(bool rows) {
+  std::string out = "auto routing: ";
+  try {
+    const autosel::Usable u = autosel::usable_here(Options{}.resolved(), 0, 1);
+    std::string names, left;
+    for (const auto& n : u.names) names += (names.empty() ? "" : ", ") + n;
+    for (const auto& l : u.left_out) left += (left.empty() ? "" : "; ") + l;
+    out += "routes to " + names;
+    if (u.names.size() == 1) out += " only (one usable backend: every call runs on it)";
+    out += left.empty() ? "\n" : "; left out: " + left + "\n";
+    const std::string here = autosel::machine_fingerprint(1);
+    const autosel::TableChoice t = autosel::choose_table(param_string("MPCOMM_TUNING"), 1);
+    const tuning::Table table = tuning::parse_table(t.text, t.source, "auto", autosel::vocabulary());
+    out += "  table: " + t.source + ", measured on " + t.machine +
+           (t.machine == here ? " (this machine)" : " (this machine: " + here + ")") + ", " +
+           std::to_string(table.rows.size()) + " rows; a call no row matches runs on native\n";
+    out += "  stored tables for this machine: " + autosel::cache_path(here) + " (mpcomm tune --backends all)\n";
+    for (const auto& w : t.warnings) out += "  passed over: " + w + "\n";
+    if (rows) {
+      out += "  # what rows choose: the backend of each op (sendrecv: of every send and receive, both ends alike)\n";
+      out += "  # " + table.source + "\n";
+      for (const auto& r : table.rows) out += row_text(r);
+    }
+  } catch (const Error& e) {
+    out += std::string("refused: ") + e.what() + "\n";
+  }
+  return out;
+}
+
 // Which selection table the native backend uses with this environment (MPCOMM_TUNING, MPCOMM_ALGO), and
 // with `rows` what its rows choose and every row, in the order they are tried. A bad file or name is
 // shown, not thrown.
@@ -129,6 +163,7 @@ std::string selection_text(bool rows) {
     out += std::string("refused: ") + e.what() + "\n";
   }
 #endif
+  out += auto_text(rows);
   return out;
 }
 

@@ -20,7 +20,10 @@ int main(int argc, char** argv) {
   add("bench-worker", "(internal) the measuring side of bench, run by each rank", mpcomm::cli::add_bench_worker);
   add("train", "train GPT-2 with tensor, pipeline and data parallelism on any backend", mpcomm::cli::add_train);
   add("train-worker", "(internal) one rank of train", mpcomm::cli::add_train_worker);
-  add("tune", "measure every candidate of a backend's table (native: algorithms, paths, protocol choices; mpi: calls) for one shape and write the table (for MPCOMM_TUNING)", mpcomm::cli::add_tune);
+  add("tune",
+      "measure every candidate of a backend's table (native: algorithms, paths, protocol choices; mpi: calls; "
+      "--backends: which backend auto runs each call on) for one shape and write the table (or --check auto's)",
+      mpcomm::cli::add_tune);
   add("tune-worker", "(internal) one rank of tune", mpcomm::cli::add_tune_worker);
   add("info", "backends, versions, this host's cores and memory, and the MPCOMM_* variables", mpcomm::cli::add_info);
   CLI11_PARSE(app, argc, argv);

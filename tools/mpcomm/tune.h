@@ -30,7 +30,8 @@ struct Plan {
   std::vector<std::string> candidates;
   // How a candidate is forced: MPCOMM_ALGO=op=CANDIDATE, a one-row table "SUBJECT -> CANDIDATE", or
   // MPCOMM_MPI_CALLS=CANDIDATE.
-  enum Force { algorithm_setting, table_row, mpi_calls } force = algorithm_setting;
+  // auto: a communicator of the candidate backend itself (backend_choice).
+  enum Force { algorithm_setting, table_row, mpi_calls, backend_choice } force = algorithm_setting;
   // send.path and collective.path: rows by message size, holding where the CPUs were, for every data type.
   bool per_message = false;
 };
@@ -60,11 +61,27 @@ Shape shape_of(int ranks, int hosts, long cpus);
 // not run (skipped=) with it. Where the fastest in place differs from the fastest out of place, from 1
 // MiB per rank (where the round of small frames that agrees on it costs under 1%), a row for each.
 // `comment`: lines (without '#') for the header.
+// `machine`: the host fingerprint the header names ("": none).
 std::string table_text(const std::string& backend, const Shape& s, const std::vector<bench::Row>& rows,
-                       const std::vector<std::string>& comment);
+                       const std::vector<std::string>& comment, const std::string& machine = "");
 // `text` (one backend's section) in place of that backend's sections of the table `old` (a file's text,
 // "" when there was none); other backends' sections are kept as they were.
 std::string merged_table(const std::string& old, const std::string& backend, const std::string& text);
+
+// auto (tune_auto.cc). The backends auto's rows choose between: MPCOMM_AUTO_BACKENDS, else every CPU
+// backend of this build, native first (the driver and its workers read the same).
+std::vector<std::string> auto_candidates();
+// The auto section to store: `text` (the rows of shape s) and then the rows of `old`'s auto section for
+// other shapes (ranks, hosts, placement), so that one stored table gathers every shape tuned.
+std::string merged_auto_section(const std::string& old, const std::string& text, const Shape& s);
+// tune --check: per measured op, data type and size, auto's choice by the table in use (MPCOMM_TUNING,
+// the stored table, the built-in one) against the fastest candidate measured; a point whose choice takes
+// more than `limit` × the fastest is reported as drifted.
+struct CheckResult {
+  std::string report;
+  int points = 0, drifted = 0;
+};
+CheckResult check_rows(const Shape& s, const std::vector<bench::Row>& rows, double limit);
 
 // Worker side: measures every candidate of every plan of c in this job (under launch); rank 0 appends
 // the rows to json_path.

@@ -4,18 +4,21 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include "backends/auto/route_table.h"
+#include "backends/native/algorithms/algorithms.h"
 #include "backends/registry.h"
+#include "bootstrap/env.h"
 #include "cli_checks.h"
 #include "commands.h"
-#include "backends/native/algorithms/algorithms.h"
-#include "tune.h"
-#include "bootstrap/env.h"
 #include "device/cpu_pair.h"
 #include "settings/settings.h"
+#include "tune.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm::tune {
@@ -49,6 +52,8 @@ Options forcing(const Options& base, const Plan& plan, const std::string& candid
       break;
     case Plan::mpi_calls:
       o.params["MPCOMM_MPI_CALLS"] = candidate;
+      break;
+    case Plan::backend_choice:
       break;
     case Plan::table_row:
       *table = "/tmp/mpcomm-tune-" + std::to_string(::getpid()) + "-" + plan.subject + "-" + candidate + ".txt";
@@ -84,7 +89,8 @@ int run_worker(const bench::Config& c, const std::string& json_path) {
     for (const std::string& name : plan.candidates) {
       std::string table;
       const Options o = forcing(w.opts, plan, name, &table);
-      comms.push_back(create(backend, std::make_shared<PrefixStore>("tune/" + plan.subject + "=" + name, w.store), w.rank,
+      comms.push_back(create(plan.force == Plan::backend_choice ? name : backend,
+                             std::make_shared<PrefixStore>("tune/" + plan.subject + "=" + name, w.store), w.rank,
                              w.size, o));
       if (!table.empty()) std::remove(table.c_str());
     }
@@ -125,7 +131,9 @@ namespace {
 
 struct TuneCli {
   bench::Config c;
-  std::string backend = "native", ops, b = "8", e = "64M", out;
+  std::string backend = "native", backends, ops, b = "8", e = "64M", out;
+  bool check = false;
+  double limit = 1.2;
 };
 
 std::string now_text() {
@@ -151,8 +159,30 @@ Runner add_tune(CLI::App& app) {
   app.add_option("-d,--datatype", o->c.dtypes, "data types, at most one per class (int, float, half), e.g. float,bfloat16")->delimiter(',');
   auto* timeout = app.add_option("--timeout", o->c.timeout_s, "MPCOMM_TIMEOUT of the ranks, seconds (default: the environment's, else 120)")
                      ->check(positive_number());
-  app.add_option("-o,--out", o->out, "the table to write (for MPCOMM_TUNING); other backends' sections already in it are kept")->required();
+  app.add_option("--backends", o->backends,
+                 "all, or a comma list of backends: write auto's table, which backend runs each op and size (every "
+                 "candidate's median with it), stored for this machine where auto finds it (or -o)");
+  // -c stays nccl-tests' result check; --check is tune's.
+  app.remove_option(app.get_option("--check"));
+  app.add_option("-c", o->c.check, "check results (0 or 1)")->check(whole_between(0, 1));
+  app.add_flag("--check", o->check,
+               "with --backends: measure and compare auto's choices by the table in use with the fastest candidate; "
+               "exit status 1 when one takes more than --limit times the fastest; writes nothing");
+  app.add_option("--limit", o->limit, "--check's limit, times the fastest candidate (default 1.2)")
+      ->check(positive_number());
+  app.add_option("-o,--out", o->out,
+                 "the table to write (for MPCOMM_TUNING; auto's default: the stored table of this machine); other "
+                 "backends' sections already in it are kept");
   return [o, timeout] {
+    if (!o->backends.empty()) {
+      o->backend = "auto";
+      if (o->backends != "all") ::setenv("MPCOMM_AUTO_BACKENDS", o->backends.c_str(), 1);
+      (void)tune::auto_candidates();
+    }
+    if (o->check && o->backend != "auto")
+      throw InvalidArgument("mpcomm tune --check: checks auto's table; name the backends (--backends all)");
+    if (o->out.empty() && o->backend == "auto") o->out = autosel::cache_path(autosel::machine_fingerprint(o->c.hosts));
+    if (o->out.empty()) throw InvalidArgument("mpcomm tune: -o FILE is required (the table to write)");
     o->c.timeout_s = setting_or(timeout, o->c.timeout_s, "MPCOMM_TIMEOUT", 120);
     if (launched_as_rank())
       throw InvalidArgument("mpcomm tune: started as a rank of a launcher's job (srun, mpirun, torchrun, mpcomm "
@@ -185,9 +215,14 @@ Runner add_tune(CLI::App& app) {
     // Where the first two CPUs are, before the ranks run (the send paths' rows hold only there).
     tune::Shape shape = tune::shape_of(c.ranks, c.hosts, ::sysconf(_SC_NPROCESSORS_ONLN));
     const double rt = c.hosts == 1 && c.ranks >= 2 ? cpu_round_trip_ns(0, 1, 1000) : std::nan("");
-    if (!std::isnan(rt)) shape.placement = rt > param_double("MPCOMM_FAR_NS") ? tuning::Placement::far : tuning::Placement::near;
-    std::ofstream probe(o->out, std::ios::app);
-    if (!probe) throw InvalidArgument("mpcomm tune: cannot write " + o->out);
+    if (!std::isnan(rt))
+      shape.placement = rt > param_double("MPCOMM_FAR_NS") ? tuning::Placement::far : tuning::Placement::near;
+    if (!o->check) {
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(o->out).parent_path(), ec);
+      std::ofstream probe(o->out, std::ios::app);
+      if (!probe) throw InvalidArgument("mpcomm tune: cannot write " + o->out);
+    }
     int status = 0;
     const auto rows = bench::run_bench(c, bench::self_exe_path(), false, &status);
     if (status != 0) return status;
@@ -197,19 +232,37 @@ Runner add_tune(CLI::App& app) {
     std::string dtypes;
     for (const auto& d : c.dtypes) dtypes += (dtypes.empty() ? "" : ",") + d;
     const std::vector<std::string> comment = {
-        "mpcomm tune --backend " + o->backend + " --ranks " + std::to_string(c.ranks) + " --hosts " + std::to_string(c.hosts) + " --ops " + o->ops + " -b " +
-            o->b + " -e " + o->e + " -n " + std::to_string(c.iters) + " -w " + std::to_string(c.warmup) + " -d " + dtypes,
+        "mpcomm tune " + (o->backend == "auto" ? "--backends " + o->backends : "--backend " + o->backend) +
+            " --ranks " + std::to_string(c.ranks) + " --hosts " + std::to_string(c.hosts) + " --ops " + o->ops +
+            " -b " + o->b + " -e " + o->e + " -n " + std::to_string(c.iters) + " -w " + std::to_string(c.warmup) +
+            " -d " + dtypes,
         "measured on " + std::string(host) + " (" + std::to_string(cpus) + " CPUs), " + now_text() +
-            (std::isnan(rt) ? "" : "; CPUs 0 and 1 " + std::string(tuning::to_string(shape.placement)) + " before the run (" +
-                                       std::to_string(static_cast<int>(rt)) + " ns round trip)")};
-    const std::string text = tune::table_text(o->backend, shape, rows, comment);
+            (std::isnan(rt) ? ""
+                            : "; CPUs 0 and 1 " + std::string(tuning::to_string(shape.placement)) +
+                                  " before the run (" + std::to_string(static_cast<int>(rt)) + " ns round trip)")};
+    if (o->check) {
+      const tune::CheckResult r = tune::check_rows(shape, rows, o->limit);
+      std::printf("%s", r.report.c_str());
+      return r.drifted > 0 ? 1 : 0;
+    }
+    const std::string machine = o->backend == "auto" ? autosel::machine_fingerprint(c.hosts) : "";
+    std::string text = tune::table_text(o->backend, shape, rows, comment, machine);
     std::string before;
-    if (std::ifstream old(o->out); old) before.assign(std::istreambuf_iterator<char>(old), std::istreambuf_iterator<char>());
+    if (std::ifstream old(o->out); old)
+      before.assign(std::istreambuf_iterator<char>(old), std::istreambuf_iterator<char>());
+    if (o->backend == "auto") text = tune::merged_auto_section(before, text, shape);
     std::ofstream f(o->out, std::ios::trunc);
     f << tune::merged_table(before, o->backend, text);
     if (!f) throw InvalidArgument("mpcomm tune: cannot write " + o->out);
     std::printf("%s", text.c_str());
-    std::printf("# written to %s: MPCOMM_TUNING=%s puts these rows before the built-in table\n", o->out.c_str(), o->out.c_str());
+    if (o->backend == "auto")
+      std::printf(
+          "# written to %s: auto uses it on this machine (for %d host(s)) unless MPCOMM_TUNING names a table with auto "
+          "rows\n",
+          o->out.c_str(), c.hosts);
+    else
+      std::printf("# written to %s: MPCOMM_TUNING=%s puts these rows before the built-in table\n", o->out.c_str(),
+                  o->out.c_str());
     return 0;
   };
 }

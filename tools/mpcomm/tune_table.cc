@@ -80,7 +80,16 @@ Plan plan_of(const std::string& backend, const std::string& what) {
     p.force = Plan::mpi_calls;
     return p;
   }
-  if (backend != "native") throw InvalidArgument("mpcomm tune: --backend " + backend + ": tune writes tables for native and mpi");
+  if (backend == "auto") {
+    if (!bench_op)
+      throw InvalidArgument("mpcomm tune --backends: --ops: '" + what + "' is not an op that mpcomm bench measures");
+    p.candidates = auto_candidates();
+    p.force = Plan::backend_choice;
+    return p;
+  }
+  if (backend != "native")
+    throw InvalidArgument("mpcomm tune: --backend " + backend +
+                          ": tune writes tables for native, mpi and auto (--backends)");
   if (what == "sendrecv" || what == "send.path" || what == "collective.path") {
     p.per_message = true;
     p.force = Plan::table_row;
@@ -110,6 +119,7 @@ Plan plan_of(const std::string& backend, const std::string& what) {
 }
 
 std::string default_ops(const std::string& backend, int hosts) {
+  if (backend == "auto") return "allreduce,broadcast,allgather,reduce_scatter,sendrecv";
   if (backend == "mpi") return "allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall";
   std::string ops = "allreduce,broadcast,reduce,allgather,reduce_scatter";
   if (hosts > 1) return ops + ",broadcast.hierarchical.local";
@@ -128,7 +138,7 @@ Shape shape_of(int ranks, int hosts, long cpus) {
 }
 
 std::string table_text(const std::string& backend, const Shape& s, const std::vector<bench::Row>& rows,
-                       const std::vector<std::string>& comment) {
+                       const std::vector<std::string>& comment, const std::string& machine) {
   // (subject, dtype class) -> bytes per rank (per message) -> [out of place, in place]
   std::map<std::pair<std::string, tuning::DtypeClass>, std::map<double, Point[2]>> points;
   std::set<std::string> reasons;
@@ -160,7 +170,7 @@ std::string table_text(const std::string& backend, const Shape& s, const std::ve
                      " per rank (left out)");
     }
   }
-  std::string out = tuning::format_header(backend) + "\n";
+  std::string out = tuning::format_header(backend, machine) + "\n";
   for (const auto& line : comment) out += "# " + line + "\n";
   out += "# Rows: per subject and measured size (bytes per rank; for send.path and collective.path per message) the\n"
          "# fastest candidate by its median time, from that size to the next one measured; us= every candidate's\n"
@@ -172,6 +182,11 @@ std::string table_text(const std::string& backend, const Shape& s, const std::ve
   base.hosts = exactly(s.hosts);
   base.per_host = exactly(s.per_host);
   base.cpus_per_rank = s.cpus >= s.per_host ? range(1, std::numeric_limits<double>::infinity()) : range(0, 1, true);
+  // auto's rows hold for every data type when one class was measured: which backend is fastest follows
+  // the size, and a call of another class should not fall back to native for want of a row.
+  std::set<tuning::DtypeClass> measured;
+  for (const auto& kv : points) measured.insert(kv.first.second);
+  const size_t classes = measured.size();
   for (const auto& [key, by_size] : points) {
     const Plan plan = plan_of(backend, key.first);
     // Only a native op's rows may ask whether the call is in place (agreed at the call).
@@ -187,9 +202,12 @@ std::string table_text(const std::string& backend, const Shape& s, const std::ve
       row.subject_name = plan.subject;
       if (plan.per_message) {
         row.placement = s.placement;  // which path is faster depends on where the CPUs are
-      } else {
+      } else if (backend != "auto" || classes > 1) {
         row.dtypes = 1 << static_cast<int>(key.second);
       }
+      // auto's two ranks of one host: which backend wins depends on where their CPUs are (agreed at
+      // creation).
+      if (backend == "auto" && s.ranks == 2 && s.hosts == 1) row.placement = s.placement;
       row.bytes = range(lo, hi);
       const std::string out_best = pl[0].best(), in_best = pl[1].best();
       auto emit = [&](const Point& p, const std::string& best, tuning::Want in_place) {

@@ -46,7 +46,7 @@ int Router::route_anew(const detail::Op& op) {
 
 void Router::log_decision(const detail::Op& op, double bytes, int child, const tuning::Row* row) {
   const bool p2p = op.kind == OpKind::send || op.kind == OpKind::recv;
-  if (!p2p && rank_ != 0) return;
+  if (rank_ < 0 || (!p2p && rank_ != 0)) return;
   const auto b = static_cast<uint64_t>(bytes);
   const int bucket = std::bit_width(b);
   const size_t k = static_cast<size_t>(subject_of(op.kind));

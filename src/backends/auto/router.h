@@ -23,7 +23,7 @@ class Router {
  public:
   // `children`: the backends in use, in child order (the table's choices name them). `forced` >= 0: every
   // call goes to that child (device buffers with nccl present). `rank` logs the decisions (rank 0 the
-  // collectives', every rank its sends' and receives').
+  // collectives', every rank its sends' and receives'; negative: none, for tools that ask).
   Router(std::shared_ptr<const tuning::Table> table, const tuning::Shape& shape, std::vector<std::string> children,
          int forced, int rank);
 
