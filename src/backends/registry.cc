@@ -123,7 +123,16 @@ detail::BackendFactory detail::backend_factory(std::string_view backend) {
   return nullptr;
 }
 
-LaunchNeeds launch_needs(std::string_view backend) { return entry(backend, "launch: --backend ").launch; }
+LaunchNeeds launch_needs(std::string_view backend) {
+  LaunchNeeds needs = entry(backend, "launch: --backend ").launch;
+  // auto without mpi (MPCOMM_AUTO_BACKENDS leaves it out) starts its ranks as native does: mpirun would
+  // only bring MPI's fault model (a rank that dies ends the job) for nothing.
+  if (backend == "auto" && needs.via_mpirun) {
+    const std::string wanted = "," + param_string("MPCOMM_AUTO_BACKENDS") + ",";
+    if (wanted != ",," && wanted.find(",mpi,") == std::string::npos) needs.via_mpirun = false;
+  }
+  return needs;
+}
 
 std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<Store> store, int rank, int size,
                                      const Options& opts) {

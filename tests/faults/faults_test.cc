@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <regex>
 
@@ -23,10 +24,32 @@ using testing::RunResult;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// "auto_gloo": auto without mpi (so not under mpirun), every op routed to gloo.
 struct Fault {
   std::string backend, mode;
   uint64_t seed;
 };
+
+constexpr const char* kAllOnGloo = R"(mpcomm-tuning 1 backend=auto
+allreduce -> gloo
+broadcast -> gloo
+allgather -> gloo
+reduce_scatter -> gloo
+alltoall -> gloo
+barrier -> gloo
+sendrecv -> gloo
+)";
+
+// The environment that makes f's job (auto_gloo: auto without mpi, every op on gloo).
+std::string env_of(const Fault& f) {
+  if (f.backend != "auto_gloo") return "";
+  const std::string table = ::testing::TempDir() + "mpcomm-faults-all-on-gloo.table";
+  std::ofstream(table) << kAllOnGloo;
+  return "MPCOMM_AUTO_BACKENDS=native,gloo MPCOMM_TUNING=" + table + " ";
+}
+
+// mpirun starts the ranks, and ends the job when one dies (MPI's fault model): mpi, and auto with mpi.
+bool under_mpirun(const std::string& backend) { return backend == "mpi" || backend == "auto"; }
 
 constexpr double kTimeout = 3;  // MPCOMM_TIMEOUT of the ranks, seconds
 // The launcher's grace: how long it lets the other ranks run on after the first one ended. Survivors must
@@ -36,12 +59,13 @@ constexpr int kGrace = 6;
 
 void inject(const Fault& f) {
   const int n = 3 + static_cast<int>(f.seed % 3);  // 3 to 5 ranks
-  const int hosts = f.backend == "mpi" ? 1 : 1 + static_cast<int>(f.seed / 3 % 2);
+  const int hosts = under_mpirun(f.backend) ? 1 : 1 + static_cast<int>(f.seed / 3 % 2);
   const std::string tag = testing::unique_tag();
-  RunResult r = testing::run_command(std::string(MPCOMM_CLI) + " launch -n " + std::to_string(n) + " --hosts " +
-                                     std::to_string(hosts) + " --backend " + f.backend + " --timeout " +
-                                     std::to_string(static_cast<int>(kTimeout)) + " --grace " + std::to_string(kGrace) + " -- " + MPCOMM_FAULT_PROG +
-                                     " " + f.mode + " " + std::to_string(f.seed) + " " + tag);
+  const std::string backend = f.backend == "auto_gloo" ? "auto" : f.backend;
+  RunResult r = testing::run_command(
+      env_of(f) + MPCOMM_CLI + " launch -n " + std::to_string(n) + " --hosts " + std::to_string(hosts) + " --backend " +
+      backend + " --timeout " + std::to_string(static_cast<int>(kTimeout)) + " --grace " + std::to_string(kGrace) +
+      " -- " + MPCOMM_FAULT_PROG + " " + f.mode + " " + std::to_string(f.seed) + " " + tag);
   const std::string what = f.backend + " " + f.mode + " seed " + std::to_string(f.seed) + ", " + std::to_string(n) +
                            " ranks on " + std::to_string(hosts) + " host(s)";
   SCOPED_TRACE(what);
@@ -58,7 +82,7 @@ void inject(const Fault& f) {
     if (line.empty()) {
       // Only mpirun may end a survivor before it reports (a rank that died, or the mpi backend's watchdog
       // ending a job stuck in a blocking MPI call: MPI_Abort).
-      EXPECT_EQ(f.backend, "mpi") << "rank " << s << " did not report the fault:\n" << r.output;
+      EXPECT_TRUE(under_mpirun(f.backend)) << "rank " << s << " did not report the fault:\n" << r.output;
       continue;
     }
     ++reported;
@@ -69,7 +93,11 @@ void inject(const Fault& f) {
         << line;
     EXPECT_TRUE(contains(line, "on rank " + std::to_string(s) + " of " + std::to_string(n))) << line;
   }
-  if (f.backend == "mpi" && reported == 0) {
+  if (f.backend == "auto_gloo") {
+    // Every op ran on gloo: what failed names gloo, and a survivor that saw the death names the rank.
+    EXPECT_TRUE(contains(r.output, "[gloo]")) << r.output;
+  }
+  if (under_mpirun(f.backend) && reported == 0) {
     EXPECT_TRUE(contains(r.output, "mpcomm launch: rank ")) << "the launcher must name the rank that ended\n" << r.output;
   }
   EXPECT_EQ(testing::count_processes_running(MPCOMM_FAULT_PROG, tag), 0) << "orphaned ranks\n" << r.output;
@@ -125,7 +153,10 @@ std::vector<std::tuple<std::string, std::string>> params() {
   std::vector<std::tuple<std::string, std::string>> ps;
   for (const auto& b : available_backends())
     if (b != "nccl")
-      for (const char* mode : {"kill", "stop", "exit"}) ps.emplace_back(b, mode);
+      for (const char* mode : {"kill", "stop", "exit"}) {
+        ps.emplace_back(b, mode);
+        if (b == "gloo") ps.emplace_back("auto_gloo", mode);
+      }
   return ps;
 }
 
