@@ -4,10 +4,13 @@ every rank's inputs, and equal to the gloo backend's in the same job where PyTor
 
 Run as every rank of a job (torchrun, mpcomm launch, mpirun):
     /usr/bin/python3 tests/torch/ops_check.py [--sizes 0,1,7,1000,1048579] [--quick]
+        [--auto TABLE --expect-routed native,gloo]   (MPCOMM_BACKEND=auto routed by TABLE; the flight
+                                                      record must show each named backend running ops)
 Prints one line per failure and a summary; exits 1 on any failure.
 """
 
 import argparse
+import os
 import sys
 
 import torch
@@ -110,8 +113,14 @@ def main():
     ap.add_argument("--sizes", default="0,1,7,1000,1048579")
     ap.add_argument("--big-dtypes", default="all", help="dtypes run at sizes above 1000 (all, or a list)")
     ap.add_argument("--tag", help="ignored (marks the job's processes for the test runner)")
+    ap.add_argument("--auto", metavar="TABLE", help="run on mpcomm's auto backend, routed by this table")
+    ap.add_argument("--expect-routed", default="", help="backends the auto backend must have run ops on")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.auto:
+        os.environ["MPCOMM_BACKEND"] = "auto"
+        os.environ["MPCOMM_TUNING"] = args.auto
+        os.environ["MPCOMM_TRACE_ENTRIES"] = "100000"  # the whole run, to see every backend it used
 
     dist.init_process_group("mpcomm")
     gloo = dist.new_group(backend="gloo")
@@ -331,6 +340,13 @@ def main():
             failures.append(f"BAND refusal does not name it: {e}")
 
     dist.barrier()  # (not gloo's: PyTorch's gloo barrier can raise a failure of an earlier gloo op again)
+    if args.auto:
+        if mpcomm.torch.backend_of(dist.group.WORLD) != "auto":
+            failures.append(f"the group runs on {mpcomm.torch.backend_of(dist.group.WORLD)}, not auto")
+        record = mpcomm.torch.flight_record(dist.group.WORLD)
+        for b in filter(None, args.expect_routed.split(",")):
+            if f" {b}/" not in record:
+                failures.append(f"no op ran on {b} (flight record: no '{b}/' in the algorithm column)")
     lacks = sorted(checked["gloo_lacks"])
     print(f"rank {r} of {n}: {checked['cases']} checks, {checked['gloo_compared']} compared with gloo, "
           f"{len(failures)} failed" + (f"; gloo lacks: {lacks}" if r == 0 else ""), flush=True)

@@ -216,7 +216,11 @@ std::unique_ptr<detail::Backend> create_auto(std::shared_ptr<Store> store, int r
     if ((all >> k & 1U) == 0) continue;
     const std::string name = kKnown[k];
     Child c{name, detail::backend_factory(name), nullptr};
-    c.backend = c.factory(std::make_shared<PrefixStore>(name, store), rank, size, opts);
+    try {
+      c.backend = c.factory(std::make_shared<PrefixStore>(name, store), rank, size, opts);
+    } catch (const Error& e) {
+      throw_error(e.code(), who + ": its " + name + " backend: " + e.what());
+    }
     children.push_back(std::move(c));
   }
 
