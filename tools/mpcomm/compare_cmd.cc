@@ -151,7 +151,7 @@ std::string bw_cell(const bench::Row& r) { return fmt_bw(r.busbw_gbs); }
 std::string recommendation(const std::vector<bench::Row>& rows, const std::string& what) {
   std::map<size_t, std::pair<double, std::string>> best;
   for (const auto& r : rows) {
-    if (r.inplace) continue;
+    if (r.inplace || r.backend == "auto") continue;  // auto runs one of the others: not a choice of its own
     auto it = best.find(r.bytes);
     if (it == best.end() || r.time_us < it->second.first) best[r.bytes] = {r.time_us, r.backend};
   }
@@ -175,6 +175,53 @@ std::string recommendation(const std::vector<bench::Row>& rows, const std::strin
       cur = p.second;
       from = bytes;
     }
+    to = bytes;
+  }
+  flush();
+  o << "\n";
+  return o.str();
+}
+
+// What auto chose per size (the backend its rows ran on), merged into size ranges, with its time against
+// the fastest single backend's in the same run.
+std::string auto_choices(const std::vector<bench::Row>& rows, const std::string& what) {
+  std::map<size_t, double> best;
+  std::map<size_t, const bench::Row*> chose;
+  for (const auto& r : rows) {
+    if (r.inplace) continue;
+    if (r.backend == "auto") {
+      chose[r.bytes] = &r;
+    } else if (!best.count(r.bytes) || r.time_us < best[r.bytes]) {
+      best[r.bytes] = r.time_us;
+    }
+  }
+  if (chose.empty()) return "";
+  std::ostringstream o;
+  o << "- " << what << ": ";
+  std::string cur;
+  size_t from = 0, to = 0;
+  double lo = 0, hi = 0;
+  bool first = true;
+  auto flush = [&] {
+    if (cur.empty()) return;
+    o << (first ? "" : "; ") << bench::human_bytes(from) << (from == to ? "" : " – " + bench::human_bytes(to)) << ": **"
+      << cur << "**";
+    char ratio[64];
+    std::snprintf(ratio, sizeof ratio, lo == hi ? " (%.2f×)" : " (%.2f–%.2f×)", lo, hi);
+    o << ratio;
+    first = false;
+  };
+  for (const auto& [bytes, r] : chose) {
+    const std::string backend = r->ran.substr(0, r->ran.find('/'));
+    const double x = best.count(bytes) ? r->time_us / best[bytes] : 0;
+    if (backend != cur) {
+      flush();
+      cur = backend;
+      from = bytes;
+      lo = hi = x;
+    }
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
     to = bytes;
   }
   flush();
@@ -371,8 +418,15 @@ Runner add_compare(CLI::App& app) {
     md << "## Recommendation (fastest backend per size, measured here)\n\n"
        << recommendation(ex[0].rows, "all-reduce, one host") << recommendation(ex[1].rows, "broadcast, one host")
        << recommendation(ex[2].rows, "all-reduce, " + std::to_string(o->hosts) + " hosts")
-       << recommendation(ex[3].rows, "send/recv, one host") << "\n"
-       << "What this does not measure: "
+       << recommendation(ex[3].rows, "send/recv, one host") << "\n";
+    const std::string chose = auto_choices(ex[0].rows, "all-reduce, one host") +
+                              auto_choices(ex[1].rows, "broadcast, one host") +
+                              auto_choices(ex[2].rows, "all-reduce, " + std::to_string(o->hosts) + " hosts") +
+                              auto_choices(ex[3].rows, "send/recv, one host");
+    if (!chose.empty())
+      md << "## What auto chose (the backend it ran each size on; its time × the fastest backend's in this run)\n\n"
+         << chose << "\n";
+    md << "What this does not measure: "
        << (base.device == "cpu" ? "GPUs (no GPU buffers in this run; NCCL needs a GPU), " : "")
        << "real networks (emulated hosts talk over loopback TCP), and machines larger than this one.\n\n";
     if (o->torch) {
