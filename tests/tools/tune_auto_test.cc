@@ -12,30 +12,17 @@
 
 #include "backends/auto/route_table.h"
 #include "harness/process.h"
+#include "harness/table_notes.h"
 #include "mpcomm/mpcomm.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm {
 namespace {
 
+using testing::note;
+using testing::times;
+
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-std::string note(const tuning::Row& r, const std::string& key) {
-  std::istringstream words(r.notes);
-  for (std::string w; words >> w;)
-    if (w.rfind(key + "=", 0) == 0) return w.substr(key.size() + 1);
-  return "";
-}
-
-std::map<std::string, double> times(const std::string& us) {
-  std::map<std::string, double> out;
-  std::istringstream items(us);
-  for (std::string item; std::getline(items, item, ',');) {
-    const size_t colon = item.find(':');
-    out[item.substr(0, colon)] = std::atof(item.c_str() + colon + 1);
-  }
-  return out;
-}
 
 std::vector<std::string> cpu_backends() {
   std::vector<std::string> out;

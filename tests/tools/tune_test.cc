@@ -11,25 +11,21 @@
 #include <sstream>
 #include <string>
 
-#include "harness/flight_record.h"
-#include "harness/process.h"
-#include "harness/thread_world.h"
 #include "backends/native/algorithms/algorithms.h"
 #include "backends/native/selection/selection.h"
+#include "harness/flight_record.h"
+#include "harness/process.h"
+#include "harness/table_notes.h"
+#include "harness/thread_world.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm {
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using testing::note;
+using testing::times;
 
-// The value of note `key` of a row ("" when absent).
-std::string note(const tuning::Row& r, const std::string& key) {
-  std::istringstream words(r.notes);
-  for (std::string w; words >> w;)
-    if (w.rfind(key + "=", 0) == 0) return w.substr(key.size() + 1);
-  return "";
-}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 double size_of(const std::string& s) {
   char* end = nullptr;
@@ -37,17 +33,6 @@ double size_of(const std::string& s) {
   const std::string units = "KMGT";
   if (*end != '\0') v *= std::pow(1024.0, static_cast<double>(units.find(*end) + 1));
   return v;
-}
-
-// "flat:1.20,ring:3.4" -> {flat: 1.2, ring: 3.4}
-std::map<std::string, double> times(const std::string& us) {
-  std::map<std::string, double> out;
-  std::istringstream items(us);
-  for (std::string item; std::getline(items, item, ',');) {
-    const size_t colon = item.find(':');
-    out[item.substr(0, colon)] = std::atof(item.c_str() + colon + 1);
-  }
-  return out;
 }
 
 TEST(Tune, WritesATableThatCommunicatorsOfItsShapeFollow) {

@@ -52,6 +52,9 @@ struct Config {
   std::vector<int> rows_per_size;
   // `mpcomm tune`: for each op of `ops`, the table subject it is measured for (tune.h, Plan); empty: the ops.
   std::vector<std::string> subjects;
+  // `mpcomm tune`: how many times each size's candidates are measured, in an order that turns with every
+  // round and size (a candidate that always came first or last would carry the turn's bias).
+  int rounds = 1;
   // Run as one rank of the job that started this process (--launcher): each backend's communicator
   // over the job's store, rows on rank 0 only; ranks and hosts are the job's.
   bool as_rank = false;

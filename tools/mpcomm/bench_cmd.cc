@@ -34,11 +34,27 @@ namespace mpcomm::bench {
 namespace {
 
 nlohmann::json config_to_json(const Config& c) {
-  return {{"ranks", c.ranks},   {"hosts", c.hosts},   {"backends", c.backends}, {"ops", c.ops},
-          {"min_bytes", c.min_bytes}, {"max_bytes", c.max_bytes}, {"factor", c.factor}, {"extra_sizes", c.extra_sizes}, {"iters", c.iters},
-          {"warmup", c.warmup}, {"check", c.check},   {"dtypes", c.dtypes},     {"redop", c.redop},
-          {"root", c.root},     {"timeout_s", c.timeout_s}, {"device", c.device}, {"turns", c.turns},
-          {"turn_slot", c.turn_slot}, {"turn_backends", c.turn_backends}, {"subjects", c.subjects}};
+  return {{"ranks", c.ranks},
+          {"hosts", c.hosts},
+          {"backends", c.backends},
+          {"ops", c.ops},
+          {"min_bytes", c.min_bytes},
+          {"max_bytes", c.max_bytes},
+          {"factor", c.factor},
+          {"extra_sizes", c.extra_sizes},
+          {"iters", c.iters},
+          {"warmup", c.warmup},
+          {"check", c.check},
+          {"dtypes", c.dtypes},
+          {"redop", c.redop},
+          {"root", c.root},
+          {"timeout_s", c.timeout_s},
+          {"device", c.device},
+          {"turns", c.turns},
+          {"turn_slot", c.turn_slot},
+          {"turn_backends", c.turn_backends},
+          {"subjects", c.subjects},
+          {"rounds", c.rounds}};
 }
 
 size_t count_lines(const std::string& path) {
@@ -119,6 +135,7 @@ Config config_from_json(const std::string& s) {
   c.turn_slot = j.value("turn_slot", 0);
   c.turn_backends = j.value("turn_backends", 0);
   c.subjects = j.value("subjects", std::vector<std::string>{});
+  c.rounds = j.value("rounds", 1);
   return c;
 }
 

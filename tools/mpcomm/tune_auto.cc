@@ -1,5 +1,6 @@
 // mpcomm tune for the auto backend (tune.h): its candidates, the stored table that gathers every shape
 // tuned, and --check (auto's choices against fresh measurements).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -61,10 +62,17 @@ CheckResult check_rows(const Shape& s, const std::vector<bench::Row>& rows, doub
       std::make_shared<tuning::Table>(tuning::parse_table(choice.text, choice.source, "auto", autosel::vocabulary()));
   const std::vector<std::string> candidates = auto_candidates();
   autosel::Router router(table, routing_shape(s), candidates, -1, -1);
-  // (op, dtype, bytes) -> candidate -> median µs
-  std::map<std::tuple<std::string, std::string, size_t>, std::map<std::string, double>> points;
+  // (op, dtype, bytes) -> candidate -> every round's median µs, then their median
+  std::map<std::tuple<std::string, std::string, size_t>, std::map<std::string, std::vector<double>>> samples;
   for (const bench::Row& r : rows)
-    if (r.refused.empty() && r.wrong == 0 && !r.inplace) points[{r.op, r.dtype, r.bytes}][r.algorithm] = r.p50_us;
+    if (r.refused.empty() && r.wrong == 0 && !r.inplace)
+      samples[{r.op, r.dtype, r.bytes}][r.algorithm].push_back(r.p50_us);
+  std::map<std::tuple<std::string, std::string, size_t>, std::map<std::string, double>> points;
+  for (auto& [key, by] : samples)
+    for (auto& [b, v] : by) {
+      std::sort(v.begin(), v.end());
+      points[key][b] = v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    }
   CheckResult out;
   out.report = "# auto's choices by " + choice.source + " against the fastest measured (median us), " +
                std::to_string(s.ranks) + " ranks on " + std::to_string(s.hosts) + " host(s):\n";

@@ -96,26 +96,31 @@ int run_worker(const bench::Config& c, const std::string& json_path) {
     }
     // In place too where a row may ask for it: a native op's algorithms.
     const bool both_layouts = bench::has_inplace(op) && plan.force == Plan::algorithm_setting;
+    size_t turn = 0;
     for (const auto& dname : c.dtypes)
       for (size_t bytes : bench::sizes(c)) {
         const DataType dt = parse_dtype(dname);
         const size_t count = bench::elements_per_rank(op, bytes, dtype_size(dt), w.size);
         if (count == 0) continue;
-        for (int ip = 0; ip < (both_layouts ? 2 : 1); ++ip)
-          for (size_t a = 0; a < plan.candidates.size(); ++a) {
-            bench::Row row;
-            try {
-              row = bench::measure(*comms[a], *control, c, op, dt, count, ip == 1, b);
-            } catch (const Unsupported& e) {
-              row = refused_row(*control, backend, op, dt, count, ip == 1, e.what());
+        const size_t nc = plan.candidates.size();
+        for (int round = 0; round < c.rounds; ++round, ++turn)
+          for (int ip = 0; ip < (both_layouts ? 2 : 1); ++ip)
+            for (size_t i = 0; i < nc; ++i) {
+              // Every candidate in turn, starting one further each round and size, backwards every other.
+              const size_t a = turn % 2 == 0 ? (i + turn) % nc : (nc - 1 - i + turn) % nc;
+              bench::Row row;
+              try {
+                row = bench::measure(*comms[a], *control, c, op, dt, count, ip == 1, b);
+              } catch (const Unsupported& e) {
+                row = refused_row(*control, backend, op, dt, count, ip == 1, e.what());
+              }
+              row.op = plan.subject;  // what the row is for (table_text)
+              row.algorithm = plan.candidates[a];
+              if (json != nullptr) {
+                std::fprintf(json, "%s\n", bench::to_json(row).c_str());
+                std::fflush(json);
+              }
             }
-            row.op = plan.subject;  // what the row is for (table_text)
-            row.algorithm = plan.candidates[a];
-            if (json != nullptr) {
-              std::fprintf(json, "%s\n", bench::to_json(row).c_str());
-              std::fflush(json);
-            }
-          }
       }
   }
   if (json != nullptr) std::fclose(json);
@@ -168,6 +173,10 @@ Runner add_tune(CLI::App& app) {
   app.add_flag("--check", o->check,
                "with --backends: measure and compare auto's choices by the table in use with the fastest candidate; "
                "exit status 1 when one takes more than --limit times the fastest; writes nothing");
+  app.add_option("--rounds", o->c.rounds,
+                 "measure each size's candidates this many times, in turns whose order changes every round and size; "
+                 "a row holds the median over the rounds (default 1)")
+      ->check(whole_at_least(1));
   app.add_option("--limit", o->limit, "--check's limit, times the fastest candidate (default 1.2)")
       ->check(positive_number());
   app.add_option("-o,--out", o->out,
@@ -202,7 +211,7 @@ Runner add_tune(CLI::App& app) {
       c.ops.push_back(plan.op);
       c.subjects.push_back(plan.subject);
       const bool both_layouts = bench::has_inplace(plan.op) && plan.force == tune::Plan::algorithm_setting;
-      c.rows_per_size.push_back(static_cast<int>(plan.candidates.size()) * (both_layouts ? 2 : 1));
+      c.rows_per_size.push_back(static_cast<int>(plan.candidates.size()) * (both_layouts ? 2 : 1) * c.rounds);
     }
     std::vector<tuning::DtypeClass> classes;
     for (const auto& d : c.dtypes) {
@@ -235,7 +244,13 @@ Runner add_tune(CLI::App& app) {
         "mpcomm tune " + (o->backend == "auto" ? "--backends " + o->backends : "--backend " + o->backend) +
             " --ranks " + std::to_string(c.ranks) + " --hosts " + std::to_string(c.hosts) + " --ops " + o->ops +
             " -b " + o->b + " -e " + o->e + " -n " + std::to_string(c.iters) + " -w " + std::to_string(c.warmup) +
-            " -d " + dtypes,
+            " -d " + dtypes + " -f " +
+            [&] {
+              char f[32];
+              std::snprintf(f, sizeof f, "%g", c.factor);
+              return std::string(f);
+            }() +
+            (c.rounds > 1 ? " --rounds " + std::to_string(c.rounds) : ""),
         "measured on " + std::string(host) + " (" + std::to_string(cpus) + " CPUs), " + now_text() +
             (std::isnan(rt) ? ""
                             : "; CPUs 0 and 1 " + std::string(tuning::to_string(shape.placement)) +

@@ -20,11 +20,18 @@ namespace {
 
 constexpr double kInPlaceRowsFrom = 1 << 20;
 
-// One (op, dtype class, bytes per rank, placement)'s candidates: median µs per algorithm that ran right,
-// and those that could not run.
+// One (op, dtype class, bytes per rank, placement)'s candidates: median µs per algorithm that ran right
+// (over the rounds: every row's median, then their median), and those that could not run.
 struct Point {
   std::map<std::string, double> us;
+  std::map<std::string, std::vector<double>> rounds;
   std::vector<std::string> skipped;
+  void add(const std::string& alg, double p50) {
+    std::vector<double>& v = rounds[alg];
+    v.push_back(p50);
+    std::sort(v.begin(), v.end());
+    us[alg] = v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  }
   std::string best() const {
     std::string b;
     for (const auto& [alg, t] : us)
@@ -157,14 +164,15 @@ std::string table_text(const std::string& backend, const Shape& s, const std::ve
     const double per_rank = static_cast<double>(r.bytes) / (blocks ? s.ranks : 1);
     Point& p = points[{plan.subject, tuning::dtype_class(dt)}][per_rank][r.inplace ? 1 : 0];
     if (!r.refused.empty()) {
-      p.skipped.push_back(r.algorithm);
+      if (std::find(p.skipped.begin(), p.skipped.end(), r.algorithm) == p.skipped.end())
+        p.skipped.push_back(r.algorithm);
       // "...: MPCOMM_ALGO forces OP=ALG, which cannot run here: WHY (the call's shape)": WHY.
       std::string why = r.refused;
       if (const size_t at = why.find("cannot run here: "); at != std::string::npos) why = why.substr(at + 17);
       if (const size_t shape = why.rfind(" ("); shape != std::string::npos && why.ends_with("bytes per rank)")) why.resize(shape);
       reasons.insert(plan.subject + " " + r.algorithm + ": " + why);
     } else if (r.wrong == 0) {
-      p.us[r.algorithm] = r.p50_us;
+      p.add(r.algorithm, r.p50_us);
     } else {
       reasons.insert(plan.subject + " " + r.algorithm + ": wrong results at " + tuning::format_size(per_rank) +
                      " per rank (left out)");
