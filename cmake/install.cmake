@@ -21,6 +21,7 @@ foreach(_b gloo mpi nccl)
     list(APPEND MPCOMM_BUILT_BACKENDS ${_b})
   endif()
 endforeach()
+list(APPEND MPCOMM_BUILT_BACKENDS auto)  # made of the others: in every build
 set(MPCOMM_BUILT_CUDA OFF)
 if("MPCOMM_HAVE_CUDA=1" IN_LIST _mpcomm_defs)
   set(MPCOMM_BUILT_CUDA ON)

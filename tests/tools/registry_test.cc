@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "harness/process.h"
@@ -24,15 +25,23 @@ std::string refusal(const std::string& backend) {
   return "";
 }
 
-TEST(LaunchNeeds, OnlyMpiGoesThroughMpirunAndOnlyGlooIsNotPinned) {
+// auto goes through mpirun where this build has mpi (so that mpi is among its backends), unless
+// MPCOMM_AUTO_BACKENDS leaves mpi out.
+TEST(LaunchNeeds, OnlyMpiAndAutoWithMpiGoThroughMpirunAndOnlyGlooIsNotPinned) {
   const auto built = compiled_backends();
   ASSERT_FALSE(built.empty());
+  const bool have_mpi = std::find(built.begin(), built.end(), "mpi") != built.end();
   for (const auto& b : built) {
     LaunchNeeds needs;
     ASSERT_NO_THROW(needs = launch_needs(b)) << b;
-    EXPECT_EQ(needs.via_mpirun, b == "mpi") << b;
+    EXPECT_EQ(needs.via_mpirun, b == "mpi" || (b == "auto" && have_mpi)) << b;
     EXPECT_EQ(needs.may_pin, b != "gloo") << b;
   }
+  ::setenv("MPCOMM_AUTO_BACKENDS", "native,gloo", 1);
+  EXPECT_FALSE(launch_needs("auto").via_mpirun);
+  ::setenv("MPCOMM_AUTO_BACKENDS", "gloo,mpi", 1);
+  EXPECT_EQ(launch_needs("auto").via_mpirun, have_mpi);
+  ::unsetenv("MPCOMM_AUTO_BACKENDS");
 }
 
 TEST(LaunchNeeds, ABackendThisBuildHasNotGotIsRefusedWithTheReason) {
