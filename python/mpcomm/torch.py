@@ -5,8 +5,8 @@
 
 Importing this module registers the backend (PyTorch 1.13: a ProcessGroup; 2.x: a c10d Backend for the "cpu"
 and "cuda" devices, created through the extended API). Every torch.distributed op then runs on an mpcomm
-communicator (MPCOMM_BACKEND picks the one underneath: native by default, gloo, mpi, or nccl for CUDA
-tensors) that meets its peers through the c10d store init_process_group made; the timeout given to
+communicator (MPCOMM_BACKEND picks the one underneath: native by default, gloo, mpi, nccl for CUDA
+tensors, or auto: every op on the backend auto's table chooses) that meets its peers through the c10d store init_process_group made; the timeout given to
 init_process_group bounds the rendezvous and every op.
 
 Under mpirun or srun (which set no torchrun variables) the import fills RANK, WORLD_SIZE, LOCAL_RANK,
@@ -68,7 +68,7 @@ def _mpcomm_group(pg):
 
 
 def backend_of(pg) -> str:
-    """The mpcomm backend under an mpcomm group (native, gloo, mpi, nccl)."""
+    """The mpcomm backend under an mpcomm group (native, gloo, mpi, nccl, auto)."""
     return _C.backend_of(_mpcomm_group(pg))
 
 

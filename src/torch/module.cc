@@ -37,7 +37,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "backend_of",
       [](const c10::intrusive_ptr<GroupBase>& pg) { return mpcomm_group(pg, "backend_of").mpcomm_backend(); },
-      "The mpcomm backend under an mpcomm process group (native, gloo, mpi, nccl).");
+      "The mpcomm backend under an mpcomm process group (native, gloo, mpi, nccl, auto).");
   m.def(
       "flight_record",
       [](const c10::intrusive_ptr<GroupBase>& pg) {

@@ -51,11 +51,7 @@ class AutoBackend final : public detail::Backend {
       : Backend("auto", rank, size, children.at(0).backend->topology(), std::move(opts), std::move(store)),
         children_(std::move(children)),
         router_(std::move(table), *native::agreed_shape(*children_[0].backend), names(children_), forced_child(),
-                rank) {
-    routing_.children = router_.children();
-    routing_.table_source = router_.table()->source;
-    routing_.table_machine = router_.table()->machine;
-  }
+                rank) {}
 
   ~AutoBackend() override = default;
 
@@ -114,8 +110,6 @@ class AutoBackend final : public detail::Backend {
                                : detail::MemoryType::host;
   }
 
-  const Routing& routing() const { return routing_; }
-
  private:
   static std::vector<std::string> names(const std::vector<Child>& cs) {
     std::vector<std::string> out;
@@ -139,7 +133,6 @@ class AutoBackend final : public detail::Backend {
 
   std::vector<Child> children_;
   Router router_;
-  Routing routing_;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -184,11 +177,6 @@ Usable usable_here(const Options& opts, int rank, int size) {
       u.left_out.push_back(n + " (" + why + ")");
   }
   return u;
-}
-
-const Routing* routing_of(const detail::Backend& b) {
-  const auto* a = dynamic_cast<const AutoBackend*>(&b);
-  return a != nullptr ? &a->routing() : nullptr;
 }
 
 std::unique_ptr<detail::Backend> create_auto(std::shared_ptr<Store> store, int rank, int size, const Options& in) {
@@ -243,16 +231,11 @@ std::unique_ptr<detail::Backend> create_auto(std::shared_ptr<Store> store, int r
   auto table = std::make_shared<tuning::Table>(
       tuning::parse_table(get_before(*own, "table/text", deadline, who, "rank 0"), source, "auto", vocabulary()));
 
-  std::string names;
+  std::string names, left;
   for (const Child& c : children) names += (names.empty() ? "" : ", ") + c.name;
-  MPCOMM_LOG(info, "auto rank %d/%d up: routes to %s; table: %s%s%s", rank, size, names.c_str(), source.c_str(),
-             mine.left_out.empty() ? "" : "; left out here: ",
-             [&] {
-               std::string s;
-               for (const auto& l : mine.left_out) s += (s.empty() ? "" : ", ") + l;
-               return s;
-             }()
-                 .c_str());
+  for (const std::string& l : mine.left_out) left += (left.empty() ? "; left out here: " : ", ") + l;
+  MPCOMM_LOG(info, "auto rank %d/%d up: routes to %s; table: %s%s", rank, size, names.c_str(), source.c_str(),
+             left.c_str());
   return std::make_unique<AutoBackend>(rank, size, opts, std::move(store), std::move(children), std::move(table));
 }
 

@@ -37,11 +37,4 @@ struct Usable {
 };
 Usable usable_here(const Options& opts, int rank, int size);
 
-// What an auto communicator routes with, for `mpcomm info` and tests (null for another backend).
-struct Routing {
-  std::vector<std::string> children;
-  std::string table_source, table_machine;
-};
-const Routing* routing_of(const detail::Backend& b);
-
 }  // namespace mpcomm::autosel

@@ -37,8 +37,6 @@ class Router {
   }
 
   const std::shared_ptr<const tuning::Table>& table() const { return table_; }
-  const tuning::Shape& shape() const { return shape_; }
-  const std::vector<std::string>& children() const { return children_; }
 
  private:
   int route_anew(const detail::Op& op);
