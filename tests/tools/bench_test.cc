@@ -198,6 +198,16 @@ TEST(Compare, WritesTablesReportAndPlots) {
                            "all-reduce, one host:", "send/recv, one host:", "one PP send/recv", "## Machine"})
     EXPECT_NE(text.find(part), std::string::npos) << "report.md lacks '" << part << "'\n" << text;
   for (const auto& b : available_backends()) EXPECT_NE(text.find("| " + b + " |"), std::string::npos) << b;
+  // auto is a row of every table, not a recommendation of its own; the report says what it chose.
+  const size_t rec = text.find("## Recommendation"), chose = text.find("## What auto chose");
+  ASSERT_NE(chose, std::string::npos) << text;
+  EXPECT_EQ(text.substr(rec, chose - rec).find("**auto**"), std::string::npos) << text.substr(rec, chose - rec);
+  const std::string chosen = text.substr(chose, text.find("\n\n", text.find("- all-reduce", chose)) - chose);
+  EXPECT_TRUE(chosen.find("- all-reduce, one host: 8 B") != std::string::npos &&
+              (chosen.find("**native**") != std::string::npos || chosen.find("**mpi**") != std::string::npos ||
+               chosen.find("**gloo**") != std::string::npos) &&
+              chosen.find("×)") != std::string::npos)
+      << chosen;
   for (const char* png : {"allreduce_4ranks_1hosts_time.png", "allreduce_4ranks_2hosts_busbw.png",
                           "broadcast_4ranks_1hosts_busbw.png"}) {
     std::ifstream p(dir + "/nested/report/" + png, std::ios::binary);
