@@ -2,6 +2,7 @@
 // init_from_env().
 #include "backends/registry.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "backends/auto/auto_backend.h"
@@ -128,8 +129,8 @@ LaunchNeeds launch_needs(std::string_view backend) {
   // auto without mpi (MPCOMM_AUTO_BACKENDS leaves it out) starts its ranks as native does: mpirun would
   // only bring MPI's fault model (a rank that dies ends the job) for nothing.
   if (backend == "auto" && needs.via_mpirun) {
-    const std::string wanted = "," + param_string("MPCOMM_AUTO_BACKENDS") + ",";
-    if (wanted != ",," && wanted.find(",mpi,") == std::string::npos) needs.via_mpirun = false;
+    const std::vector<std::string> wanted = autosel::wanted_backends(Options{});
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), "mpi") == wanted.end()) needs.via_mpirun = false;
   }
   return needs;
 }

@@ -42,6 +42,8 @@ struct Plan {
 Plan plan_of(const std::string& backend, const std::string& what);
 // What tune measures when --ops is not given.
 std::string default_ops(const std::string& backend, int hosts);
+// The median of `v` (not empty): the middle value, or the mean of the middle two.
+double median(std::vector<double> v);
 // The op called `op` ("sendrecv": OpKind::send); InvalidArgument naming it when there is none.
 OpKind op_kind(const std::string& op);
 

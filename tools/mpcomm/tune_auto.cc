@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "backends/auto/auto_backend.h"
 #include "backends/auto/route_table.h"
 #include "backends/auto/router.h"
 #include "backends/registry.h"
@@ -18,7 +19,7 @@ namespace mpcomm::tune {
 
 std::vector<std::string> auto_candidates() {
   std::vector<std::string> out = {"native"};
-  const std::vector<std::string> wanted = bench::split_list(param_string("MPCOMM_AUTO_BACKENDS"));
+  const std::vector<std::string> wanted = autosel::wanted_backends(Options{});
   for (const auto& b : compiled_backends()) {
     if (b == "native" || b == "auto" || b == "nccl") continue;
     if (wanted.empty() || std::find(wanted.begin(), wanted.end(), b) != wanted.end()) out.push_back(b);
@@ -69,10 +70,7 @@ CheckResult check_rows(const Shape& s, const std::vector<bench::Row>& rows, doub
       samples[{r.op, r.dtype, r.bytes}][r.algorithm].push_back(r.p50_us);
   std::map<std::tuple<std::string, std::string, size_t>, std::map<std::string, double>> points;
   for (auto& [key, by] : samples)
-    for (auto& [b, v] : by) {
-      std::sort(v.begin(), v.end());
-      points[key][b] = v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-    }
+    for (auto& [b, v] : by) points[key][b] = median(v);
   CheckResult out;
   out.report = "# auto's choices by " + choice.source + " against the fastest measured (median us), " +
                std::to_string(s.ranks) + " ranks on " + std::to_string(s.hosts) + " host(s):\n";

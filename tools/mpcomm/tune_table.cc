@@ -29,8 +29,7 @@ struct Point {
   void add(const std::string& alg, double p50) {
     std::vector<double>& v = rounds[alg];
     v.push_back(p50);
-    std::sort(v.begin(), v.end());
-    us[alg] = v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    us[alg] = median(v);
   }
   std::string best() const {
     std::string b;
@@ -67,6 +66,11 @@ tuning::Range exactly(double v) {
 }
 
 }  // namespace
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
 
 OpKind op_kind(const std::string& op) {
   if (op == "sendrecv") return OpKind::send;

@@ -135,23 +135,24 @@ class AutoBackend final : public detail::Backend {
   Router router_;
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string w; std::getline(in, w, ',');)
-    if (!w.empty()) out.push_back(w);
-  return out;
-}
-
 }  // namespace
 
-Usable usable_here(const Options& opts, int rank, int size) {
-  Usable u;
-  const std::vector<std::string> wanted = split_list(param_string(opts, "MPCOMM_AUTO_BACKENDS"));
-  for (const std::string& w : wanted)
+std::vector<std::string> wanted_backends(const Options& opts) {
+  std::vector<std::string> wanted;
+  std::stringstream in(param_string(opts, "MPCOMM_AUTO_BACKENDS"));
+  for (std::string w; std::getline(in, w, ',');) {
+    if (w.empty()) continue;
     if (std::find(std::begin(kKnown), std::end(kKnown), w) == std::end(kKnown))
       throw InvalidArgument("mpcomm: MPCOMM_AUTO_BACKENDS: '" + w +
                             "' is not a backend auto can route to (native, gloo, mpi, nccl)");
+    wanted.push_back(w);
+  }
+  return wanted;
+}
+
+Usable usable_here(const Options& opts, int rank, int size) {
+  Usable u;
+  const std::vector<std::string> wanted = wanted_backends(opts);
   for (const char* name : kKnown) {
     const std::string n(name);
     std::string why;

@@ -29,6 +29,10 @@ namespace mpcomm::autosel {
 
 std::unique_ptr<detail::Backend> create_auto(std::shared_ptr<Store> store, int rank, int size, const Options& opts);
 
+// MPCOMM_AUTO_BACKENDS of `opts` (its environment's value unless opts set it), checked: the backends
+// auto may route to (empty: every usable one). InvalidArgument naming a name auto does not know.
+std::vector<std::string> wanted_backends(const Options& opts);
+
 // The backends auto would use on this rank of `size` (before the ranks agree; MPCOMM_AUTO_BACKENDS
 // applied), and for each one left out why.
 struct Usable {
