@@ -153,6 +153,14 @@ def kill():
 
 
 def subgroup():
+    fails = subgroup_ops()
+    # Every rank here before any leaves: rank 0 serves the store, which a rank still in new_group's store
+    # barrier (PyTorch 1.13 polls it) may yet ask.
+    dist.barrier()
+    return fails
+
+
+def subgroup_ops():
     r, n = dist.get_rank(), dist.get_world_size()
     members = [0, n - 1]
     g = dist.new_group(ranks=members, backend="mpcomm")
