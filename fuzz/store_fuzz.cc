@@ -1,8 +1,10 @@
 // libFuzzer target: the TcpStore server's wire protocol, end to end.
 //
 // One server runs in this process for the whole fuzzing session. Each input is one connection: the
-// first byte chooses whether a valid Hello (right magic, version and job token) goes first, so that the
-// fuzzer reaches the request parser as well as the handshake; the rest is written as is, then the
+// first byte chooses whether a real client's handshake (net/handshake.h: Hello, the server's challenge,
+// the client's proof of the secret) goes first, so that the fuzzer reaches the request parser; without it
+// the bytes meet the handshake itself (Hello fields, modes, proofs, MUNGE credential lengths). The rest is
+// written as is, then the
 // connection is half-closed and its replies drained. Every 64 inputs (and at the end of each input that
 // the server answered) a real client must still set and get a key: a frame that crashes, hangs or
 // poisons the server fails the run. AddressSanitizer and UndefinedBehaviorSanitizer watch every byte.
@@ -17,8 +19,9 @@
 #include <memory>
 
 #include "log/log.h"
-#include "net/socket.h"
 #include "mpcomm/store.h"
+#include "net/handshake.h"
+#include "net/socket.h"
 
 namespace {
 
@@ -53,7 +56,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   --size;
   auto deadline = mpcomm::net::deadline_after(mpcomm::Millis(2000));
   mpcomm::net::Fd fd = mpcomm::net::connect_tcp("127.0.0.1", s.port(), deadline, "fuzz store");
-  if (hello) mpcomm::net::send_hello(fd.get(), kStoreHelloMagic, kToken, -1, deadline, "fuzz store");
+  if (hello)
+    mpcomm::net::client_handshake(fd.get(), kStoreHelloMagic, mpcomm::net::secret_auth(kToken), -1, deadline,
+                                  "fuzz store");
   size_t off = 0;
   while (off < size) {
     ssize_t w = ::send(fd.get(), data + off, size - off, MSG_NOSIGNAL);

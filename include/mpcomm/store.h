@@ -97,13 +97,23 @@ class MPCOMM_API PrefixStore : public Store {
   std::shared_ptr<Store> base_;
 };
 
+// How the connections of a TcpStore prove that they belong to the job (docs/reliability.md, "Who gets in").
+//   secret  both ends prove knowledge of the job's secret (the token) by challenge and response; the
+//           secret never crosses the wire.
+//   munge   under Slurm: a client proves its uid and job with a MUNGE credential; the server accepts only
+//           its own uid's (root's too with MPCOMM_MUNGE_ROOT=1), for its job, and hands the client the
+//           job's secret (made at random by the server when it was given none) in a credential only the
+//           client's uid can decode. The server also takes clients that prove the secret.
+enum class StoreAuth { secret, munge };
+
 // The server half of TcpStore: a thread that serves the store protocol on host:port.
-// Binds to loopback unless told an address; refuses connections that do not present `token`
-// (when the token is non-empty) and logs each refusal. Lengths read from the wire are bounded.
+// Binds to loopback unless told an address; refuses connections that do not prove they belong to the job
+// (StoreAuth) and logs each refusal with the peer's address. Lengths read from the wire are bounded.
 class MPCOMM_API TcpStoreServer {
  public:
-  // port 0 picks a free port; see port().
-  TcpStoreServer(const std::string& host, uint16_t port, std::string token);
+  // port 0 picks a free port; see port(). With StoreAuth::munge, throws PeerFailure when MUNGE is not
+  // available here.
+  TcpStoreServer(const std::string& host, uint16_t port, std::string token, StoreAuth auth = StoreAuth::secret);
   ~TcpStoreServer();  // stops the thread and closes every socket
   uint16_t port() const;
   const std::string& host() const;
@@ -120,12 +130,13 @@ class MPCOMM_API TcpStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Client of TcpStoreServer. Connecting retries until `timeout` (the server may start later).
+// Client of TcpStoreServer. Connecting retries until `timeout` (the server may start later); the handshake
+// then proves both ends belong to the job (StoreAuth), or throws PeerFailure saying why not.
 // With `start_server`, this process also starts the server (rank 0 in torchrun-style launches).
 class MPCOMM_API TcpStore : public Store {
  public:
-  TcpStore(const std::string& host, uint16_t port, std::string token, Millis timeout,
-           bool start_server = false);
+  TcpStore(const std::string& host, uint16_t port, std::string token, Millis timeout, bool start_server = false,
+           StoreAuth auth = StoreAuth::secret);
   ~TcpStore() override;
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, Millis timeout) override;
@@ -137,6 +148,8 @@ class MPCOMM_API TcpStore : public Store {
   // The server's host as given (a name or an address).
   const std::string& host() const;
   std::string server_host() const override { return host(); }
+  // The job's secret: `token`, or with StoreAuth::munge the one the server handed out.
+  const std::string& secret() const;
 
  private:
   struct MPCOMM_HIDDEN Impl;

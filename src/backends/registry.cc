@@ -170,25 +170,31 @@ EnvWorld env_world(const Options& in) {
   // Under mpirun the emulated host (mpcomm launch --hosts) follows from the world rank: env.cc knows how.
   if (with_host.host_id.empty()) with_host.host_id = host_id_from_env();
   w.opts = with_host.resolved();
-  // Under srun nobody hands out a job token: one from the job and step ids keeps other jobs' ranks out
-  // of this job's store (derived ports of two jobs on one node may meet).
-  if (w.opts.token.empty() && env.source == "slurm") {
-    const char* job = std::getenv("SLURM_JOB_ID");
-    const char* step = std::getenv("SLURM_STEP_ID");
-    w.opts.token = std::string("slurm/") + (job ? job : "") + "." + (step ? step : "");
-  }
+  // Under srun nobody hands out a secret, and whatever the ranks could derive one from (job and step ids,
+  // node names) is public: without MPCOMM_TOKEN the ranks prove who they are with MUNGE, and rank 0's
+  // store hands them a secret it makes at random (net/handshake.h).
+  const bool by_munge = w.opts.token.empty() && env.source == "slurm";
   if (env.store_url.rfind("tcp://", 0) == 0) {
     auto [host, port] = net::parse_host_port(env.store_url.substr(6));
     try {
-      w.store = std::make_shared<TcpStore>(host, port, w.opts.token, w.opts.timeout, env.serve_store);
+      auto tcp = std::make_shared<TcpStore>(host, port, w.opts.token, w.opts.timeout, env.serve_store,
+                                            by_munge ? StoreAuth::munge : StoreAuth::secret);
+      w.opts.token = tcp->secret();  // the transport's connections prove it
+      w.store = std::move(tcp);
     } catch (const Error& e) {
       // Say where the address came from and what to set: a port another process holds (derived from
       // the job id under Slurm, or MASTER_PORT), or a node name that does not resolve here.
-      std::string hint = env.serve_store
-                             ? "rank 0 serves the job's store at " + env.store_url + "; set MASTER_PORT, or "
-                               "MPCOMM_STORE, to a free port on every rank"
-                             : "the job's store is at " + env.store_url + "; set MASTER_ADDR (and MASTER_PORT), or "
-                               "MPCOMM_STORE, to an address every rank reaches";
+      const bool munge_failed = by_munge && std::string(e.what()).find("MUNGE") != std::string::npos;
+      std::string hint = munge_failed
+                             ? "without MPCOMM_TOKEN the ranks of a Slurm job join by MUNGE: run munged where "
+                               "MPCOMM_MUNGE_SOCKET or slurm.conf's AuthInfo says, or give every rank the same secret "
+                               "in MPCOMM_TOKEN"
+                         : env.serve_store ? "rank 0 serves the job's store at " + env.store_url +
+                                                 "; set MASTER_PORT, or "
+                                                 "MPCOMM_STORE, to a free port on every rank"
+                                           : "the job's store is at " + env.store_url +
+                                                 "; set MASTER_ADDR (and MASTER_PORT), or "
+                                                 "MPCOMM_STORE, to an address every rank reaches";
       throw_error(e.code(), std::string(e.what()) + " (" + env.source + ": " + hint + ")");
     }
   } else {

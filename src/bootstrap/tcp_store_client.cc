@@ -6,9 +6,11 @@
 
 #include "bootstrap/store_detail.h"
 #include "bootstrap/tcp_store_protocol.h"
-#include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
+#include "net/handshake.h"
+#include "net/munge.h"
+#include "net/socket.h"
 
 namespace mpcomm {
 
@@ -32,6 +34,7 @@ struct TcpStore::Impl {
   uint16_t port = 0;
   std::string where;  // "tcp://host:port"
   Millis timeout{0};
+  std::string secret;  // the job's secret (handed out by the server in MUNGE mode)
 
   std::mutex mu;  // one request at a time
   net::Fd fd;
@@ -81,13 +84,14 @@ TcpStore::Impl::Reply TcpStore::Impl::call(uint8_t cmd, const std::string& key, 
     fd.reset();
     lost = without_prefix(e.what());
     if (!answered && e.code() == ErrorCode::peer_failure)
-      throw PeerFailure("mpcomm: " + op + " failed: store " + where + " refused the connection (probably a wrong " +
-                        "MPCOMM_TOKEN; the server logs the reason): " + lost);
+      throw PeerFailure("mpcomm: " + op + " failed: store " + where + " refused the connection after the handshake " +
+                        "(the server logs the reason): " + lost);
     throw_error(e.code(), "mpcomm: " + op + " failed (store " + where + "): " + lost);
   }
 }
 
-TcpStore::TcpStore(const std::string& host, uint16_t port, std::string token, Millis timeout, bool start_server)
+TcpStore::TcpStore(const std::string& host, uint16_t port, std::string token, Millis timeout, bool start_server,
+                   StoreAuth auth)
     : impl_(std::make_unique<Impl>()) {
   Impl& c = *impl_;
   c.host = host;
@@ -101,13 +105,19 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, std::string token, Mi
     // (Only a loopback literal stays on loopback: a name may resolve to 127.0.1.1 here, Debian's entry
     // for the machine's own name, and to its network address everywhere else.)
     const std::string listen = net::is_loopback_literal(host) ? host : net::wildcard_for(host);
-    c.server = std::make_unique<TcpStoreServer>(listen, port, token);
+    c.server = std::make_unique<TcpStoreServer>(listen, port, token, auth);
     c.port = c.server->port();
     c.where = store_url(host, c.port);
   }
   c.fd = net::connect_tcp(host, c.port, deadline, "store " + c.where);
-  net::send_hello(c.fd.get(), kHelloMagic, token, -1, deadline, "store " + c.where);
+  // With a secret, MUNGE mode is not needed: the server takes clients that prove it.
+  net::Auth a = net::secret_auth(token);
+  a.munge = auth == StoreAuth::munge && token.empty();
+  a.job = net::munge::slurm_job();
+  c.secret = net::client_handshake(c.fd.get(), kHelloMagic, a, -1, deadline, "store " + c.where);
 }
+
+const std::string& TcpStore::secret() const { return impl_->secret; }
 
 TcpStore::~TcpStore() = default;
 

@@ -72,14 +72,6 @@ std::string parse_key_list(const uint8_t* p, size_t n, std::vector<std::string>*
   return "";
 }
 
-std::string hello_refusal(const net::Hello& h, const std::string& token) {
-  if (h.magic != kHelloMagic) return "it is not an mpcomm store client (hello magic " + hex(h.magic) + ")";
-  if (h.version != kHelloVersion)
-    return "it speaks protocol version " + std::to_string(h.version) + ", this server " + std::to_string(kHelloVersion);
-  if (h.token_digest != net::token_digest(token)) return "its job token is wrong (check MPCOMM_TOKEN)";
-  return "";
-}
-
 Bytes encode_request(uint8_t cmd, const std::string& key, const Bytes& value, int64_t arg) {
   Bytes f;
   f.reserve(kRequestHead + key.size() + 8 + value.size() + 8);

@@ -13,8 +13,8 @@
 
 namespace mpcomm::store_wire {
 
-// All integers are little-endian. A connection opens with a net::Hello (magic 'MPST') that carries the
-// job token's digest; the server closes connections whose Hello is wrong and counts them. Then the
+// All integers are little-endian. A connection opens with the handshake of net/handshake.h (magic 'MPST'):
+// the server closes connections that do not prove they belong to the job and counts them. Then the
 // client sends requests, one at a time, and the server answers each in order:
 //   request  u32 'MPSQ' | u8 cmd | u32 key_len | key | u64 value_len | value | i64 arg
 //   reply    u32 'MPSR' | u8 status | u64 value_len | value | i64 number
@@ -23,10 +23,7 @@ namespace mpcomm::store_wire {
 // answers with the list of keys still missing. status is OK, TIMEOUT or INVALID (value = message).
 // number is ADD's new value, CHECK's and REMOVE's 0/1.
 
-inline constexpr uint32_t kHelloMagic = 0x4d505354;  // 'MPST'
-// net/socket.cc's Hello version. net/socket.h exposes only the blocking recv_hello(), which the server's
-// poll() loop cannot use, so hello_refusal() checks the Hello itself.
-inline constexpr uint32_t kHelloVersion = 1;
+inline constexpr uint32_t kHelloMagic = 0x4d505354;    // 'MPST'
 inline constexpr uint32_t kRequestMagic = 0x4d505351;  // 'MPSQ'
 inline constexpr uint32_t kReplyMagic = 0x4d505352;    // 'MPSR'
 
@@ -55,9 +52,6 @@ void put_key_list(Bytes& out, const std::vector<std::string>& keys);
 // Parses a key list, bounding every count and length before using it. Returns why it is malformed, or
 // an empty string.
 std::string parse_key_list(const uint8_t* p, size_t n, std::vector<std::string>* keys);
-
-// Why the server refuses a connection that opened with `h` (wrong magic, version or token), or "".
-std::string hello_refusal(const net::Hello& h, const std::string& token);
 
 // One request frame; value points into the bytes it was parsed from.
 struct RequestFrame {

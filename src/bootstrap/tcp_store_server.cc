@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,9 +19,11 @@
 #include "bootstrap/store_detail.h"
 #include "bootstrap/tcp_store_protocol.h"
 #include "log/log.h"
-#include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
+#include "net/handshake.h"
+#include "net/munge.h"
+#include "net/socket.h"
 
 namespace mpcomm {
 
@@ -29,26 +32,22 @@ using namespace store_wire;
 
 namespace {
 
-// A connection must present its Hello this soon after connecting, so that idle strays cannot pile up.
+// A connection must end its handshake this soon after connecting, so that idle strays cannot pile up.
 constexpr auto kHelloTimeout = std::chrono::seconds(30);
 
-// "address:port" of the far end of a connection, for messages.
-std::string peer_name(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "unknown peer";
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (ss.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
-    return std::string(buf) + ":" + std::to_string(ntohs(a->sin_port));
+// A job secret nobody can guess: 32 random bytes, in hex (it travels in environment variables).
+std::string random_secret() {
+  uint8_t b[32];
+  for (size_t got = 0; got < sizeof b;) {
+    ssize_t r = ::getrandom(b + got, sizeof b - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw Internal(std::string("mpcomm: getrandom() failed: ") + std::strerror(errno));
+    got += static_cast<size_t>(r);
   }
-  if (ss.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    ::inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
-    return "[" + std::string(buf) + "]:" + std::to_string(ntohs(a->sin6_port));
-  }
-  return "unknown peer";
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (uint8_t c : b) s += {digits[c >> 4], digits[c & 15]};
+  return s;
 }
 
 }  // namespace
@@ -64,7 +63,7 @@ struct TcpStoreServer::Impl {
   struct Conn {
     net::Fd fd;
     std::string peer;
-    bool hello_done = false;
+    std::unique_ptr<net::HandshakeServer> hs;  // until it accepts, nothing else is read
     net::Deadline hello_deadline;
     Bytes in;  // received bytes; in[in_off..] not yet parsed
     size_t in_off = 0;
@@ -82,7 +81,7 @@ struct TcpStoreServer::Impl {
 
   std::string host;
   uint16_t port = 0;
-  std::string token;
+  net::Auth auth;
   std::string where;  // "tcp://host:port", for messages
   net::Fd listener;
   net::Fd wake;  // eventfd: set_local() and the destructor poke the loop through it
@@ -157,7 +156,7 @@ void TcpStoreServer::Impl::loop_once() {
       events |= POLLIN;
     fds.push_back({c->fd.get(), events, 0});
     if (c->parked) next = std::min(next, c->parked_deadline);
-    if (!c->hello_done) next = std::min(next, c->hello_deadline);
+    if (!c->hs->accepted()) next = std::min(next, c->hello_deadline);
   }
   int rc = ::poll(fds.data(), fds.size(), net::ms_left(next) + 1);
   if (rc < 0 && errno != EINTR) throw Internal("mpcomm: poll() failed: " + std::string(std::strerror(errno)));
@@ -205,8 +204,9 @@ void TcpStoreServer::Impl::accept_all() {
     }
     net::set_nodelay(fd.get());
     auto c = std::make_unique<Conn>();
-    c->peer = peer_name(fd.get());
+    c->peer = net::peer_address(fd.get());
     c->fd = std::move(fd);
+    c->hs = std::make_unique<net::HandshakeServer>(kHelloMagic, auth);
     c->hello_deadline = net::Clock::now() + kHelloTimeout;
     conns.push_back(std::move(c));
   }
@@ -262,18 +262,24 @@ void TcpStoreServer::Impl::flush(Conn& c) {
 
 // Parses and serves the complete frames in c.in until the connection becomes busy. Throws Malformed.
 void TcpStoreServer::Impl::process(Conn& c) {
-  if (!c.hello_done) {
-    if (c.in.size() - c.in_off < sizeof(net::Hello)) return;
-    net::Hello h{};
-    std::memcpy(&h, c.in.data() + c.in_off, sizeof h);
-    c.in_off += sizeof h;
-    std::string why = hello_refusal(h, token);
+  while (!c.hs->accepted()) {
+    const size_t need = c.hs->want();
+    if (c.busy() || c.in.size() - c.in_off < need) return;
+    Bytes answer;
+    std::string why = c.hs->feed(c.in.data() + c.in_off, &answer);
+    c.in_off += need;
+    if (!answer.empty()) {
+      c.out.insert(c.out.end(), answer.begin(), answer.end());
+      if (send_pending(c)) {
+        c.out.clear();
+        c.out_off = 0;
+      }
+    }
     if (!why.empty()) {
       refused.fetch_add(1);  // before closing: the client learns of the refusal from the close
       close(c, LogLevel::warn, "refused: " + why);
       return;
     }
-    c.hello_done = true;
   }
   while (!c.closed() && !c.busy()) {
     RequestFrame req;
@@ -415,8 +421,8 @@ void TcpStoreServer::Impl::expire(net::Deadline now) {
   for (auto& cp : conns) {
     Conn& c = *cp;
     if (c.closed()) continue;
-    if (!c.hello_done && now >= c.hello_deadline) {
-      close(c, LogLevel::warn, "no hello within " + std::to_string(kHelloTimeout.count()) + " s of connecting");
+    if (!c.hs->accepted() && now >= c.hello_deadline) {
+      close(c, LogLevel::warn, "no handshake within " + std::to_string(kHelloTimeout.count()) + " s of connecting");
       continue;
     }
     if (!c.parked || now < c.parked_deadline) continue;
@@ -445,11 +451,21 @@ void TcpStoreServer::Impl::wake_loop() {
   }
 }
 
-TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::string token)
+TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::string token, StoreAuth auth)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.host = host;
-  s.token = std::move(token);
+  s.auth.secret = std::move(token);
+  if (auth == StoreAuth::munge) {
+    // Ranks prove who they are with MUNGE and are handed a secret made here: without one of its own the
+    // job's secret is random, so nothing about it can be guessed from the job's public facts.
+    std::string why;
+    if (!net::munge::available(&why))
+      throw PeerFailure("mpcomm: store server on " + host + ": its ranks join by MUNGE, but " + why);
+    s.auth.munge = true;
+    s.auth.job = net::munge::slurm_job();
+    if (s.auth.secret.empty()) s.auth.secret = random_secret();
+  }
   s.listener = net::listen_tcp(host, port, &s.port);
   net::set_nonblocking(s.listener.get(), true);
   s.where = store_url(host, s.port);

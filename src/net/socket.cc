@@ -287,33 +287,4 @@ std::string host_port(const std::string& host, uint16_t port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-uint64_t token_digest(const std::string& token) {
-  // FNV-1a over the token, then a final avalanche. The token never travels in clear text.
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : token) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
-}
-
-static constexpr uint32_t kHelloVersion = 1;
-
-void send_hello(int fd, uint32_t magic, const std::string& token, int64_t rank, Deadline deadline,
-                const std::string& what) {
-  Hello h{magic, kHelloVersion, token_digest(token), rank};
-  write_all(fd, &h, sizeof h, deadline, what);
-}
-
-bool recv_hello(int fd, uint32_t magic, const std::string& token, Hello* out, Deadline deadline,
-                const std::string& what) {
-  Hello h{};
-  read_all(fd, &h, sizeof h, deadline, what);
-  if (out != nullptr) *out = h;
-  return h.magic == magic && h.version == kHelloVersion && h.token_digest == token_digest(token);
-}
-
 }  // namespace mpcomm::net

@@ -78,19 +78,4 @@ std::string interface_address(const std::string& spec);
 // An address with its port as HOST:PORT, IPv6 in brackets.
 std::string host_port(const std::string& host, uint16_t port);
 
-// Connection handshake: every connection opens with a Hello carrying a magic for the protocol and a
-// digest of the job token, so a stray or foreign process is refused before it can send anything else.
-struct Hello {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t token_digest;
-  int64_t rank;  // sender's rank, -1 when not a rank
-};
-uint64_t token_digest(const std::string& token);
-void send_hello(int fd, uint32_t magic, const std::string& token, int64_t rank, Deadline deadline,
-                const std::string& what);
-// Reads a Hello; returns false (without throwing) when magic, version or token is wrong.
-bool recv_hello(int fd, uint32_t magic, const std::string& token, Hello* out, Deadline deadline,
-                const std::string& what);
-
 }  // namespace mpcomm::net

@@ -1,6 +1,8 @@
 // Store tests: one suite run over every store (HashStore, FileStore, TcpStore, PrefixStore), then what
 // is particular to each: TcpStore's token check, hostile frames, big values and dying servers; FileStore's
 // torn and foreign files; open_store's URL parsing.
+#include "mpcomm/store.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,9 +14,9 @@
 #include <set>
 #include <thread>
 
-#include "net/socket.h"
 #include "mpcomm/error.h"
-#include "mpcomm/store.h"
+#include "net/handshake.h"
+#include "net/socket.h"
 
 namespace mpcomm {
 namespace {
@@ -279,12 +281,19 @@ Bytes frame(uint8_t cmd, uint32_t key_len, const std::string& key, uint64_t valu
   return f;
 }
 
-// A raw connection that has presented a valid Hello.
+// A raw connection that has proved the job's secret.
 net::Fd raw_client(uint16_t port, const std::string& token) {
   auto deadline = net::deadline_after(1000ms);
   net::Fd fd = net::connect_tcp("127.0.0.1", port, deadline, "test store");
-  net::send_hello(fd.get(), kHelloMagic, token, -1, deadline, "test store");
+  net::client_handshake(fd.get(), kHelloMagic, net::secret_auth(token), -1, deadline, "test store");
   return fd;
+}
+
+// Waits up to 2 s for the server to have refused `n` connections (it counts when it reads the refused
+// bytes, after the client already saw the refusal).
+bool refused_reaches(const TcpStoreServer& server, size_t n) {
+  for (int i = 0; i < 200 && server.refused_connections() < n; ++i) std::this_thread::sleep_for(10ms);
+  return server.refused_connections() == n;
 }
 
 // True when the server closes `fd` within a second (reads past the end of whatever it sent).
@@ -300,19 +309,18 @@ bool closed_by_server(int fd) {
   return false;
 }
 
-TEST(TcpStoreTest, WrongTokenIsRefusedAndCounted) {
+TEST(TcpStoreTest, WrongSecretIsRefusedOnBothSidesAndCounted) {
   TcpStoreServer server("127.0.0.1", 0, "right-token");
-  TcpStore intruder("127.0.0.1", server.port(), "wrong-token", 1000ms);
   auto t0 = Clock::now();
-  std::string msg = error_of<PeerFailure>([&] { intruder.set("k", bytes("v")); });
+  std::string msg =
+      error_of<PeerFailure>([&] { TcpStore intruder("127.0.0.1", server.port(), "wrong-token", 1000ms); });
   EXPECT_LT(ms_since(t0), 900);
-  EXPECT_NE(msg.find("refused the connection"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("does not know this job's secret"), std::string::npos) << msg;
   EXPECT_NE(msg.find("MPCOMM_TOKEN"), std::string::npos) << msg;
-  EXPECT_EQ(server.refused_connections(), 1u);
-  EXPECT_THROW(intruder.get("k", 10ms), PeerFailure);  // stays failed; does not pretend to work
+  EXPECT_TRUE(refused_reaches(server, 1));  // the intruder's proof is refused by the server too
 
   TcpStore member("127.0.0.1", server.port(), "right-token", 1000ms);
-  EXPECT_FALSE(member.check({"k"}));  // the intruder's set never happened
+  EXPECT_FALSE(member.check({"k"}));
   member.set_string("k", "ok");
   EXPECT_EQ(member.get_string("k", 100ms), "ok");
   EXPECT_EQ(server.refused_connections(), 1u);
@@ -322,9 +330,10 @@ TEST(TcpStoreTest, HelloWithAForeignMagicIsRefused) {
   TcpStoreServer server("127.0.0.1", 0, "tok");
   auto deadline = net::deadline_after(1000ms);
   net::Fd fd = net::connect_tcp("127.0.0.1", server.port(), deadline, "test store");
-  net::send_hello(fd.get(), 0x12345678, "tok", -1, deadline, "test store");
-  EXPECT_TRUE(closed_by_server(fd.get()));
-  EXPECT_EQ(server.refused_connections(), 1u);
+  std::string msg = error_of<PeerFailure>(
+      [&] { net::client_handshake(fd.get(), 0x12345678, net::secret_auth("tok"), -1, deadline, "test store"); });
+  EXPECT_NE(msg.find("refused this connection at its Hello"), std::string::npos) << msg;
+  EXPECT_TRUE(refused_reaches(server, 1));
 }
 
 TEST(TcpStoreTest, MalformedFramesCloseOnlyTheirConnection) {
@@ -412,10 +421,30 @@ TEST(TcpStoreTest, ServerDestructionWakesAWaitingClient) {
   EXPECT_LT(ms_since(destroyed), 500);  // promptly, not at the 10 s timeout
 }
 
-TEST(TcpStoreTest, HungServerYieldsTimeoutNotAHang) {
+TEST(TcpStoreTest, ServerThatNeverAnswersTheHelloYieldsTimeout) {
   // A socket that listens but never accepts: connect succeeds (backlog), nothing ever answers.
   uint16_t port = 0;
   net::Fd listener = net::listen_tcp("127.0.0.1", 0, &port);
+  auto t0 = Clock::now();
+  std::string msg = error_of<Timeout>([&] { TcpStore client("127.0.0.1", port, "tok", 300ms); });
+  EXPECT_GE(ms_since(t0), 250);
+  EXPECT_LT(ms_since(t0), 900);
+  EXPECT_NE(msg.find("handshake with store tcp://127.0.0.1:"), std::string::npos) << msg;
+}
+
+TEST(TcpStoreTest, HungServerYieldsTimeoutNotAHang) {
+  // A server that ends the handshake, then never answers a request.
+  uint16_t port = 0;
+  net::Fd listener = net::listen_tcp("127.0.0.1", 0, &port);
+  std::atomic<bool> done{false};
+  std::thread hung([&] {
+    net::Fd fd = net::accept_tcp(listener.get(), net::deadline_after(2000ms), "test");
+    int64_t rank = 0;
+    EXPECT_EQ(net::server_handshake(fd.get(), kHelloMagic, net::secret_auth("tok"), &rank, net::deadline_after(2000ms),
+                                    "test"),
+              "");
+    while (!done) std::this_thread::sleep_for(5ms);
+  });
   TcpStore client("127.0.0.1", port, "tok", 300ms);
   auto t0 = Clock::now();
   std::string msg = error_of<Timeout>([&] { client.get("k", 100ms); });
@@ -423,6 +452,8 @@ TEST(TcpStoreTest, HungServerYieldsTimeoutNotAHang) {
   EXPECT_LT(ms_since(t0), 900);
   EXPECT_NE(msg.find("store get of keys [k] failed"), std::string::npos) << msg;
   EXPECT_THROW(client.set("k", {}), PeerFailure);  // the connection is out of step now; no silent reuse
+  done = true;
+  hung.join();
 }
 
 TEST(TcpStoreTest, ConnectTimesOutWhenNoServerComes) {

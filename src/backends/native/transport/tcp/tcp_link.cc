@@ -8,6 +8,7 @@
 
 #include "log/log.h"
 #include "mpcomm/error.h"
+#include "net/handshake.h"
 
 namespace mpcomm::native {
 
@@ -103,7 +104,7 @@ std::map<int, std::unique_ptr<TcpLink>> connect_tcp_mesh(Store& store, int rank,
     std::vector<net::Fd> fds;
     for (int i = 0; i < streams; ++i) {
       net::Fd fd = net::connect_tcp(host, p, deadline, what);
-      net::send_hello(fd.get(), kTcpMagic, token, rank, deadline, what);
+      net::client_handshake(fd.get(), kTcpMagic, net::secret_auth(token), rank, deadline, what);
       const uint32_t which[2] = {static_cast<uint32_t>(i), static_cast<uint32_t>(streams)};
       net::write_all(fd.get(), which, sizeof which, deadline, what);
       fds.push_back(std::move(fd));
@@ -112,29 +113,33 @@ std::map<int, std::unique_ptr<TcpLink>> connect_tcp_mesh(Store& store, int rank,
   }
   while (expect_accepts > 0) {
     net::Fd fd = net::accept_tcp(listener.get(), deadline, "ranks of other hosts");
-    net::Hello h{};
+    const std::string peer = net::peer_address(fd.get());
+    int64_t claimed = -1;
     uint32_t which[2] = {0, 0};
-    bool ok = false;
+    std::string refused;
     try {  // a stray connection that says nothing must not hold up the mesh
       const auto by = std::min(deadline, net::deadline_after(Millis(2000)));
-      ok = net::recv_hello(fd.get(), kTcpMagic, token, &h, by, "an incoming rank connection");
-      if (ok) net::read_all(fd.get(), which, sizeof which, by, "an incoming rank connection");
-    } catch (const Error&) {
-      ok = false;
+      refused = net::server_handshake(fd.get(), kTcpMagic, net::secret_auth(token), &claimed, by,
+                                      "a connection from " + peer);
+      if (refused.empty()) net::read_all(fd.get(), which, sizeof which, by, "a connection from " + peer);
+    } catch (const Error& e) {
+      refused = std::string("its handshake did not end: ") + e.what();
     }
-    const int from = static_cast<int>(h.rank);
+    const bool ok = refused.empty();
+    const int from = static_cast<int>(claimed);
     auto& got = incoming[ok ? from : -1];
-    bool known = ok && h.rank > rank && std::find(remote.begin(), remote.end(), from) != remote.end() &&
+    bool known = ok && claimed > rank && std::find(remote.begin(), remote.end(), from) != remote.end() &&
                  links.count(from) == 0 && which[1] >= 1 && which[1] <= static_cast<uint32_t>(kMaxStreams) &&
                  which[0] < which[1] && (got.empty() || got.size() == which[1]) &&
                  (got.empty() || !got[which[0]].valid());
     if (!known) {
       if (!ok)
-        MPCOMM_LOG(warn, "rank %d refused a transport connection: not an mpcomm rank of this job (wrong magic, "
-                   "protocol version or job token, or nothing sent in 2 s)", rank);
+        MPCOMM_LOG(warn, "rank %d refused a transport connection from %s: %s", rank, peer.c_str(), refused.c_str());
       else
-        MPCOMM_LOG(warn, "rank %d refused a transport connection from a peer calling itself rank %lld (stream %u of "
-                   "%u): not a connection it expects", rank, static_cast<long long>(h.rank), which[0], which[1]);
+        MPCOMM_LOG(warn,
+                   "rank %d refused a transport connection from %s calling itself rank %lld (stream %u of %u): "
+                   "not a connection it expects",
+                   rank, peer.c_str(), static_cast<long long>(claimed), which[0], which[1]);
       continue;
     }
     if (got.empty()) got.resize(which[1]);
