@@ -22,9 +22,10 @@
 #include "bootstrap/env.h"
 #include "core/front_door.h"
 #include "device/device.h"
+#include "mpcomm/communicator.h"
+#include "net/munge.h"
 #include "net/socket.h"
 #include "settings/settings.h"
-#include "mpcomm/communicator.h"
 
 namespace mpcomm {
 
@@ -174,6 +175,11 @@ EnvWorld env_world(const Options& in) {
   // node names) is public: without MPCOMM_TOKEN the ranks prove who they are with MUNGE, and rank 0's
   // store hands them a secret it makes at random (net/handshake.h).
   const bool by_munge = w.opts.token.empty() && env.source == "slurm";
+  const std::string munge_hint =
+      "slurm: without MPCOMM_TOKEN the ranks of a Slurm job join by MUNGE: run munged where MPCOMM_MUNGE_SOCKET or "
+      "slurm.conf's AuthInfo says, or give every rank the same secret in MPCOMM_TOKEN";
+  if (std::string why; by_munge && !net::munge::available(&why))  // every rank fails now, not at its timeout
+    throw PeerFailure("mpcomm: " + why + " (" + munge_hint + ")");
   if (env.store_url.rfind("tcp://", 0) == 0) {
     auto [host, port] = net::parse_host_port(env.store_url.substr(6));
     try {
@@ -184,17 +190,17 @@ EnvWorld env_world(const Options& in) {
     } catch (const Error& e) {
       // Say where the address came from and what to set: a port another process holds (derived from
       // the job id under Slurm, or MASTER_PORT), or a node name that does not resolve here.
-      const bool munge_failed = by_munge && std::string(e.what()).find("MUNGE") != std::string::npos;
-      std::string hint = munge_failed
-                             ? "without MPCOMM_TOKEN the ranks of a Slurm job join by MUNGE: run munged where "
-                               "MPCOMM_MUNGE_SOCKET or slurm.conf's AuthInfo says, or give every rank the same secret "
-                               "in MPCOMM_TOKEN"
-                         : env.serve_store ? "rank 0 serves the job's store at " + env.store_url +
-                                                 "; set MASTER_PORT, or "
-                                                 "MPCOMM_STORE, to a free port on every rank"
-                                           : "the job's store is at " + env.store_url +
-                                                 "; set MASTER_ADDR (and MASTER_PORT), or "
-                                                 "MPCOMM_STORE, to an address every rank reaches";
+      // MUNGE itself failing (not a refusal by the store): say how to do without it.
+      const std::string what = e.what();
+      const bool munge_failed =
+          by_munge && what.find("MUNGE") != std::string::npos && what.find("refused") == std::string::npos;
+      if (munge_failed) throw_error(e.code(), std::string(e.what()) + " (" + munge_hint + ")");
+      std::string hint = env.serve_store ? "rank 0 serves the job's store at " + env.store_url +
+                                               "; set MASTER_PORT, or "
+                                               "MPCOMM_STORE, to a free port on every rank"
+                                         : "the job's store is at " + env.store_url +
+                                               "; set MASTER_ADDR (and MASTER_PORT), or "
+                                               "MPCOMM_STORE, to an address every rank reaches";
       throw_error(e.code(), std::string(e.what()) + " (" + env.source + ": " + hint + ")");
     }
   } else {

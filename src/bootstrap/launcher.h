@@ -62,12 +62,17 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master;
+  std::string token_file;  // --token-file: the job's secret, in a file of mode 0600 (every node the same)
+  bool insecure = false;   // --insecure: several nodes with a non-loopback master and no secret
 };
 
 // With nnodes > 1, every node's launcher runs this node's ranks and also: exports the global RANK and
 // WORLD_SIZE, LOCAL_RANK / LOCAL_WORLD_SIZE within the node, MASTER_ADDR = the master's host and
-// MASTER_PORT = a port node 0 chose for PyTorch's store, MPCOMM_STORE = tcp://MASTER, and the token from
-// MPCOMM_TOKEN (the same on every node; without it one derived from --master); the job id is node 0's;
+// MASTER_PORT = a port node 0 chose for PyTorch's store, MPCOMM_STORE = tcp://MASTER, and the job's secret
+// as MPCOMM_TOKEN: MPCOMM_TOKEN's or --token-file's (the same on every node), else under Slurm with MUNGE
+// the one node 0's store makes and hands to the launchers that prove their uid and job by MUNGE, else (a
+// loopback master, or --insecure) one derived from --master; without any of these a non-loopback master
+// is refused; the job id is node 0's;
 // a failure on any node is announced in the store and ends the ranks of every node (the others'
 // launchers look every 200 ms); node 0 keeps the store until every node's ranks have ended (or its
 // timeout); a launcher that loses the store ends its ranks. Each node's host id is its hostname.

@@ -160,16 +160,20 @@ bool available(std::string* why) {
     (void)encode({}, std::nullopt);
     return true;
   } catch (const Error& e) {
-    if (why != nullptr) *why = e.what();
+    std::string w = e.what();
+    if (w.rfind("mpcomm: ", 0) == 0) w.erase(0, 8);
+    if (why != nullptr) *why = w;
     return false;
   }
 }
 
 #else  // built without munge.h
 
-static const char* kNotBuilt = "mpcomm: MUNGE is not available: this mpcomm was built without munge.h (libmunge-dev)";
-std::string encode(const std::vector<uint8_t>&, std::optional<uid_t>) { throw PeerFailure(kNotBuilt); }
-std::string decode(const std::string&, Decoded*) { throw PeerFailure(kNotBuilt); }
+static const char* kNotBuilt = "MUNGE is not available: this mpcomm was built without munge.h (libmunge-dev)";
+std::string encode(const std::vector<uint8_t>&, std::optional<uid_t>) {
+  throw PeerFailure(std::string("mpcomm: ") + kNotBuilt);
+}
+std::string decode(const std::string&, Decoded*) { throw PeerFailure(std::string("mpcomm: ") + kNotBuilt); }
 bool available(std::string* why) {
   if (why != nullptr) *why = kNotBuilt;
   return false;

@@ -3,7 +3,7 @@
 # Slurm's srun and sbatch, Open MPI's mpirun, torchrun, mpcomm launch --nnodes — on network hosts of
 # their own (network namespaces on a bridge, each with its hostname), never over loopback between hosts.
 #
-#   tests/cluster/run.sh STEP      STEP: selftest | bench | train | faults | torch | launch
+#   tests/cluster/run.sh STEP      STEP: selftest | bench | train | faults | torch | launch | strangers
 #
 # Environment: MPCOMM_TEST_CLI (the mpcomm executable), MPCOMM_TEST_PYTHONPATH (the built python package, for
 # `torch`), MINICLUSTER (scripts/minicluster). Exit 0 on success, 77 when the machine cannot host the
@@ -12,7 +12,7 @@
 # host and no shared-memory segment of its jobs in /dev/shm.
 set -euo pipefail
 
-STEP=${1:?usage: run.sh selftest|bench|train|faults|torch|launch}
+STEP=${1:?usage: run.sh selftest|bench|train|faults|torch|launch|strangers}
 HERE=$(cd "$(dirname "$0")" && pwd)
 CLI=${MPCOMM_TEST_CLI:?set MPCOMM_TEST_CLI to the mpcomm executable}
 MC=${MINICLUSTER:-$HERE/../../scripts/minicluster}
@@ -32,8 +32,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+HOSTS=2
+[[ $STEP == strangers ]] && HOSTS=3  # the third host is the stranger's: in the cluster, not in the job
 set +e
-"$MC" up 2 --name "$NAME" >"$WORK/env" 2>"$WORK/up.log"
+"$MC" up $HOSTS --name "$NAME" >"$WORK/env" 2>"$WORK/up.log"
 rc=$?
 set -e
 if [[ $rc -eq 77 || $rc -eq 2 ]]; then
@@ -42,8 +44,8 @@ if [[ $rc -eq 77 || $rc -eq 2 ]]; then
 fi
 [[ $rc -eq 0 ]] || { cat "$WORK/up.log" >&2; fail "scripts/minicluster up 2 failed"; }
 eval "$(cat "$WORK/env")"
-read -r H0 H1 <<<"$MINICLUSTER_HOSTS"
-read -r A0 A1 <<<"$MINICLUSTER_ADDRS"
+read -r H0 H1 H2 <<<"$MINICLUSTER_HOSTS"
+read -r A0 A1 A2 <<<"$MINICLUSTER_ADDRS"
 # Every client runs inside a host: the mpcomm processes and Slurm's clients alike.
 on() { local h=$1; shift; "$MC" exec "$h" -- env MPCOMM_JOB_ID=$JOB MPCOMM_TIMEOUT=${TMO:-60} "$@"; }
 # Runs COMMAND inside host 0 with a deadline; its output to $WORK/out, echoed on failure.
@@ -257,18 +259,32 @@ torch)
   ;;
 
 launch)
+  # Across hosts without Slurm the nodes share a secret: a token file only its owner can read.
+  (umask 077 && head -c 24 /dev/urandom | base64 >"$WORK/job.secret")
+  if on "$H0" "$CLI" launch --nnodes 2 --node-rank 0 --master "$A0:29555" -n 1 -- true >"$WORK/out" 2>&1; then
+    fail "a network master without a secret was accepted"
+  fi
+  expect "needs a secret every node shares" "the refusal of a network master without a secret"
+  chmod 644 "$WORK/job.secret"
+  if on "$H0" "$CLI" launch --nnodes 2 --node-rank 0 --master "$A0:29555" --token-file "$WORK/job.secret" -n 1 -- \
+    true >"$WORK/out" 2>&1; then fail "a token file of mode 0644 was accepted"; fi
+  expect "its mode is 0644" "the refusal names the token file's mode"
+  chmod 600 "$WORK/job.secret"
+  say "no secret, or a token file others may read: refused before anything starts"
   # mpcomm launch on each host: node 0 serves the store at --master.
-  on_each_host launch "$CLI" launch --nnodes 2 --node-rank "{k}" --master "$A0:29555" --nproc-per-node 2 --timeout 60 -- \
-    "$CLI" selftest --conformance
+  on_each_host launch "$CLI" launch --nnodes 2 --node-rank "{k}" --master "$A0:29555" --token-file "$WORK/job.secret" \
+    --nproc-per-node 2 --timeout 60 -- "$CLI" selftest --conformance
   cat "$WORK/launch0.out" >"$WORK/out"
   expect "backend native, 4 ranks" "the job of 2 nodes × 2 ranks"
   expect " 0 failed" "conformance through mpcomm launch --nnodes"
   say "mpcomm launch --nnodes 2 --nproc-per-node 2: conformance ok"
   # A failure on node 1 ends node 0's ranks (which would run for 100 s) within the grace period.
-  on "$H0" "$CLI" launch --nnodes 2 --node-rank 0 --master "$A0:29556" -n 1 --grace 2 --timeout 60 -- sleep 100 >"$WORK/out" 2>&1 &
+  on "$H0" "$CLI" launch --nnodes 2 --node-rank 0 --master "$A0:29556" --token-file "$WORK/job.secret" -n 1 --grace 2 \
+    --timeout 60 -- sleep 100 >"$WORK/out" 2>&1 &
   n0=$!
   sleep 1
-  timeout 60 "$MC" exec "$H1" -- "$CLI" launch --nnodes 2 --node-rank 1 --master "$A0:29556" -n 1 --timeout 60 -- \
+  timeout 60 "$MC" exec "$H1" -- "$CLI" launch --nnodes 2 --node-rank 1 --master "$A0:29556" \
+    --token-file "$WORK/job.secret" -n 1 --timeout 60 -- \
     bash -c 'exit 3' >/dev/null 2>&1 && fail "node 1 succeeded"
   failed=$SECONDS
   timeout 30 tail --pid=$n0 -f /dev/null || fail "node 0 did not end 30 s after node 1 failed"
@@ -277,6 +293,77 @@ launch)
   expect "rank 1 exited with status 3" "node 0 names the rank that failed on node 1"
   say "a failure on node 1 ended node 0's ranks in $((SECONDS - failed)) s: ok"
   nothing_left launch
+  ;;
+
+strangers)
+  # docs/reliability.md, "Who gets in": under Slurm without MPCOMM_TOKEN the ranks join by MUNGE.
+  command -v tcpdump >/dev/null || { echo "SKIP: tcpdump is missing (scripts/setup-deps installs it)"; exit 77; }
+  STRANGER=4242  # a uid nobody on this machine has: setpriv needs no account
+  # 1. The job on hosts 0 and 1: each rank records its environment, then runs checked all-reduces across
+  #    the hosts. Rank 1's connections to host 0 are captured on host 0's interface.
+  "$MC" exec "$H0" -- tcpdump -i eth0 -U -s 0 -c 400 -w "$WORK/wire.pcap" "tcp and src host $A1 and dst host $A0" \
+    >"$WORK/tcpdump.log" 2>&1 &
+  capture=$!
+  for _ in $(seq 50); do grep -q "listening on" "$WORK/tcpdump.log" && break; sleep 0.1; done
+  on "$H0" srun -N 2 -w "$H0,$H1" --ntasks-per-node 1 bash -c \
+    "env >$WORK/env.\$SLURM_PROCID; exec $CLI bench -b 1M -e 1M -n 12000 -w 1 -c 1" >"$WORK/job.out" 2>&1 &
+  job=$!
+  for _ in $(seq 300); do [[ -s $WORK/env.1 ]] && grep -q "wire.pcap\|listening" "$WORK/tcpdump.log" && break; sleep 0.1; done
+  [[ -s $WORK/env.1 ]] || fail "the job's ranks did not start in 30 s"
+  sleep 1  # the ranks have joined the store
+  # 2. A process of another uid on host 2 with every variable of rank 1 starts mpcomm as that rank.
+  mapfile -t E <"$WORK/env.1"
+  started=$SECONDS
+  if "$MC" exec "$H2" -- setpriv --reuid $STRANGER --regid $STRANGER --clear-groups env -i "${E[@]}" MPCOMM_TIMEOUT=30 \
+    "$CLI" selftest -c 1 >"$WORK/stranger.out" 2>&1; then
+    cat "$WORK/stranger.out" >&2; fail "the stranger of uid $STRANGER ran as a rank of the job"
+  fi
+  cp "$WORK/stranger.out" "$WORK/out"
+  expect "refused this process: its MUNGE credential is of uid $STRANGER, not of the job's owner" "the stranger's error"
+  ((SECONDS - started <= 10)) || fail "the stranger was refused only after $((SECONDS - started)) s"
+  say "uid $STRANGER with the job's Slurm variables: refused at its first connection ($(grep -o 'refused this process.*' "$WORK/out" | head -1 | cut -c1-90))"
+  # 3. Rank 1's store handshake, captured from the wire, sent again from host 2: refused.
+  kill "$capture" 2>/dev/null || true
+  wait "$capture" 2>/dev/null || true
+  "$MC" exec "$H2" -- /usr/bin/python3 "$HERE/replay.py" "$WORK/wire.pcap" "$A0" >"$WORK/out" 2>&1 ||
+    { cat "$WORK/out" >&2; fail "the replayed handshake was not refused"; }
+  expect "refused:" "the replay's refusal"
+  say "a store handshake captured from the wire and replayed: $(grep -o 'refused:.*' "$WORK/out" | cut -c1-100)"
+  # 4. The job is unharmed: it ends well, every element right, and rank 0's store logged both refusals
+  #    with the address they came from.
+  timeout 200 tail --pid=$job -f /dev/null || fail "the job did not end in 200 s"
+  cp "$WORK/job.out" "$WORK/out"
+  wait $job || { tail -20 "$WORK/out" >&2; fail "the job failed"; }
+  ! grep -q " [1-9][0-9]* wrong" "$WORK/out" || fail "wrong elements"
+  expect "side by side\|allreduce" "the job's results"
+  [[ $(grep -c "connection from $A2:[0-9]*: refused" "$WORK/out") -ge 2 ]] || { grep refused "$WORK/out" >&2; fail "the store did not log two refusals from $A2"; }
+  say "the job ended with exact results; its store logged: $(grep -o "connection from $A2:[0-9]*: refused.*" "$WORK/out" | head -1 | cut -c1-110)"
+  # 5. Without munged, a job without MPCOMM_TOKEN fails at once saying what to do.
+  started=$SECONDS
+  if TMO=30 on "$H0" srun -N 1 -w "$H0" -n 2 env MPCOMM_MUNGE_SOCKET=/nonexistent/munge.socket "$CLI" selftest -c 1 \
+    >"$WORK/out" 2>&1; then fail "a job ran without MUNGE and without MPCOMM_TOKEN"; fi
+  expect "join by MUNGE" "the error without MUNGE"
+  expect "MPCOMM_TOKEN" "the error without MUNGE names the way out"
+  ((SECONDS - started <= 15)) || fail "the job without MUNGE took $((SECONDS - started)) s to fail"
+  # ... and with MPCOMM_TOKEN it needs no MUNGE; a process with another secret is refused, the job unharmed.
+  on "$H0" srun -N 2 -w "$H0,$H1" --ntasks-per-node 1 env MPCOMM_TOKEN=the-right-secret-0123 \
+    MPCOMM_MUNGE_SOCKET=/nonexistent/munge.socket bash -c \
+    "env >$WORK/tenv.\$SLURM_PROCID; exec $CLI bench -b 1M -e 1M -n 12000 -w 1 -c 1" >"$WORK/job.out" 2>&1 &
+  job=$!
+  for _ in $(seq 300); do [[ -s $WORK/tenv.1 ]] && break; sleep 0.1; done
+  [[ -s $WORK/tenv.1 ]] || fail "the job with MPCOMM_TOKEN did not start in 30 s"
+  sleep 1
+  mapfile -t E <"$WORK/tenv.1"
+  if "$MC" exec "$H2" -- env -i "${E[@]}" MPCOMM_TOKEN=a-wrong-secret-0123 MPCOMM_TIMEOUT=30 "$CLI" selftest -c 1 \
+    >"$WORK/out" 2>&1; then fail "a process with a wrong secret ran as a rank"; fi
+  expect "does not know this job's secret" "the wrong secret's error"
+  timeout 200 tail --pid=$job -f /dev/null || fail "the job with MPCOMM_TOKEN did not end in 200 s"
+  cp "$WORK/job.out" "$WORK/out"
+  wait $job || { tail -20 "$WORK/out" >&2; fail "the job with MPCOMM_TOKEN failed"; }
+  ! grep -q " [1-9][0-9]* wrong" "$WORK/out" || fail "wrong elements"
+  expect "connection from $A2:[0-9]*: refused: it does not prove this job's secret" "the store's log of the wrong secret"
+  say "without munged: a clear error; with MPCOMM_TOKEN no MUNGE is needed and a wrong secret is refused"
+  nothing_left strangers
   ;;
 
 *)

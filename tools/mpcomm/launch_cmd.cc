@@ -18,6 +18,11 @@ Runner add_launch(CLI::App& app) {
   app.add_option("--node-rank", opts->node_rank, "this node's index, 0 to --nnodes - 1 (node 0 serves the store)")
       ->check(whole_at_least(0));
   app.add_option("--master", opts->master, "with --nnodes: HOST:PORT of node 0, where the job's store listens");
+  app.add_option("--token-file", opts->token_file,
+                 "with --nnodes: a file (mode 0600, the same on every node) holding the job's secret");
+  app.add_flag("--insecure", opts->insecure,
+               "with --nnodes and no secret (MPCOMM_TOKEN, --token-file, MUNGE): derive one from --master, so that "
+               "any process reaching it can join");
   app.add_option("--hosts", opts->hosts, "emulated hosts; ranks are placed on them in blocks")->check(whole_at_least(1));
   auto* timeout = app.add_option("--timeout", opts->timeout_s, "MPCOMM_TIMEOUT for the ranks, seconds (default: the environment's, else 300)")
                      ->check(positive_number());

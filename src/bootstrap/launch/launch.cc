@@ -67,12 +67,10 @@ int launch(const LaunchOptions& o) {
   const bool multi = o.nnodes > 1;
   const int world = multi ? o.nnodes * n : n;  // ranks of the whole job
   const int rank_base = multi ? o.node_rank * n : 0;
-  const char* env_token = std::getenv("MPCOMM_TOKEN");
-  // Across nodes every launcher must present the same token without talking first: MPCOMM_TOKEN, else
-  // one derived from --master (no secret: set MPCOMM_TOKEN to keep others' processes out).
-  const std::string token = env_token != nullptr && *env_token != '\0' ? env_token
-                            : multi ? "master/" + o.master
-                                    : random_hex(16);
+  // Across nodes every launcher must prove the same secret without talking first (secret.cc).
+  const JobSecret js = job_secret(o);
+  std::string token = js.secret;
+  const StoreAuth auth = js.munge ? StoreAuth::munge : StoreAuth::secret;
   sweep_dead_jobs();
   std::optional<JobLock> lock;  // destroyed last: cleans up /dev/shm/mpcomm.<job id>*
   std::optional<TcpStoreServer> server;
@@ -102,13 +100,15 @@ int launch(const LaunchOptions& o) {
     const Millis timeout(static_cast<int64_t>(o.timeout_s * 1000));
     if (o.node_rank == 0) {
       const std::string any = net::wildcard_for(mhost);
-      server.emplace(any, mport, token);
-      client = std::make_unique<TcpStore>(any == "::" ? "::1" : "127.0.0.1", mport, token, timeout);
+      server.emplace(any, mport, token, auth);
+      client = std::make_unique<TcpStore>(any == "::" ? "::1" : "127.0.0.1", mport, token, timeout, false, auth);
+      token = client->secret();  // by MUNGE: the one the server made
       job_id = random_hex(6);
       torch_port = free_port(any);
       client->set_string("launch/job", job_id + " " + torch_port + " " + std::to_string(o.nnodes) + " " + std::to_string(n));
     } else {
-      client = std::make_unique<TcpStore>(mhost, mport, token, timeout);
+      client = std::make_unique<TcpStore>(mhost, mport, token, timeout, false, auth);
+      token = client->secret();  // by MUNGE: the one node 0's server handed out
       // Node 0's job: its id, PyTorch's port, and the shape every node must agree on.
       std::istringstream v(client->get_string("launch/job", timeout));
       int nnodes0 = 0, n0 = 0;

@@ -2,6 +2,7 @@
 // src/bootstrap/launch share, one section per file. Only those files include this header.
 //
 //   options.cc      checks LaunchOptions, finds the program, makes the job's ids and the texts of numbers
+//   secret.cc       the job's secret: random, MPCOMM_TOKEN, a token file, or a MUNGE join
 //   processes.cc    a child from its ExecPlan, in a process group of its own; reaping; SIGINT/SIGTERM
 //   launch.cc       launch(): the plans, the start, and the one loop that supervises the job
 //   mpirun.cc       the ExecPlan of `mpirun` (LaunchNeeds::via_mpirun) and its session folder
@@ -46,6 +47,21 @@ std::string random_hex(size_t nbytes);
 
 // MPCOMM_TIMEOUT as the ranks will parse it: an integer when it is one.
 std::string timeout_text(double s);
+
+// ---- secret.cc -------------------------------------------------------------------------------------
+
+// How the job's connections prove they belong to it: its secret, or (several nodes under Slurm with
+// MUNGE) none yet: node 0's store makes one and hands it to the launchers that join by MUNGE.
+struct JobSecret {
+  std::string secret;
+  bool munge = false;
+};
+// MPCOMM_TOKEN, else --token-file, else one node: random; several: MUNGE under Slurm, a secret derived
+// from --master on loopback or with --insecure, else InvalidArgument saying what to give.
+JobSecret job_secret(const LaunchOptions& o);
+// The secret in `path`: a regular file of this user, readable by nobody else, of 16 characters or more
+// (a trailing newline dropped). Throws InvalidArgument naming the file and, when loose, its mode.
+std::string read_token_file(const std::string& path);
 
 // ---- output.cc -------------------------------------------------------------------------------------
 
