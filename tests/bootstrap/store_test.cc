@@ -4,6 +4,8 @@
 #include "mpcomm/store.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -324,6 +326,60 @@ TEST(TcpStoreTest, WrongSecretIsRefusedOnBothSidesAndCounted) {
   member.set_string("k", "ok");
   EXPECT_EQ(member.get_string("k", 100ms), "ok");
   EXPECT_EQ(server.refused_connections(), 1u);
+}
+
+// A rank's handshake recorded on its way to the server (a relay between a socket pair and the server, as
+// a capture of the wire would see it), then played again on a new connection: the server's nonce is new,
+// so the recorded proof is worth nothing.
+TEST(TcpStoreTest, ReplayedHandshakeIsRefused) {
+  TcpStoreServer server("127.0.0.1", 0, "the-secret");
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  net::Fd rank_end(sv[0]), relay_end(sv[1]);
+  net::Fd upstream = net::connect_tcp("127.0.0.1", server.port(), net::deadline_after(1000ms), "test");
+  Bytes recorded;  // what the rank sent
+  std::atomic<bool> stop{false};
+  std::thread relay([&] {
+    uint8_t buf[4096];
+    while (!stop) {
+      pollfd p[2] = {{relay_end.get(), POLLIN, 0}, {upstream.get(), POLLIN, 0}};
+      if (::poll(p, 2, 10) <= 0) continue;
+      if (p[0].revents & POLLIN) {
+        ssize_t n = ::recv(relay_end.get(), buf, sizeof buf, 0);
+        if (n <= 0) return;
+        recorded.insert(recorded.end(), buf, buf + n);
+        net::write_all(upstream.get(), buf, static_cast<size_t>(n), net::deadline_after(1000ms), "test");
+      }
+      if (p[1].revents & POLLIN) {
+        ssize_t n = ::recv(upstream.get(), buf, sizeof buf, 0);
+        if (n <= 0) return;
+        net::write_all(relay_end.get(), buf, static_cast<size_t>(n), net::deadline_after(1000ms), "test");
+      }
+    }
+  });
+  EXPECT_EQ(net::client_handshake(rank_end.get(), kHelloMagic, net::secret_auth("the-secret"), 3,
+                                  net::deadline_after(1000ms), "test"),
+            "the-secret");
+  std::this_thread::sleep_for(50ms);  // the proof reaches the server
+  stop = true;
+  relay.join();
+  ASSERT_EQ(recorded.size(), 56u + 32u);  // Hello, then the proof: nothing else was sent
+  EXPECT_EQ(server.refused_connections(), 0u);
+
+  net::Fd replay = net::connect_tcp("127.0.0.1", server.port(), net::deadline_after(1000ms), "test");
+  net::write_all(replay.get(), recorded.data(), 56, net::deadline_after(1000ms), "test");
+  uint8_t challenge[64];
+  net::read_all(replay.get(), challenge, sizeof challenge, net::deadline_after(1000ms), "test");
+  net::write_all(replay.get(), recorded.data() + 56, 32, net::deadline_after(1000ms), "test");
+  EXPECT_TRUE(closed_by_server(replay.get()));
+  EXPECT_TRUE(refused_reaches(server, 1));
+  // The recorded secret-mode bytes hold no secret: neither the token nor anything the client derived
+  // from it alone (the proof is bound to the nonces).
+  const std::string wire(recorded.begin(), recorded.end());
+  EXPECT_EQ(wire.find("the-secret"), std::string::npos);
+  TcpStore member("127.0.0.1", server.port(), "the-secret", 1000ms);  // the job goes on
+  member.set_string("k", "ok");
+  EXPECT_EQ(member.get_string("k", 100ms), "ok");
 }
 
 TEST(TcpStoreTest, HelloWithAForeignMagicIsRefused) {
