@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 
 #include "backends/auto/auto_backend.h"
 #include "backends/native/backend.h"
@@ -22,6 +23,7 @@
 #include "bootstrap/env.h"
 #include "core/front_door.h"
 #include "device/device.h"
+#include "log/log.h"
 #include "mpcomm/communicator.h"
 #include "net/munge.h"
 #include "net/socket.h"
@@ -159,6 +161,15 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
   check_native();
   if (backend != "mpi") check_mpi();
   if (o.bind_addr.empty()) o.bind_addr = choose_bind_address(o, store.get());
+  if (backend != "native" && param_string(o, "MPCOMM_TLS") == "1" && rank == 0) {
+    static std::once_flag said;  // once per process: a job creates many groups
+    std::call_once(said, [&] {
+      MPCOMM_LOG(warn,
+                 "MPCOMM_TLS=1 encrypts the store's connections and the native backend's links; the %s "
+                 "backend's own connections between hosts stay unencrypted (docs/reliability.md, \"Encrypted links\")",
+                 std::string(backend).c_str());
+    });
+  }
   return detail::make_communicator(b.make(std::move(store), rank, size, o), b.make);
 }
 

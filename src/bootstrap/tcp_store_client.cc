@@ -11,6 +11,7 @@
 #include "net/handshake.h"
 #include "net/munge.h"
 #include "net/socket.h"
+#include "net/tls.h"
 
 namespace mpcomm {
 
@@ -38,6 +39,7 @@ struct TcpStore::Impl {
 
   std::mutex mu;  // one request at a time
   net::Fd fd;
+  net::tls::Ssl ssl;      // with MPCOMM_TLS=1
   bool answered = false;  // the server has answered once, so it accepted our Hello
   std::string lost;       // why the connection broke; it is not reopened
 
@@ -63,9 +65,9 @@ TcpStore::Impl::Reply TcpStore::Impl::call(uint8_t cmd, const std::string& key, 
                       ")");
   try {
     Bytes frame = encode_request(cmd, key, value, arg);
-    net::write_all(fd.get(), frame.data(), frame.size(), net::deadline_after(timeout), what);
+    net::tls::write_all(ssl.get(), fd.get(), frame.data(), frame.size(), net::deadline_after(timeout), what);
     uint8_t head[kReplyHead];
-    net::read_all(fd.get(), head, sizeof head, reply_by, what);
+    net::tls::read_all(ssl.get(), fd.get(), head, sizeof head, reply_by, what);
     if (get_le(head, 4) != kReplyMagic || head[4] > kInvalid)
       throw PeerFailure("mpcomm: " + where + " answered with something that is not a store reply");
     uint64_t len = get_le(head + 5, 8);
@@ -73,14 +75,15 @@ TcpStore::Impl::Reply TcpStore::Impl::call(uint8_t cmd, const std::string& key, 
       throw PeerFailure("mpcomm: " + where + " answered with a value of " + std::to_string(len) + " bytes (at most " +
                         std::to_string(sd::kMaxValueBytes) + ")");
     Reply r{static_cast<Status>(head[4]), Bytes(len), 0};
-    if (len > 0) net::read_all(fd.get(), r.value.data(), len, reply_by, what);
+    if (len > 0) net::tls::read_all(ssl.get(), fd.get(), r.value.data(), len, reply_by, what);
     uint8_t num[8];
-    net::read_all(fd.get(), num, sizeof num, reply_by, what);
+    net::tls::read_all(ssl.get(), fd.get(), num, sizeof num, reply_by, what);
     r.number = static_cast<int64_t>(get_le(num, 8));
     answered = true;
     return r;
   } catch (const Error& e) {
     // The stream is now out of step (a reply may still arrive), so the connection is done for.
+    ssl.reset();
     fd.reset();
     lost = without_prefix(e.what());
     if (!answered && e.code() == ErrorCode::peer_failure)
@@ -114,7 +117,10 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, std::string token, Mi
   net::Auth a = net::secret_auth(token);
   a.munge = auth == StoreAuth::munge && token.empty();
   a.job = net::munge::slurm_job();
-  c.secret = net::client_handshake(c.fd.get(), kHelloMagic, a, -1, deadline, "store " + c.where);
+  a.tls = net::tls::requested();
+  net::Joined j = net::client_handshake(c.fd.get(), kHelloMagic, a, -1, deadline, "store " + c.where);
+  c.secret = j.secret;
+  if (a.tls) c.ssl = net::tls::connect(c.fd.get(), j.session_key, deadline, "store " + c.where);
 }
 
 const std::string& TcpStore::secret() const { return impl_->secret; }

@@ -24,6 +24,7 @@
 #include "net/handshake.h"
 #include "net/munge.h"
 #include "net/socket.h"
+#include "net/tls.h"
 
 namespace mpcomm {
 
@@ -64,6 +65,7 @@ struct TcpStoreServer::Impl {
     net::Fd fd;
     std::string peer;
     std::unique_ptr<net::HandshakeServer> hs;  // until it accepts, nothing else is read
+    std::unique_ptr<net::tls::MemoryServer> tls;  // with MPCOMM_TLS=1, once the handshake accepted
     net::Deadline hello_deadline;
     Bytes in;  // received bytes; in[in_off..] not yet parsed
     size_t in_off = 0;
@@ -109,6 +111,8 @@ struct TcpStoreServer::Impl {
   void resolve_parked();
   void expire(net::Deadline now);
   void close(Conn& c, LogLevel level, const std::string& why);
+  void start_tls(Conn& c);
+  void queue_wire(Conn& c, const Bytes& wire);
   void wake_loop();
   std::vector<std::string> missing_locked(const std::vector<std::string>& keys) const;
 };
@@ -128,6 +132,29 @@ void TcpStoreServer::Impl::close(Conn& c, LogLevel level, const std::string& why
     MPCOMM_LOG(info, "store server %s: connection from %s ended: %s", where.c_str(), c.peer.c_str(), why.c_str());
   c.fd.reset();  // buffers stay until the loop drops the connection: process() may still be looking at them
   c.parked = false;
+}
+
+// The handshake accepted a client that puts the connection under TLS: what it sent after the handshake
+// is already TLS.
+void TcpStoreServer::Impl::start_tls(Conn& c) {
+  uint8_t key[net::tls::kKeyBytes];
+  c.hs->session_key(key);
+  c.tls = std::make_unique<net::tls::MemoryServer>(key);
+  Bytes rest(c.in.begin() + static_cast<ptrdiff_t>(c.in_off), c.in.end()), wire;
+  c.in.clear();
+  c.in_off = 0;
+  c.tls->received(rest.data(), rest.size(), &c.in, &wire);
+  queue_wire(c, wire);
+}
+
+// Queues bytes for the socket and sends what it takes now; the rest goes out on POLLOUT.
+void TcpStoreServer::Impl::queue_wire(Conn& c, const Bytes& wire) {
+  if (wire.empty()) return;
+  c.out.insert(c.out.end(), wire.begin(), wire.end());
+  if (send_pending(c)) {
+    c.out.clear();
+    c.out_off = 0;
+  }
 }
 
 void TcpStoreServer::Impl::run() {
@@ -217,7 +244,13 @@ void TcpStoreServer::Impl::read_from(Conn& c) {
   while (!c.closed() && !c.busy()) {
     ssize_t r = ::recv(c.fd.get(), chunk, sizeof chunk, MSG_DONTWAIT);
     if (r > 0) {
-      c.in.insert(c.in.end(), chunk, chunk + r);
+      if (c.tls) {  // ciphertext: what it completes is the plaintext the protocol reads
+        Bytes wire;
+        c.tls->received(chunk, static_cast<size_t>(r), &c.in, &wire);
+        queue_wire(c, wire);
+      } else {
+        c.in.insert(c.in.end(), chunk, chunk + r);
+      }
       process(c);
       continue;
     }
@@ -280,6 +313,7 @@ void TcpStoreServer::Impl::process(Conn& c) {
       close(c, LogLevel::warn, "refused: " + why);
       return;
     }
+    if (c.hs->accepted() && auth.tls) start_tls(c);
   }
   while (!c.closed() && !c.busy()) {
     RequestFrame req;
@@ -370,7 +404,14 @@ void TcpStoreServer::Impl::handle(Conn& c, uint8_t cmd, std::string key, const u
 }
 
 void TcpStoreServer::Impl::reply(Conn& c, Status status, const uint8_t* value, size_t value_len, int64_t number) {
-  put_reply(c.out, status, value, value_len, number);
+  if (c.tls) {
+    Bytes plain, wire;
+    put_reply(plain, status, value, value_len, number);
+    c.tls->send(plain.data(), plain.size(), &wire);
+    c.out.insert(c.out.end(), wire.begin(), wire.end());
+  } else {
+    put_reply(c.out, status, value, value_len, number);
+  }
   // Send what the socket takes now; the rest goes out on POLLOUT. Not flush(): that would recurse into
   // process() from inside process().
   if (!send_pending(c)) return;
@@ -456,6 +497,7 @@ TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::stri
   Impl& s = *impl_;
   s.host = host;
   s.auth.secret = std::move(token);
+  s.auth.tls = net::tls::requested();
   if (auth == StoreAuth::munge) {
     // Ranks prove who they are with MUNGE and are handed a secret made here: without one of its own the
     // job's secret is random, so nothing about it can be guessed from the job's public facts.

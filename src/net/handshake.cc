@@ -29,6 +29,8 @@ constexpr size_t kHelloBytes = 4 + 4 + 4 + 4 + 8 + kNonce;
 // A MUNGE credential is base64 of at most a few hundred bytes here; anything longer is not one.
 constexpr uint32_t kMaxCredential = 16 * 1024;
 constexpr uint32_t kModeSecret = 0, kModeMunge = 1;
+constexpr uint32_t kFlagTls = 1;
+constexpr uint8_t kProofAccepted = 1;
 std::atomic<uint64_t> g_refused{0};
 
 void store_le(uint8_t* p, uint64_t v, size_t n) {
@@ -152,6 +154,11 @@ std::string HandshakeServer::feed(const uint8_t* p, Bytes* out) {
         return refuse("it asks to join by MUNGE, but this job has a secret (MPCOMM_TOKEN): give it the same");
       if (mode == kModeSecret && auth_.munge && auth_.secret.empty())
         return refuse("it presents a secret, but this job's ranks join by MUNGE (unset MPCOMM_TOKEN)");
+      const uint32_t flags = static_cast<uint32_t>(get_le(p + 12, 4));
+      if (((flags & kFlagTls) != 0) != auth_.tls)
+        return refuse(
+            auth_.tls ? std::string("it does not use TLS, and this end does (set MPCOMM_TLS the same on every rank)")
+                      : std::string("it asks for TLS, and this end does not (set MPCOMM_TLS the same on every rank)"));
       rank_ = static_cast<int64_t>(get_le(p + 16, 8));
       std::memcpy(cnonce_, p + 24, kNonce);
       random_bytes(snonce_, kNonce);
@@ -175,6 +182,7 @@ std::string HandshakeServer::feed(const uint8_t* p, Bytes* out) {
         return refuse(
             "it does not prove this job's secret (a wrong MPCOMM_TOKEN, a replayed handshake, or not of "
             "this job)");
+      if (auth_.tls) out->push_back(kProofAccepted);  // TLS bytes follow only after this
       state_ = State::accepted;
       want_ = 0;
       return "";
@@ -195,6 +203,11 @@ std::string HandshakeServer::feed(const uint8_t* p, Bytes* out) {
       break;
   }
   throw Internal("mpcomm: handshake fed after it ended");
+}
+
+void HandshakeServer::session_key(uint8_t out[32]) const {
+  if (state_ != State::accepted) throw Internal("mpcomm: a session key before the handshake was accepted");
+  proof(auth_.secret, "mpcomm session", magic_, rank_, cnonce_, snonce_, out);
 }
 
 std::string HandshakeServer::munge_accept(const std::string& cred, Bytes* out) {
@@ -229,11 +242,11 @@ std::string HandshakeServer::munge_accept(const std::string& cred, Bytes* out) {
   return "";
 }
 
-static std::string client_steps(int fd, uint32_t magic, const Auth& auth, int64_t rank, Deadline deadline,
-                                const std::string& what);
+static Joined client_steps(int fd, uint32_t magic, const Auth& auth, int64_t rank, Deadline deadline,
+                           const std::string& what);
 
-std::string client_handshake(int fd, uint32_t magic, const Auth& auth, int64_t rank, Deadline deadline,
-                             const std::string& what) {
+Joined client_handshake(int fd, uint32_t magic, const Auth& auth, int64_t rank, Deadline deadline,
+                        const std::string& what) {
   try {
     return client_steps(fd, magic, auth, rank, deadline, what);
   } catch (const Timeout& e) {
@@ -242,14 +255,17 @@ std::string client_handshake(int fd, uint32_t magic, const Auth& auth, int64_t r
   }
 }
 
-static std::string client_steps(int fd, uint32_t magic, const Auth& auth, int64_t rank, Deadline deadline,
-                                const std::string& what) {
+static Joined client_steps(int fd, uint32_t magic, const Auth& auth, int64_t rank, Deadline deadline,
+                           const std::string& what) {
   uint8_t cn[kNonce], sn[kNonce];
+  Joined j;
+  j.rank = rank;
   random_bytes(cn, kNonce);
   uint8_t hello[kHelloBytes] = {};
   store_le(hello, magic, 4);
   store_le(hello + 4, kHandshakeVersion, 4);
   store_le(hello + 8, auth.munge ? kModeMunge : kModeSecret, 4);
+  store_le(hello + 12, auth.tls ? kFlagTls : 0, 4);
   store_le(hello + 16, static_cast<uint64_t>(rank), 8);
   std::memcpy(hello + 24, cn, kNonce);
   write_all(fd, hello, sizeof hello, deadline, what);
@@ -274,7 +290,18 @@ static std::string client_steps(int fd, uint32_t magic, const Auth& auth, int64_
       throw PeerFailure("mpcomm: " + what +
                         " does not know this job's secret (a wrong MPCOMM_TOKEN on one side, or "
                         "another job's listener at that address): refused to go on");
-    return auth.secret;
+    if (auth.tls) {
+      uint8_t ack = 0;
+      try {
+        read_all(fd, &ack, 1, deadline, what);
+      } catch (const PeerFailure& e) {
+        throw PeerFailure("mpcomm: " + what + " refused this connection's proof (its log says why): " + e.what());
+      }
+      if (ack != kProofAccepted) throw PeerFailure("mpcomm: " + what + " answered the proof with a malformed byte");
+    }
+    j.secret = auth.secret;
+    proof(j.secret, "mpcomm session", magic, rank, cn, sn, j.session_key);
+    return j;
   }
   Bytes payload = transcript("mpcomm munge client", magic, rank, cn, sn);
   payload.insert(payload.end(), auth.job.begin(), auth.job.end());
@@ -302,10 +329,12 @@ static std::string client_steps(int fd, uint32_t magic, const Auth& auth, int64_
   const Bytes head_want = transcript("mpcomm munge server", magic, rank, cn, sn);
   if (d.payload.size() < head_want.size() || !std::equal(head_want.begin(), head_want.end(), d.payload.begin()))
     throw PeerFailure("mpcomm: " + what + " answered with a MUNGE credential of another connection");
-  return std::string(d.payload.begin() + static_cast<ptrdiff_t>(head_want.size()), d.payload.end());
+  j.secret.assign(d.payload.begin() + static_cast<ptrdiff_t>(head_want.size()), d.payload.end());
+  proof(j.secret, "mpcomm session", magic, rank, cn, sn, j.session_key);
+  return j;
 }
 
-std::string server_handshake(int fd, uint32_t magic, const Auth& auth, int64_t* rank, Deadline deadline,
+std::string server_handshake(int fd, uint32_t magic, const Auth& auth, Joined* joined, Deadline deadline,
                              const std::string& what) {
   HandshakeServer hs(magic, auth);
   Bytes in, out;
@@ -323,7 +352,11 @@ std::string server_handshake(int fd, uint32_t magic, const Auth& auth, int64_t* 
     }
     if (!why.empty()) return why;
   }
-  if (rank != nullptr) *rank = hs.rank();
+  if (joined != nullptr) {
+    joined->secret = auth.secret;
+    joined->rank = hs.rank();
+    hs.session_key(joined->session_key);
+  }
   return "";
 }
 

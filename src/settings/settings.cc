@@ -40,6 +40,10 @@ const std::vector<ParamInfo>& all_params() {
        "the job's secret, proved (never sent) on every store and transport connection (made by mpcomm launch; under "
        "Slurm without it, ranks join by MUNGE)",
        Kind::text},
+      {"MPCOMM_TLS", "0",
+       "1: TLS 1.3 on the store's connections and the native transport's links between hosts, keyed by the job's "
+       "secret (no certificates); every rank and the launcher must say the same",
+       Kind::flag},
       {"MPCOMM_MUNGE_SOCKET", "", "munged's socket (empty: AuthInfo's socket= in slurm.conf, else MUNGE's default)",
        Kind::text},
       {"MPCOMM_MUNGE_ROOT", "0", "1: a store joined by MUNGE also lets in root's processes, not only the job owner's",

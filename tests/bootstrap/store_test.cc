@@ -358,7 +358,8 @@ TEST(TcpStoreTest, ReplayedHandshakeIsRefused) {
     }
   });
   EXPECT_EQ(net::client_handshake(rank_end.get(), kHelloMagic, net::secret_auth("the-secret"), 3,
-                                  net::deadline_after(1000ms), "test"),
+                                  net::deadline_after(1000ms), "test")
+                .secret,
             "the-secret");
   std::this_thread::sleep_for(50ms);  // the proof reaches the server
   stop = true;
@@ -495,9 +496,9 @@ TEST(TcpStoreTest, HungServerYieldsTimeoutNotAHang) {
   std::atomic<bool> done{false};
   std::thread hung([&] {
     net::Fd fd = net::accept_tcp(listener.get(), net::deadline_after(2000ms), "test");
-    int64_t rank = 0;
-    EXPECT_EQ(net::server_handshake(fd.get(), kHelloMagic, net::secret_auth("tok"), &rank, net::deadline_after(2000ms),
-                                    "test"),
+    net::Joined joined;
+    EXPECT_EQ(net::server_handshake(fd.get(), kHelloMagic, net::secret_auth("tok"), &joined,
+                                    net::deadline_after(2000ms), "test"),
               "");
     while (!done) std::this_thread::sleep_for(5ms);
   });

@@ -3,16 +3,16 @@
 # Slurm's srun and sbatch, Open MPI's mpirun, torchrun, mpcomm launch --nnodes — on network hosts of
 # their own (network namespaces on a bridge, each with its hostname), never over loopback between hosts.
 #
-#   tests/cluster/run.sh STEP      STEP: selftest | bench | train | faults | torch | launch | strangers
+#   tests/cluster/run.sh STEP      STEP: selftest | bench | train | faults | torch | launch | strangers | tls
 #
-# Environment: MPCOMM_TEST_CLI (the mpcomm executable), MPCOMM_TEST_PYTHONPATH (the built python package, for
-# `torch`), MINICLUSTER (scripts/minicluster). Exit 0 on success, 77 when the machine cannot host the
+# Environment: MPCOMM_TEST_CLI (the mpcomm executable), MPCOMM_TEST_PROG (tests/errors/testprog, for `tls`),
+# MPCOMM_TEST_PYTHONPATH (the built python package, for `torch`), MINICLUSTER (scripts/minicluster). Exit 0 on success, 77 when the machine cannot host the
 # cluster (not root, no network namespaces, no Slurm), 1 with the reason on stderr otherwise.
 # The cluster is torn down on every way out, and each step checks that no rank process is left on any
 # host and no shared-memory segment of its jobs in /dev/shm.
 set -euo pipefail
 
-STEP=${1:?usage: run.sh selftest|bench|train|faults|torch|launch|strangers}
+STEP=${1:?usage: run.sh selftest|bench|train|faults|torch|launch|strangers|tls}
 HERE=$(cd "$(dirname "$0")" && pwd)
 CLI=${MPCOMM_TEST_CLI:?set MPCOMM_TEST_CLI to the mpcomm executable}
 MC=${MINICLUSTER:-$HERE/../../scripts/minicluster}
@@ -364,6 +364,38 @@ strangers)
   expect "connection from $A2:[0-9]*: refused: it does not prove this job's secret" "the store's log of the wrong secret"
   say "without munged: a clear error; with MPCOMM_TOKEN no MUNGE is needed and a wrong secret is refused"
   nothing_left strangers
+  ;;
+
+tls)
+  # MPCOMM_TLS=1 (docs/reliability.md, "Encrypted links"): the link between the hosts carries no byte of
+  # the data. Checked against the same run without TLS, whose capture must show the pattern.
+  PROG=${MPCOMM_TEST_PROG:?set MPCOMM_TEST_PROG to tests/errors/testprog}
+  command -v tcpdump >/dev/null || { echo "SKIP: tcpdump is missing (scripts/setup-deps installs it)"; exit 77; }
+  for t in 0 1; do
+    "$MC" exec "$H0" -- tcpdump -i eth0 -U -s 0 -c 50000 -w "$WORK/wire$t.pcap" "tcp and host $A1" \
+      >"$WORK/tcpdump$t.log" 2>&1 &
+    capture=$!
+    for _ in $(seq 50); do grep -q "listening on" "$WORK/tcpdump$t.log" && break; sleep 0.1; done
+    run "allreduce of a known pattern, MPCOMM_TLS=$t" srun2 --ntasks-per-node 1 env MPCOMM_TLS=$t "$PROG" pattern 1048576 2
+    expect "pattern ok: rank 0 of 2, 2 allreduces of 1048576 floats" "the pattern's sums (MPCOMM_TLS=$t)"
+    kill "$capture" 2>/dev/null || true
+    wait "$capture" 2>/dev/null || true
+    # Windows of 8 consecutive floats of the pattern (an input) and of twice it (a sum), at 43 places.
+    found[t]=$(/usr/bin/python3 -c '
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+hits = 0
+for k in range(0, 4088, 97):
+    for scale in (1, 2):
+        if struct.pack("<8f", *[scale * (1000.25 + (k + j) / 2) for j in range(8)]) in data:
+            hits += 1
+print(hits)' "$WORK/wire$t.pcap")
+    say "MPCOMM_TLS=$t: $(stat -c %s "$WORK/wire$t.pcap") bytes captured, ${found[t]} pattern windows in them (86 looked for)"
+  done
+  ((found[0] > 0)) || fail "the capture without TLS does not show the pattern: the check cannot see anything"
+  ((found[1] == 0)) || fail "with MPCOMM_TLS=1 the link carried ${found[1]} windows of the data in clear"
+  say "MPCOMM_TLS=1: the data never crossed the link in clear (without TLS: ${found[0]} windows seen)"
+  nothing_left tls
   ;;
 
 *)

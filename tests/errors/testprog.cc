@@ -11,6 +11,9 @@
 //   testprog ikill VICTIM AT [TAG [N]]     the same as kill, with the allreduces posted non-blocking in
 //                                queues of 8 and waited in order; a survivor prints its first failure,
 //                                then "rank R later: <code>: <error>" for each later request of its queue.
+//   testprog pattern N ITERS     ITERS allreduces (sum) of N floats holding a known pattern, 1000.25 +
+//                                (i % 4096) / 2 (exact sums); prints "pattern ok: ..." or where it is wrong
+//                                and exits 1. tests/cluster looks for the pattern in a capture of the link.
 #include <signal.h>
 #include <unistd.h>
 
@@ -37,6 +40,22 @@ int main(int argc, char** argv) {
     std::printf("rank %d host %s local %d/%d hosts %d\n", rank, t.host_names[t.host].c_str(), t.local_rank,
                 t.local_size, t.num_hosts());
     comm->barrier();
+    return 0;
+  }
+  if (mode == "pattern") {
+    const size_t n = argc > 2 ? static_cast<size_t>(std::atol(argv[2])) : size_t{1} << 20;
+    const int iters = argc > 3 ? std::atoi(argv[3]) : 1;
+    std::vector<float> x(n);
+    for (int it = 0; it < iters; ++it) {
+      for (size_t i = 0; i < n; ++i) x[i] = 1000.25f + static_cast<float>(i % 4096) / 2;
+      comm->allreduce(x.data(), x.data(), n, mpcomm::DataType::float32, mpcomm::ReduceOp::sum);
+      for (size_t i = 0; i < n; ++i)
+        if (x[i] != comm->size() * (1000.25f + static_cast<float>(i % 4096) / 2)) {
+          std::printf("pattern WRONG on rank %d at element %zu of allreduce %d: %g\n", rank, i, it, x[i]);
+          return 1;
+        }
+    }
+    std::printf("pattern ok: rank %d of %d, %d allreduces of %zu floats\n", rank, comm->size(), iters, n);
     return 0;
   }
   const int victim = argc > 2 ? std::atoi(argv[2]) : 1;

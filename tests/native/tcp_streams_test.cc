@@ -1,11 +1,13 @@
 // Native TCP links of several connections (MPCOMM_TCP_STREAMS): a link's bytes striped over them in
 // 256 KiB pieces arrive whole and in order — messages that straddle stripes, small ones after large
-// ones, both directions at once — between ranks of two emulated hosts (threads of this process).
+// ones, both directions at once — between ranks of two emulated hosts (threads of this process); each
+// with and without TLS (MPCOMM_TLS=1: every connection its own TLS session).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "harness/thread_world.h"
@@ -22,12 +24,19 @@ std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
   return v;
 }
 
-class TcpStreams : public ::testing::TestWithParam<int> {};
+class TcpStreams : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  Options options() const {
+    Options o;
+    o.params["MPCOMM_TCP_STREAMS"] = std::to_string(std::get<0>(GetParam()));
+    o.params["MPCOMM_TLS"] = std::get<1>(GetParam()) ? "1" : "0";
+    o.timeout = Millis(60000);
+    return o;
+  }
+};
 
 TEST_P(TcpStreams, RingOfMessagesAcrossStripesArrivesInOrder) {
-  Options o;
-  o.params["MPCOMM_TCP_STREAMS"] = std::to_string(GetParam());
-  o.timeout = Millis(60000);
+  const Options o = options();
   // Ranks 0,1 on host a and 2,3 on host b: 1 -> 2 and 3 -> 0 cross hosts (TCP), the others shared memory.
   testing::ThreadWorld w("native", 4, o, {"a", "a", "b", "b"});
   // Sizes around the stripe (256 KiB), several stripes, odd ones, and small ones after large ones.
@@ -56,9 +65,7 @@ TEST_P(TcpStreams, RingOfMessagesAcrossStripesArrivesInOrder) {
 }
 
 TEST_P(TcpStreams, LargeAllreduceAcrossHostsIsExact) {
-  Options o;
-  o.params["MPCOMM_TCP_STREAMS"] = std::to_string(GetParam());
-  o.timeout = Millis(60000);
+  const Options o = options();
   testing::ThreadWorld w("native", 2, o, {"a", "b"});
   const size_t n = (5 << 20) / 4 + 3;  // 5 MiB of int32 and a bit: 21 stripes, the last one short
   w.run([&](int r, Communicator& c) {
@@ -69,8 +76,11 @@ TEST_P(TcpStreams, LargeAllreduceAcrossHostsIsExact) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Streams, TcpStreams, ::testing::Values(1, 2, 3, 4),
-                         [](const auto& info) { return "s" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Streams, TcpStreams, ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()),
+                         [](const auto& info) {
+                           return "s" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_tls" : "");
+                         });
 
 // IPv6: the store and the transports of native and gloo between two emulated hosts over ::1.
 TEST(Ipv6, StoreAndTransportsOverIpv6) {

@@ -157,7 +157,8 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
 
   // 3. TCP to every rank of another host.
   auto tcp = connect_tcp_mesh(*store, rank, remote, opts.bind_addr, opts.token,
-                              static_cast<int>(param_int(opts, "MPCOMM_TCP_STREAMS")), deadline);
+                              static_cast<int>(param_int(opts, "MPCOMM_TCP_STREAMS")),
+                              param_string(opts, "MPCOMM_TLS") == "1", deadline);
 
   std::vector<std::unique_ptr<Link>> links(size);
   std::vector<PeerInfo> peers(size);

@@ -171,7 +171,10 @@ void Engine::sleep_a_little(int max_ms, const std::vector<Handle>& hs, const std
   }
   // Re-check after announcing the sleep, so that no wake-up is lost: frames, and shared memory that a
   // peer writes before it wakes us (wait_shared).
-  if (!progress() && !done()) {
+  bool buffered = false;  // bytes inside a transport that poll() cannot see (TLS records) are read first
+  for (const auto& p : peers_)
+    if (p.link && p.link->buffered()) buffered = true;
+  if (!progress() && !done() && !buffered) {
     if (only_local) {
       // A remote transfer in flight still gets drained every millisecond.
       seg_->sleep(my_local_, seen, tcp_busy ? 1 : max_ms);

@@ -36,6 +36,9 @@ class Link {
   virtual int poll_fd() const { return -1; }
   // The descriptor to poll() for room to write (a link of several connections waits on one of them).
   virtual int poll_fd_out() const { return poll_fd(); }
+  // Whether bytes wait inside the transport where poll() cannot see them (TLS's decrypted records): the
+  // engine reads them before it sleeps.
+  virtual bool buffered() const { return false; }
 };
 
 }  // namespace mpcomm::native
