@@ -170,7 +170,17 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
                  std::string(backend).c_str());
     });
   }
-  return detail::make_communicator(b.make(std::move(store), rank, size, o), b.make);
+  auto comm = detail::make_communicator(b.make(std::move(store), rank, size, o), b.make);
+  if (o.token.empty() && rank == 0 && comm->topology().num_hosts() > 1) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      MPCOMM_LOG(warn,
+                 "this job spans %d hosts and has no secret: any process that reaches its ports can join it; "
+                 "give every rank the same MPCOMM_TOKEN (docs/reliability.md, \"Who gets in\")",
+                 comm->topology().num_hosts());
+    });
+  }
+  return comm;
 }
 
 EnvWorld env_world(const Options& in) {

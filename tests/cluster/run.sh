@@ -271,6 +271,12 @@ launch)
   expect "its mode is 0644" "the refusal names the token file's mode"
   chmod 600 "$WORK/job.secret"
   say "no secret, or a token file others may read: refused before anything starts"
+  # Under Slurm without a secret the launchers join node 0's store by MUNGE and hand its secret to their ranks.
+  run "mpcomm launch --nnodes under srun (MUNGE)" srun2 --ntasks-per-node 1 bash -c \
+    "exec $CLI launch --nnodes 2 --node-rank \$SLURM_NODEID --master $A0:29557 -n 1 --timeout 60 -- $CLI selftest --conformance"
+  expect "backend native, 2 ranks" "the job of 2 launchers joined by MUNGE"
+  expect " 0 failed" "conformance through launchers joined by MUNGE"
+  say "mpcomm launch --nnodes 2 under srun, joined by MUNGE: conformance ok"
   # mpcomm launch on each host: node 0 serves the store at --master.
   on_each_host launch "$CLI" launch --nnodes 2 --node-rank "{k}" --master "$A0:29555" --token-file "$WORK/job.secret" \
     --nproc-per-node 2 --timeout 60 -- "$CLI" selftest --conformance

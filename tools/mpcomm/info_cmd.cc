@@ -1,4 +1,5 @@
 // mpcomm info: what this build and this machine offer.
+#include <openssl/crypto.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,8 @@
 #include "device/device.h"
 #include "kernels/reduce.h"
 #include "mpcomm/mpcomm.h"
+#include "net/munge.h"
+#include "net/tls.h"
 #include "settings/settings.h"
 
 #ifdef MPCOMM_HAVE_MPI
@@ -167,6 +170,26 @@ std::string selection_text(bool rows) {
   return out;
 }
 
+// How a rank started here would prove it belongs to its job, and whether its links are encrypted.
+std::string security_line() {
+  std::string how;
+  const std::string token = param_string("MPCOMM_TOKEN");
+  if (!token.empty()) {
+    how = "the secret in MPCOMM_TOKEN, proved on every connection";
+  } else if (!net::munge::slurm_job().empty()) {
+    std::string why;
+    const std::string sock = net::munge::socket_path();
+    how = "MUNGE (a Slurm job without MPCOMM_TOKEN; munged at " +
+          (sock.empty() ? std::string("its default socket") : sock) +
+          (net::munge::available(&why) ? ": answering)" : ": " + why + ")");
+  } else {
+    how = "the secret mpcomm launch makes (MPCOMM_TOKEN); other launchers: none unless MPCOMM_TOKEN is set";
+  }
+  return "joins: " + how + "; links between hosts: " +
+         (net::tls::requested() ? "TLS 1.3 (MPCOMM_TLS=1, " : "unencrypted (MPCOMM_TLS=1 encrypts them; ") +
+         OpenSSL_version(OPENSSL_VERSION) + ")";
+}
+
 }  // namespace
 
 // The text `mpcomm info` prints; also the machine section of `mpcomm compare --report`.
@@ -210,6 +233,7 @@ std::string info_text() {
     }
   line("host: %s, %u cores (%s), %.1f GiB memory, reduction kernels: %s\n", host, std::thread::hardware_concurrency(),
        cpu.c_str(), static_cast<double>(pages) * page / (1 << 30), reduce_kernel_isa());
+  line("%s\n", security_line().c_str());
   out += selection_text(false);
   line("native constants (every other choice is a row of the selection table: mpcomm info --table):\n");
   for (const auto& c : native::constants()) line("  %-20s %-10s %s\n", c.name.c_str(), c.value.c_str(), c.doc.c_str());
