@@ -14,6 +14,10 @@
 //   testprog pattern N ITERS     ITERS allreduces (sum) of N floats holding a known pattern, 1000.25 +
 //                                (i % 4096) / 2 (exact sums); prints "pattern ok: ..." or where it is wrong
 //                                and exits 1. tests/cluster looks for the pattern in a capture of the link.
+//   testprog hold FILE           checked allreduces of 64 Ki floats, one every 10 ms, until FILE exists (rank
+//                                0 looks and broadcasts the answer), at most 120 s; then prints "hold ok:
+//                                rank R, I allreduces" (exit 0), or where a sum was wrong (exit 1). A job that
+//                                lasts exactly as long as a test needs it (tests/cluster strangers).
 #include <signal.h>
 #include <unistd.h>
 
@@ -57,6 +61,32 @@ int main(int argc, char** argv) {
     }
     std::printf("pattern ok: rank %d of %d, %d allreduces of %zu floats\n", rank, comm->size(), iters, n);
     return 0;
+  }
+  if (mode == "hold") {
+    const std::string file = argc > 2 ? argv[2] : "";
+    const int n = comm->size();
+    std::vector<float> x(size_t{1} << 16);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    for (int it = 1;; ++it) {
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 7));
+      comm->allreduce(x.data(), x.data(), x.size(), mpcomm::DataType::float32, mpcomm::ReduceOp::sum);
+      for (size_t i = 0; i < x.size(); ++i)
+        if (x[i] != static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7))) {
+          std::printf("hold WRONG on rank %d at element %zu of allreduce %d: %g\n", rank, i, it, x[i]);
+          return 1;
+        }
+      int32_t stop = rank == 0 && (::access(file.c_str(), F_OK) == 0 || std::chrono::steady_clock::now() > until);
+      comm->broadcast(&stop, 1, mpcomm::DataType::int32, 0);
+      if (stop != 0) {
+        if (::access(file.c_str(), F_OK) != 0 && rank == 0) {
+          std::printf("hold: %s did not appear in 120 s\n", file.c_str());
+          return 1;
+        }
+        std::printf("hold ok: rank %d, %d allreduces\n", rank, it);
+        return 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   const int victim = argc > 2 ? std::atoi(argv[2]) : 1;
   const int at = argc > 3 ? std::atoi(argv[3]) : 3;
