@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,21 +34,6 @@ namespace {
 
 // A connection must end its handshake this soon after connecting, so that idle strays cannot pile up.
 constexpr auto kHelloTimeout = std::chrono::seconds(30);
-
-// A job secret nobody can guess: 32 random bytes, in hex (it travels in environment variables).
-std::string random_secret() {
-  uint8_t b[32];
-  for (size_t got = 0; got < sizeof b;) {
-    ssize_t r = ::getrandom(b + got, sizeof b - got, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw Internal(std::string("mpcomm: getrandom() failed: ") + std::strerror(errno));
-    got += static_cast<size_t>(r);
-  }
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (uint8_t c : b) s += {digits[c >> 4], digits[c & 15]};
-  return s;
-}
 
 }  // namespace
 
@@ -506,7 +490,7 @@ TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::stri
       throw PeerFailure("mpcomm: store server on " + host + ": its ranks join by MUNGE, but " + why);
     s.auth.munge = true;
     s.auth.job = net::munge::slurm_job();
-    if (s.auth.secret.empty()) s.auth.secret = random_secret();
+    if (s.auth.secret.empty()) s.auth.secret = net::random_hex(32);  // nobody can guess it
   }
   s.listener = net::listen_tcp(host, port, &s.port);
   net::set_nonblocking(s.listener.get(), true);

@@ -112,6 +112,15 @@ std::string uid_refusal(uid_t uid) {
 
 uint64_t refused_handshakes() { return g_refused.load(); }
 
+std::string random_hex(size_t nbytes) {
+  std::vector<uint8_t> raw(nbytes);
+  random_bytes(raw.data(), nbytes);
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : raw) hex += {digits[b >> 4], digits[b & 15]};
+  return hex;
+}
+
 std::string peer_address(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;

@@ -59,6 +59,9 @@ inline Auth secret_auth(std::string secret) {
   return a;
 }
 
+// nbytes from getrandom(), in hex: the job's secrets and ids.
+std::string random_hex(size_t nbytes);
+
 // Handshakes refused in this process, by any listener (the store's server counts its own too).
 uint64_t refused_handshakes();
 

@@ -42,7 +42,7 @@ std::string find_program(const std::string& prog);
 // Throws InvalidArgument for options launch() cannot run with.
 void validate(const LaunchOptions& o);
 
-// nbytes random bytes from /dev/urandom, in hex. Throws Internal.
+// nbytes random bytes, in hex (net::random_hex). Throws Internal.
 std::string random_hex(size_t nbytes);
 
 // MPCOMM_TIMEOUT as the ranks will parse it: an integer when it is one.

@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "bootstrap/launch/launch_internal.h"
-#include "net/socket.h"
 #include "mpcomm/error.h"
+#include "net/handshake.h"
+#include "net/socket.h"
 
 namespace mpcomm::launch_detail {
 
@@ -86,30 +87,7 @@ void validate(const LaunchOptions& o) {
   }
 }
 
-std::string random_hex(size_t nbytes) {
-  std::vector<unsigned char> raw(nbytes);
-  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Internal("mpcomm: launch: cannot open /dev/urandom: " + errno_text(errno));
-  size_t got = 0;
-  while (got < nbytes) {
-    ssize_t n = ::read(fd, raw.data() + got, nbytes - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = n < 0 ? errno : EIO;
-      ::close(fd);
-      throw Internal("mpcomm: launch: cannot read /dev/urandom: " + errno_text(e));
-    }
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  static const char digits[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char b : raw) {
-    hex += digits[b >> 4];
-    hex += digits[b & 15];
-  }
-  return hex;
-}
+std::string random_hex(size_t nbytes) { return net::random_hex(nbytes); }
 
 // MPCOMM_TIMEOUT as the ranks will parse it: an integer when it is one.
 std::string timeout_text(double s) {
