@@ -4,4 +4,5 @@
 #include "mpcomm/communicator.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
+#include "mpcomm/trace.h"
 #include "mpcomm/types.h"

@@ -10,6 +10,7 @@
 #include "backends/native/backend.h"
 #include "backends/native/selection/selection.h"
 #include "bootstrap/bind_address.h"
+#include "core/timeline.h"
 #ifdef MPCOMM_HAVE_GLOO
 #include "backends/gloo/gloo_communicator.h"
 #endif
@@ -22,6 +23,7 @@
 #endif
 #include "bootstrap/env.h"
 #include "core/front_door.h"
+#include "core/timeline.h"
 #include "device/device.h"
 #include "log/log.h"
 #include "mpcomm/communicator.h"
@@ -171,6 +173,8 @@ std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<S
     });
   }
   auto comm = detail::make_communicator(b.make(std::move(store), rank, size, o), b.make);
+  if (const std::string trace_file = param_string(o, "MPCOMM_TRACE"); !trace_file.empty())
+    detail::trace_from_env(*comm, trace_file);
   if (o.token.empty() && rank == 0 && comm->topology().num_hosts() > 1) {
     static std::once_flag said;
     std::call_once(said, [&] {

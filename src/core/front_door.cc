@@ -52,6 +52,14 @@ FrontDoor::~FrontDoor() {
   if (worker_.joinable()) worker_.join();
 }
 
+void FrontDoor::attach_timeline(std::shared_ptr<Timeline> t, uint16_t track, std::string env_file) {
+  track_ = track;
+  backend_name_ = intern(backend_->name());
+  env_trace_file_ = std::move(env_file);
+  timeline_ = std::move(t);
+  timeline_raw_.store(timeline_.get(), std::memory_order_release);
+}
+
 void FrontDoor::close() {
   if (has_worker_) {
     {
@@ -72,6 +80,7 @@ void FrontDoor::close() {
   }
   for (auto& r : left)
     if (!r->ended() && r->op.kind == OpKind::send) progress_now(*r, /*wait=*/true);
+  if (!env_trace_file_.empty()) write_trace_part(*this, env_trace_file_);
   backend_->close();
 }
 
@@ -169,6 +178,7 @@ void FrontDoor::execute(const Op& op, const BufferSpans& spans, uint64_t ticket,
 
 void FrontDoor::finished(const Op& op, uint64_t ticket, uint64_t t0, uint64_t t1, bool add_call) {
   recorder_.finish(ticket, FlightRecorder::State::done, t1, op.algorithm);
+  if (Timeline* t = timeline()) t->op(track_, op, backend_name_, t1, /*failed=*/false);
   if (add_call) stats_.add_call(op.kind, op.bytes());
   stats_.add_time(op.kind, t1 - t0);
   if (op.algorithm != nullptr) stats_.set_algorithm(op.kind, op.algorithm);
@@ -177,7 +187,9 @@ void FrontDoor::finished(const Op& op, uint64_t ticket, uint64_t t0, uint64_t t1
 // A failed op: recorded; unless it was only refused (bad argument, unsupported), the record is written
 // out and the communicator aborted — peers are told, and every later call fails at once.
 void FrontDoor::failed(const Op& op, uint64_t ticket, const Error& e) {
-  recorder_.finish(ticket, FlightRecorder::State::failed, OpClock::now(), op.algorithm, e.what());
+  const uint64_t t1 = OpClock::now();
+  recorder_.finish(ticket, FlightRecorder::State::failed, t1, op.algorithm, e.what());
+  if (Timeline* t = timeline()) t->op(track_, op, backend_name_, t1, /*failed=*/true);
   if (e.code() == ErrorCode::invalid_argument || e.code() == ErrorCode::unsupported) return;
   recorder_.write_once(recorder_who_, recorder_tag_);
   abort(e.code(), e.what());
@@ -259,6 +271,7 @@ void FrontDoor::collective(Op& op) {
   ++seq_;
   Driving driving(*this, op);
   const uint64_t t0 = OpClock::now();
+  op.issued = op.started = t0;
   execute(op, spans, recorder_.start(op, t0), t0);
 }
 

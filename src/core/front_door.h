@@ -44,6 +44,7 @@
 #include "core/flight_recorder.h"
 #include "core/op.h"
 #include "core/stats.h"
+#include "core/timeline.h"
 
 namespace mpcomm::detail {
 
@@ -72,6 +73,14 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   void abort(ErrorCode code, const std::string& reason);
   // The communicator is going away: let issued ops finish, stop the progress thread, close the backend.
   void close();
+
+  // The timeline (mpcomm/trace.h): this communicator's ops go to `track` of `t` from now on. `env_file`:
+  // MPCOMM_TRACE's file, which this communicator's close() writes its rank's part of (trace.cc).
+  void attach_timeline(std::shared_ptr<Timeline> t, uint16_t track, std::string env_file = {});
+  Timeline* timeline() const { return timeline_raw_.load(std::memory_order_acquire); }
+  const std::shared_ptr<Timeline>& timeline_shared() const { return timeline_; }
+  uint16_t timeline_track() const { return track_; }
+  static FrontDoor& of(const Communicator& c) { return *c.core_; }
 
   uint64_t sequence() const { return seq_; }
   std::array<OpStats, kNumOpKinds> stats() const;
@@ -157,6 +166,11 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   const bool check_counts_;  // verify_counts() before every alltoallv and allgatherv
   std::string recorder_who_, recorder_tag_;
   FlightRecorder recorder_;
+  std::shared_ptr<Timeline> timeline_;  // set once (attach_timeline), read through timeline_raw_
+  std::atomic<Timeline*> timeline_raw_{nullptr};
+  uint16_t track_ = 0;
+  const char* backend_name_ = "";
+  std::string env_trace_file_;
   OpStatsTable stats_;
   uint64_t seq_ = 0, p2p_seq_ = 0;  // the issuing thread's
 

@@ -37,6 +37,8 @@ struct Op {
   // What the backend ran (its algorithm or library call, a static string), for the flight recorder; set
   // by the backend as it runs the op.
   mutable const char* algorithm = nullptr;
+  // OpClock readings for the timeline (trace.h): when the op was issued and when it started (0: not yet).
+  uint64_t issued = 0, started = 0;
 
   size_t bytes() const { return count * dtype_size(dtype); }
   bool reduces() const {

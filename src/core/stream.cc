@@ -38,7 +38,8 @@ constexpr auto kMaxBusyPoll = std::chrono::microseconds(2000);
 // ---- sends and receives -----------------------------------------------------------------------------
 
 void FrontDoor::start_now(OpRequest& r) {
-  r.t0 = OpClock::now();
+  r.t0 = r.op.started = OpClock::now();
+  if (r.op.issued == 0) r.op.issued = r.t0;
   stats_.add_call(r.op.kind, r.op.bytes());
   Backend& b = *backend_;
   if (may_stage_ && r.op.bytes() > 0 &&
@@ -183,6 +184,7 @@ void FrontDoor::process(OpRequest& r) {
     return;
   }
   std::exception_ptr error;
+  r.op.started = t0;
   try {
     execute(r.op, r.spans, r.ticket, t0);
   } catch (...) {  // execute() handled an mpcomm error already; anything else the request carries too
@@ -262,6 +264,7 @@ std::shared_ptr<OpRequest> FrontDoor::issue(Op& op, uint64_t& counter) {
   const BufferSpans spans = check_arguments(op, *backend_);
   ++counter;
   ensure_worker();
+  op.issued = OpClock::now();
   auto r = std::make_shared<OpRequest>(shared_from_this(), op, spans);
   if (op.v != nullptr) r->own_counts();
   return r;
@@ -284,6 +287,7 @@ Request FrontDoor::icollective(Op& op) { return enqueue(issue(op, seq_)); }
 
 // Starts a send or receive on the caller's thread (the caller drives); the start's failure is thrown.
 void FrontDoor::start_inline(OpRequest& r) {
+  r.op.issued = 0;  // not queued: issued when it starts
   r.ticket = recorder_.start(r.op, OpClock::now());
   try {
     start_now(r);

@@ -123,6 +123,10 @@ const std::vector<ParamInfo>& all_params() {
       {"MPCOMM_TRACE_DIR", "",
        "folder for flight records (mpcomm-trace-<backend>-r<rank>of<size>-pid<pid>-c<n>.txt); default stderr",
        Kind::text},
+      {"MPCOMM_TRACE", "",
+       "file for a timeline of every op (Chrome trace / Perfetto JSON, all ranks merged on rank 0's clock); each rank "
+       "writes FILE.rank<R>of<N> when its first communicator is destroyed and the last one merges them",
+       Kind::text},
       {"MPCOMM_DEBUG", "WARN", "log level: ERROR, WARN, INFO or TRACE", Kind::choice, 0, 0, "ERROR|WARN|INFO|TRACE"},
   };
   return params;
