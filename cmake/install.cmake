@@ -1,6 +1,6 @@
 # Installation (`cmake --install build --prefix P`, `make install`) and packaging (`make deb`: CPack).
 # Included at the end of the top CMakeLists.txt, once every target and backend is known. What goes where:
-#   bin/mpcomm                        the CLI (libmpcomm linked in), with plot_report.py and torch-bench beside
+#   bin/mpcomm                        the CLI (libmpcomm linked in), with plot_report.py, plot_timeline.py and torch-bench beside
 #                                     it (`mpcomm compare --report`, `--torch` run them from there)
 #   include/mpcomm/*.h                the public headers
 #   LIBDIR/libmpcomm.so.X.Y           the shared library (SONAME libmpcomm.so.X.Y), libmpcomm.so, libmpcomm.a
@@ -71,7 +71,7 @@ set(MPCOMM_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/mpcomm)
 install(TARGETS mpcomm_shared EXPORT mpcomm-targets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS mpcomm ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS mpcomm_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(FILES ${CMAKE_BINARY_DIR}/plot_report.py DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(FILES ${CMAKE_BINARY_DIR}/plot_report.py ${CMAKE_BINARY_DIR}/plot_timeline.py DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(PROGRAMS ${CMAKE_BINARY_DIR}/torch-bench DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/mpcomm DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "mpcomm/error.h"
+#include "mpcomm/trace.h"
 #include "parallel/checkpoint.h"
 #include "parallel/kernels.h"
 
@@ -153,6 +154,7 @@ void Trainer::run_schedule(int k, double* loss_sum) {
   std::map<int, std::vector<float>> received, sending;  // per micro-batch: [N,C]
   std::map<int, std::vector<float>> received_grad, sending_grad;
   std::vector<Request> sends;
+  const bool traced = trace::enabled(*g_.world);
 
   auto recv = [&](std::vector<float>& buf, int peer, int tag) {
     buf.resize(N * C);
@@ -172,6 +174,7 @@ void Trainer::run_schedule(int k, double* loss_sum) {
     switch (a.kind) {
       case ActionKind::recv_forward: recv(received[m], prev, kTagActivation); break;
       case ActionKind::forward: {
+        trace::Span span(*g_.world, "compute", "forward", traced ? "\"micro\":" + std::to_string(m) : "");
         size_t first = static_cast<size_t>(g_.me.dp) * (B / static_cast<size_t>(c.dims.dp)) +
                        static_cast<size_t>(m) * micro_seqs_;
         run_.data->batch(static_cast<uint64_t>(k), first, micro_seqs_, B, T, inputs.data(), targets.data());
@@ -184,6 +187,7 @@ void Trainer::run_schedule(int k, double* loss_sum) {
       case ActionKind::send_forward: send(sending[m], next, kTagActivation); break;
       case ActionKind::recv_backward: recv(received_grad[m], next, kTagGradient); break;
       case ActionKind::backward: {
+        trace::Span span(*g_.world, "compute", "backward", traced ? "\"micro\":" + std::to_string(m) : "");
         const float* dout = received_grad.count(m) ? received_grad[m].data() : nullptr;
         const float* din = stage_->backward(m, dout, loss_scale);
         received_grad.erase(m);
@@ -230,6 +234,7 @@ void Trainer::sync_tied_embedding() {
 }
 
 double Trainer::step(int k) {
+  trace::Span span(*g_.world, "step", "step", trace::enabled(*g_.world) ? "\"step\":" + std::to_string(k) : "");
   auto t0 = Clock::now();
   const auto& c = run_.cfg;
   std::fill(grads_.begin(), grads_.end(), 0.0f);
@@ -244,7 +249,10 @@ double Trainer::step(int k) {
     stats_.dp.seconds += since(t1), stats_.dp.bytes += sizeof(double), stats_.dp.calls++;
   }
   g_.world->broadcast(&loss_sum, 1, DataType::float64, rank_of({0, g_.dims.pp - 1, 0}, g_.dims));
-  adamw_.step(params_.data(), grads_.data());
+  {
+    trace::Span optimizer(*g_.world, "compute", "optimizer");
+    adamw_.step(params_.data(), grads_.data());
+  }
   stats_.tp = tp_.meter;
   stats_.step_s += since(t0);
   return loss_sum / (static_cast<double>(c.batch) * c.seq);
@@ -258,7 +266,9 @@ void Trainer::save(const std::string& path) { save_model(g_, layout_, params_.da
 TrainResult train(const TrainConfig& cfg, Communicator& world, const std::function<void(int, double, double)>& on_step) {
   blas_single_thread();
   ResolvedRun run = resolve(cfg, world.size());
+  if (!run.cfg.trace.empty()) trace::start(world);  // before the groups, so that they are traced too
   ParallelGroups groups = ParallelGroups::create(world, run.cfg.dims);
+  trace::name(*groups.tp, "tp"), trace::name(*groups.pp, "pp"), trace::name(*groups.dp, "dp");
   Trainer trainer(run, groups);
   TrainResult result;
   auto t0 = Clock::now();
@@ -275,6 +285,7 @@ TrainResult train(const TrainConfig& cfg, Communicator& world, const std::functi
   world.gather(mine.data(), world.rank() == 0 ? all.data() : nullptr, mine.size(), DataType::float64, 0);
   if (world.rank() == 0)
     for (int r = 0; r < world.size(); ++r) result.ranks.push_back(RankStats::from_vector(all.data() + r * mine.size()));
+  if (!run.cfg.trace.empty()) result.trace_bytes = trace::write(world, run.cfg.trace);
   const int P = run.cfg.dims.pp, M = run.cfg.micro_batches;
   result.bubble_theory = static_cast<double>(P - 1) / (M + P - 1);
   return result;

@@ -42,6 +42,9 @@ struct TrainConfig {
   int vocab = 0;       // --tokens: the vocabulary (0: largest id + 1, or the checkpoint's)
   std::string init_from, save;
   double bucket_mb = 25;
+  // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
+  // steps, written here by world rank 0 at the end. Empty: none.
+  std::string trace;
 };
 
 // The corpus used when neither data nor tokens is given: the GNU GPL text every Debian system has.
@@ -105,6 +108,7 @@ struct TrainResult {
   std::vector<RankStats> ranks;   // per world rank, on world rank 0 only
   double seconds = 0;
   double bubble_theory = 0;       // (pp-1)/(M+pp-1)
+  size_t trace_bytes = 0;         // the timeline's size (world rank 0, with cfg.trace)
 };
 
 // The whole run on one rank: groups, trainer, `steps` steps, the optional save, the stats gathered to

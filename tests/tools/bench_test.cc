@@ -208,8 +208,12 @@ TEST(Compare, WritesTablesReportAndPlots) {
                chosen.find("**gloo**") != std::string::npos) &&
               chosen.find("×)") != std::string::npos)
       << chosen;
+  // One traced training step per backend, drawn.
+  EXPECT_NE(text.find("## One training step per backend"), std::string::npos) << text;
+  for (const auto& b : available_backends())
+    EXPECT_NE(text.find("![one training step on " + b + "](step-" + b + ".png)"), std::string::npos) << b;
   for (const char* png : {"allreduce_4ranks_1hosts_time.png", "allreduce_4ranks_2hosts_busbw.png",
-                          "broadcast_4ranks_1hosts_busbw.png"}) {
+                          "broadcast_4ranks_1hosts_busbw.png", "step-native.png", "step-gloo.png"}) {
     std::ifstream p(dir + "/nested/report/" + png, std::ios::binary);
     char magic[8] = {};
     p.read(magic, 8);

@@ -457,6 +457,7 @@ Runner add_compare(CLI::App& app) {
       std::filesystem::create_directories(o->report, ec);
       if (ec) throw InvalidArgument("mpcomm compare: cannot create " + o->report + ": " + ec.message());
       write_rows(o->report + "/results.jsonl");
+      if (!as_rank && base.device == "cpu") md << timeline_section(base.backends, o->report);
       std::ofstream(o->report + "/report.md") << md.str();
       {
         std::ofstream marks(o->report + "/marks.json");

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
       "--backends: which backend auto runs each call on) for one shape and write the table (or --check auto's)",
       mpcomm::cli::add_tune);
   add("tune-worker", "(internal) one rank of tune", mpcomm::cli::add_tune_worker);
+  add("trace-merge", "join the ranks' MPCOMM_TRACE part files into one timeline (trace-merge OUT PARTS...)",
+      mpcomm::cli::add_trace_merge);
   add("info", "backends, versions, this host's cores and memory, and the MPCOMM_* variables", mpcomm::cli::add_info);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -29,12 +29,30 @@ using parallel::TrainConfig;
 using nlohmann::json;
 
 json to_json(const TrainConfig& c) {
-  return {{"tp", c.dims.tp}, {"pp", c.dims.pp}, {"dp", c.dims.dp}, {"micro_batches", c.micro_batches},
-          {"schedule", c.schedule}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
-          {"seq", c.seq}, {"batch", c.batch}, {"steps", c.steps}, {"seed", c.seed}, {"lr", c.adamw.lr},
-          {"beta1", c.adamw.beta1}, {"beta2", c.adamw.beta2}, {"eps", c.adamw.eps},
-          {"weight_decay", c.adamw.weight_decay}, {"data", c.data}, {"tokens", c.tokens}, {"vocab", c.vocab},
-          {"init_from", c.init_from}, {"save", c.save}, {"bucket_mb", c.bucket_mb}};
+  return {{"tp", c.dims.tp},
+          {"pp", c.dims.pp},
+          {"dp", c.dims.dp},
+          {"micro_batches", c.micro_batches},
+          {"schedule", c.schedule},
+          {"layers", c.layers},
+          {"hidden", c.hidden},
+          {"heads", c.heads},
+          {"seq", c.seq},
+          {"batch", c.batch},
+          {"steps", c.steps},
+          {"seed", c.seed},
+          {"lr", c.adamw.lr},
+          {"beta1", c.adamw.beta1},
+          {"beta2", c.adamw.beta2},
+          {"eps", c.adamw.eps},
+          {"weight_decay", c.adamw.weight_decay},
+          {"data", c.data},
+          {"tokens", c.tokens},
+          {"vocab", c.vocab},
+          {"init_from", c.init_from},
+          {"save", c.save},
+          {"bucket_mb", c.bucket_mb},
+          {"trace", c.trace}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -46,6 +64,7 @@ TrainConfig from_json(const json& j) {
   c.adamw = {j.at("lr"), j.at("beta1"), j.at("beta2"), j.at("eps"), j.at("weight_decay")};
   c.data = j.at("data"), c.tokens = j.at("tokens"), c.vocab = j.at("vocab");
   c.init_from = j.at("init_from"), c.save = j.at("save"), c.bucket_mb = j.at("bucket_mb");
+  c.trace = j.at("trace");
   return c;
 }
 
@@ -70,6 +89,7 @@ struct BackendRun {
   std::vector<double> losses;
   std::vector<parallel::RankStats> ranks;
   double seconds = 0, bubble_theory = 0;
+  size_t trace_bytes = 0;
 };
 
 std::string human_bytes(double b) {
@@ -130,7 +150,11 @@ int train_rank(Communicator& world, const TrainConfig& c, const std::string& out
   if (world.rank() == 0) {
     json ranks = json::array();
     for (const auto& r : result.ranks) ranks.push_back(r.to_vector());
-    rows << json{{"ranks", ranks}, {"seconds", result.seconds}, {"bubble_theory", result.bubble_theory}}.dump()
+    rows << json{{"ranks", ranks},
+                 {"seconds", result.seconds},
+                 {"bubble_theory", result.bubble_theory},
+                 {"trace_bytes", result.trace_bytes}}
+                .dump()
          << std::endl;
   }
   return 0;
@@ -173,6 +197,9 @@ Runner add_train(CLI::App& app) {
   app.add_option("--init-from", c.init_from, "start from this safetensors checkpoint (Hugging Face GPT-2 names)");
   app.add_option("--save", c.save, "write the trained model to this safetensors file");
   app.add_option("--loss-log", o->loss_log, "JSON lines {\"step\": k, \"loss\": x} (with several backends: FILE.<backend>)");
+  app.add_option("--trace", c.trace,
+                 "write a timeline of every rank's compute and communication here (Chrome trace JSON: "
+                 "ui.perfetto.dev; with several backends FILE.<backend>)");
   app.add_option("--bucket-mb", c.bucket_mb, "data-parallel all-reduce bucket size in MiB")->capture_default_str();
   auto* timeout_opt = app.add_option("--timeout", o->timeout_s, "seconds any rank may wait for another")->capture_default_str();
   add_launcher_option(app, &o->launcher);
@@ -230,6 +257,7 @@ Runner add_train(CLI::App& app) {
       const std::string tmp = lead ? bench::make_temp_file("train") : "";
       TrainConfig one = c;
       if (!c.save.empty()) one.save = per_backend_path(c.save, backend, backends.size());
+      if (!c.trace.empty()) one.trace = per_backend_path(c.trace, backend, backends.size());
       LaunchOptions lo;
       lo.nranks = o->ranks;
       lo.hosts = o->hosts;
@@ -262,6 +290,7 @@ Runner add_train(CLI::App& app) {
             run.ranks.push_back(parallel::RankStats::from_vector(d.data()));
           }
           run.seconds = j.at("seconds"), run.bubble_theory = j.at("bubble_theory");
+          run.trace_bytes = j.value("trace_bytes", size_t{0});
         }
       }
       ::unlink(tmp.c_str());
@@ -278,6 +307,9 @@ Runner add_train(CLI::App& app) {
       if (run.status == 0) {
         std::printf("# %s: %d steps in %.2f s, loss %.4f -> %.4f\n", backend.c_str(), c.steps, run.seconds,
                     run.losses.empty() ? NAN : run.losses.front(), run.losses.empty() ? NAN : run.losses.back());
+        if (!one.trace.empty())
+          std::printf("# %s: timeline in %s (%s; open it in ui.perfetto.dev)\n", backend.c_str(), one.trace.c_str(),
+                      human_bytes(static_cast<double>(run.trace_bytes)).c_str());
         std::fflush(stdout);
       }
       runs.push_back(std::move(run));
