@@ -1,24 +1,35 @@
 #include "parallel/adamw.h"
 
 #include <cmath>
+#include <string>
+
+#include "mpcomm/error.h"
 
 namespace mpcomm::parallel {
 
-void AdamW::step(float* p, const float* g) {
+void AdamW::begin_step() {
   ++t_;
-  const float decay = static_cast<float>(1.0 - opt_.lr * opt_.weight_decay);
-  const float b1 = static_cast<float>(opt_.beta1), one_minus_b1 = static_cast<float>(1.0 - opt_.beta1);
-  const float b2 = static_cast<float>(opt_.beta2), one_minus_b2 = static_cast<float>(1.0 - opt_.beta2);
+  decay_ = static_cast<float>(1.0 - opt_.lr * opt_.weight_decay);
+  b1_ = static_cast<float>(opt_.beta1), one_minus_b1_ = static_cast<float>(1.0 - opt_.beta1);
+  b2_ = static_cast<float>(opt_.beta2), one_minus_b2_ = static_cast<float>(1.0 - opt_.beta2);
   const double bias1 = 1.0 - std::pow(opt_.beta1, t_), bias2 = 1.0 - std::pow(opt_.beta2, t_);
-  const float step_size = static_cast<float>(opt_.lr / bias1);
-  const float bias2_sqrt = static_cast<float>(std::sqrt(bias2));
-  const float eps = static_cast<float>(opt_.eps);
-  for (size_t i = 0; i < m_.size(); ++i) {
-    p[i] *= decay;
-    m_[i] = m_[i] * b1 + one_minus_b1 * g[i];
-    v_[i] = v_[i] * b2 + one_minus_b2 * g[i] * g[i];
-    float denom = std::sqrt(v_[i]) / bias2_sqrt + eps;
-    p[i] += -step_size * (m_[i] / denom);
+  step_size_ = static_cast<float>(opt_.lr / bias1);
+  bias2_sqrt_ = static_cast<float>(std::sqrt(bias2));
+  eps_ = static_cast<float>(opt_.eps);
+}
+
+void AdamW::update(float* p, const float* g, size_t n, size_t offset) {
+  if (offset > m_.size() || n > m_.size() - offset)
+    throw Internal("AdamW: update of state elements [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
+                   ") of " + std::to_string(m_.size()));
+  float* m = m_.data() + offset;
+  float* v = v_.data() + offset;
+  for (size_t i = 0; i < n; ++i) {
+    p[i] *= decay_;
+    m[i] = m[i] * b1_ + one_minus_b1_ * g[i];
+    v[i] = v[i] * b2_ + one_minus_b2_ * g[i] * g[i];
+    float denom = std::sqrt(v[i]) / bias2_sqrt_ + eps_;
+    p[i] += -step_size_ * (m[i] / denom);
   }
 }
 

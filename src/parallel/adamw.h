@@ -16,16 +16,27 @@ struct AdamWOptions {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;  // torch's defaults
 };
 
+// The state (m, v) of n parameters. step() updates all of them; a sharded optimizer (ZeRO-1) whose
+// parameters lie in several pieces calls begin_step() once and update() per piece.
 class AdamW {
  public:
   AdamW(size_t n, const AdamWOptions& o) : opt_(o), m_(n, 0.0f), v_(n, 0.0f) {}
-  void step(float* params, const float* grads);
+  void step(float* params, const float* grads) {
+    begin_step();
+    update(params, grads, m_.size(), 0);
+  }
+  void begin_step();
+  // Updates params[0..n) from grads[0..n) with state elements [offset, offset + n).
+  void update(float* params, const float* grads, size_t n, size_t offset);
   int steps() const { return t_; }
+  size_t size() const { return m_.size(); }
+  size_t state_bytes() const { return (m_.size() + v_.size()) * sizeof(float); }
 
  private:
   AdamWOptions opt_;
   std::vector<float> m_, v_;
   int t_ = 0;
+  float decay_ = 1, b1_ = 0, one_minus_b1_ = 0, b2_ = 0, one_minus_b2_ = 0, step_size_ = 0, bias2_sqrt_ = 1, eps_ = 0;
 };
 
 }  // namespace mpcomm::parallel

@@ -49,6 +49,10 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
       !(c.adamw.beta1 < 1) || !(c.adamw.beta2 >= 0) || !(c.adamw.beta2 < 1))
     bad("AdamW wants --lr, --eps, --weight-decay >= 0 and --beta1, --beta2 in [0, 1)");
   if (!(c.bucket_mb > 0)) bad("--bucket-mb must be positive");
+  if (c.zero != 0 && c.zero != 1)
+    bad("--zero " + std::to_string(c.zero) + ": stage 0 or 1 (the optimizer state sharded)");
+  if (c.zero == 1 && d.dp == 1)
+    bad("--zero 1 shards the optimizer over the data-parallel ranks, and --dp is 1: give --dp 2 or more");
 
   // data
   if (!c.data.empty() && !c.tokens.empty()) bad("give --data or --tokens, not both");
@@ -106,31 +110,70 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
 // stats
 
 std::vector<double> RankStats::to_vector() const {
-  return {tp.seconds, double(tp.bytes), double(tp.calls), pp.seconds, double(pp.bytes), double(pp.calls),
-          dp.seconds, double(dp.bytes), double(dp.calls), embedding.seconds, double(embedding.bytes),
-          double(embedding.calls), pp_wait_s, step_s};
+  return {tp.seconds,
+          double(tp.bytes),
+          double(tp.calls),
+          pp.seconds,
+          double(pp.bytes),
+          double(pp.calls),
+          dp.seconds,
+          double(dp.bytes),
+          double(dp.calls),
+          embedding.seconds,
+          double(embedding.bytes),
+          double(embedding.calls),
+          pp_wait_s,
+          step_s,
+          optimizer_bytes,
+          params};
 }
 
 RankStats RankStats::from_vector(const double* v) {
   RankStats s;
   auto meter = [](const double* p) { return CommMeter{p[0], uint64_t(p[1]), uint64_t(p[2])}; };
   s.tp = meter(v), s.pp = meter(v + 3), s.dp = meter(v + 6), s.embedding = meter(v + 9);
-  s.pp_wait_s = v[12], s.step_s = v[13];
+  s.pp_wait_s = v[12], s.step_s = v[13], s.optimizer_bytes = v[14], s.params = v[15];
   return s;
 }
 
 // ---------------------------------------------------------------------------------------------------
 // the trainer
 
+namespace {
+
+size_t round_up(size_t n, size_t k) { return (n + k - 1) / k * k; }
+
+// The flat buffers' length: under ZeRO a multiple of dp, so that every bucket splits evenly.
+size_t buffer_length(const ShardLayout& layout, const TrainConfig& c) {
+  return c.zero ? round_up(layout.total(), static_cast<size_t>(c.dims.dp)) : layout.total();
+}
+
+std::vector<std::pair<size_t, size_t>> make_buckets(size_t n, const TrainConfig& c) {
+  size_t bucket = std::max<size_t>(1, static_cast<size_t>(c.bucket_mb * 1048576.0 / sizeof(float)));
+  if (c.zero) bucket = round_up(bucket, static_cast<size_t>(c.dims.dp));
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t end = n; end > 0;) {
+    const size_t begin = end > bucket ? end - bucket : 0;
+    out.push_back({begin, end});
+    end = begin;
+  }
+  return out;
+}
+
+}  // namespace
+
 Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
     : run_(run),
       g_(groups),
       layout_(run.model, groups.dims.tp, groups.me.tp, groups.dims.pp, groups.me.pp),
-      params_(layout_.total()),
-      grads_(layout_.total()),
-      adamw_(layout_.total(), run.cfg.adamw),
+      params_(buffer_length(layout_, run.cfg)),
+      grads_(params_.size()),
+      buckets_(make_buckets(params_.size(), run.cfg)),
+      adamw_(run.cfg.zero ? params_.size() / static_cast<size_t>(groups.dims.dp) : params_.size(), run.cfg.adamw),
       tp_(groups.tp.get()) {
   const auto& c = run_.cfg;
+  stats_.optimizer_bytes = static_cast<double>(adamw_.state_bytes());
+  stats_.params = static_cast<double>(layout_.total());
   micro_seqs_ = static_cast<size_t>(c.batch / (c.dims.dp * c.micro_batches));
   if (run_.checkpoint)
     load_shard(*run_.checkpoint, layout_, params_.data());
@@ -204,16 +247,44 @@ void Trainer::run_schedule(int k, double* loss_sum) {
 
 void Trainer::allreduce_gradients() {
   if (g_.dims.dp == 1) return;
-  // Buckets from the end of the buffer (the last layers' gradients, which a backward finishes first).
-  const size_t bucket = std::max<size_t>(1, static_cast<size_t>(run_.cfg.bucket_mb * 1048576.0 / sizeof(float)));
   auto t0 = Clock::now();
-  for (size_t end = grads_.size(); end > 0;) {
-    size_t begin = end > bucket ? end - bucket : 0;
+  for (auto [begin, end] : buckets_) {
     g_.dp->allreduce(grads_.data() + begin, grads_.data() + begin, end - begin, DataType::float32, ReduceOp::sum);
     stats_.dp.bytes += (end - begin) * sizeof(float), stats_.dp.calls++;
-    end = begin;
   }
   stats_.dp.seconds += since(t0);
+}
+
+// Each bucket's sum lands, reduce-scattered in place, in this rank's 1/dp of it: the piece the rank updates.
+void Trainer::reduce_scatter_gradients() {
+  const size_t dp = static_cast<size_t>(g_.dims.dp), me = static_cast<size_t>(g_.me.dp);
+  auto t0 = Clock::now();
+  for (auto [begin, end] : buckets_) {
+    const size_t piece = (end - begin) / dp;
+    float* bucket = grads_.data() + begin;
+    g_.dp->reduce_scatter(bucket, bucket + me * piece, piece, DataType::float32, ReduceOp::sum);
+    stats_.dp.bytes += (end - begin) * sizeof(float), stats_.dp.calls++;
+  }
+  stats_.dp.seconds += since(t0);
+}
+
+// AdamW on this rank's piece of every bucket (its state holds those pieces back to back), then the bucket's
+// pieces all-gathered in place: every rank ends the step with every updated parameter.
+void Trainer::update_and_gather() {
+  const size_t dp = static_cast<size_t>(g_.dims.dp), me = static_cast<size_t>(g_.me.dp);
+  adamw_.begin_step();
+  size_t state = 0;
+  for (auto [begin, end] : buckets_) {
+    const size_t piece = (end - begin) / dp, mine = begin + me * piece;
+    {
+      trace::Span optimizer(*g_.world, "compute", "optimizer");
+      adamw_.update(params_.data() + mine, grads_.data() + mine, piece, state);
+    }
+    state += piece;
+    auto t0 = Clock::now();
+    g_.dp->allgather(params_.data() + mine, params_.data() + begin, piece, DataType::float32);
+    stats_.dp.seconds += since(t0), stats_.dp.bytes += (end - begin) * sizeof(float), stats_.dp.calls++;
+  }
 }
 
 void Trainer::sync_tied_embedding() {
@@ -240,8 +311,14 @@ double Trainer::step(int k) {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   double loss_sum = 0;
   run_schedule(k, &loss_sum);
-  allreduce_gradients();
-  sync_tied_embedding();
+  if (c.zero) {
+    // The tied wte's two gradients are added before the reduce-scatter, which leaves each rank a piece only.
+    sync_tied_embedding();
+    reduce_scatter_gradients();
+  } else {
+    allreduce_gradients();
+    sync_tied_embedding();
+  }
   // The loss lives on the last stage; its data-parallel ranks each hold their sequences' share.
   if (layout_.stage().last && g_.dims.dp > 1) {
     auto t1 = Clock::now();
@@ -249,7 +326,9 @@ double Trainer::step(int k) {
     stats_.dp.seconds += since(t1), stats_.dp.bytes += sizeof(double), stats_.dp.calls++;
   }
   g_.world->broadcast(&loss_sum, 1, DataType::float64, rank_of({0, g_.dims.pp - 1, 0}, g_.dims));
-  {
+  if (c.zero) {
+    update_and_gather();
+  } else {
     trace::Span optimizer(*g_.world, "compute", "optimizer");
     adamw_.step(params_.data(), grads_.data());
   }

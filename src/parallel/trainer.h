@@ -42,6 +42,11 @@ struct TrainConfig {
   int vocab = 0;       // --tokens: the vocabulary (0: largest id + 1, or the checkpoint's)
   std::string init_from, save;
   double bucket_mb = 25;
+  // 1: ZeRO stage 1, the distributed optimizer — each data-parallel bucket of gradients is reduce-scattered,
+  // each data-parallel rank keeps the AdamW state of (and updates) only its 1/dp of every bucket, and the
+  // updated parameters are all-gathered. 0: the gradients are all-reduced and every rank updates every
+  // parameter.
+  int zero = 0;
   // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
   // steps, written here by world rank 0 at the end. Empty: none.
   std::string trace;
@@ -67,9 +72,11 @@ struct RankStats {
   CommMeter tp, pp, dp, embedding;  // tensor-parallel all-reduce, pipeline p2p, data-parallel all-reduce, tied wte
   double pp_wait_s = 0;             // of pp.seconds: blocked in pipeline receives
   double step_s = 0;                // all steps
+  double optimizer_bytes = 0;       // the rank's AdamW state (m and v)
+  double params = 0;                // the rank's parameters (its tp and pp shard)
   std::vector<double> to_vector() const;
   static RankStats from_vector(const double* v);
-  static constexpr int kFields = 14;
+  static constexpr int kFields = 16;
 };
 
 class Trainer {
@@ -90,11 +97,17 @@ class Trainer {
   void run_schedule(int k, double* loss_sum);
   void allreduce_gradients();
   void sync_tied_embedding();
+  // ZeRO-1: the buckets' gradients reduce-scattered; the rank's piece of each bucket updated and all-gathered.
+  void reduce_scatter_gradients();
+  void update_and_gather();
 
   ResolvedRun run_;
   ParallelGroups& g_;
   ShardLayout layout_;
-  std::vector<float> params_, grads_;
+  std::vector<float> params_, grads_;  // layout_.total(), padded to a multiple of dp under ZeRO
+  // Data-parallel buckets [begin, end) of the flat buffers, the last layers' first (a backward finishes
+  // them first); under ZeRO each a multiple of dp long.
+  std::vector<std::pair<size_t, size_t>> buckets_;
   AdamW adamw_;
   TensorParallel tp_;
   std::unique_ptr<GPTStage> stage_;

@@ -118,6 +118,14 @@ TEST(TrainCli, BadInputFailsBeforeTrainingWithANonZeroExit) {
   r = run_command(kCli + " train -n 2 --pp 2 --layers 1 2>&1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("1 layers cannot fill --pp 2"), std::string::npos) << r.output;
+  r = run_command(kCli + " train -n 2 --tp 2 --zero 1 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--zero 1 shards the optimizer over the data-parallel ranks, and --dp is 1"),
+            std::string::npos)
+      << r.output;
+  r = run_command(kCli + " train -n 2 --dp 2 --zero 3 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--zero 3: stage 0 or 1"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -8,49 +8,16 @@
 #include <cmath>
 #include <map>
 
+#include "core/front_door.h"
+#include "core/op.h"
 #include "harness/thread_world.h"
 #include "parallel/checkpoint.h"
 #include "parallel/kernels.h"
+#include "parallel/train_helpers.h"
 #include "parallel/trainer.h"
-#include "core/front_door.h"
-#include "core/op.h"
 
 namespace mpcomm::parallel {
 namespace {
-
-using testing::ThreadWorld;
-
-#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
-
-TrainConfig small_config() {
-  TrainConfig c;
-  c.layers = 2, c.hidden = 32, c.heads = 4, c.seq = 16, c.batch = 8, c.steps = 4;
-  c.micro_batches = 2;
-  c.seed = 7;
-  c.adamw.lr = 3e-3;  // large enough that the weights move and a wrong gradient shows in the loss
-  return c;
-}
-
-// Trains `c` on a world of `backend` and returns rank 0's losses (checking every rank saw the same).
-std::vector<double> train_on(const std::string& backend, const TrainConfig& c) {
-  ThreadWorld world(backend, c.dims.world());
-  std::vector<std::vector<double>> losses(static_cast<size_t>(c.dims.world()));
-  world.run([&](int rank, Communicator& comm) { losses[static_cast<size_t>(rank)] = train(c, comm).losses; });
-  for (const auto& l : losses) EXPECT_EQ(l, losses[0]) << "every rank returns the broadcast loss";
-  return losses[0];
-}
-
-double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]) / std::fabs(a[i]));
-  return worst;
-}
-
-const std::vector<double>& single_process_losses() {
-  static const std::vector<double> losses = train_on("native", small_config());
-  return losses;
-}
 
 // ---------------------------------------------------------------------------------------------------
 // splitting the model changes nothing but the speed
@@ -122,60 +89,6 @@ TEST(Training, UnevenStagesAndEmulatedHosts) {
 
 // ---------------------------------------------------------------------------------------------------
 // the exact collectives of tensor parallelism
-
-// Forwards every call to the communicator it wraps and records (op, count, dtype, redop): a backend made
-// of a communicator, behind a front door of its own.
-class RecordingCommunicator : public detail::Backend {
- public:
-  struct Call {
-    OpKind kind;
-    size_t count;
-    ReduceOp redop;
-    bool operator==(const Call&) const = default;
-  };
-  friend std::ostream& operator<<(std::ostream& os, const Call& c) {
-    return os << to_string(c.kind) << "(" << c.count << (c.redop == ReduceOp::max ? ", max" : "") << ")";
-  }
-  explicit RecordingCommunicator(std::unique_ptr<Communicator> inner)
-      : Backend("recording", inner->rank(), inner->size(), inner->topology(), inner->options(), nullptr),
-        inner_(std::move(inner)) {}
-  std::vector<Call> calls;
-
-  void run(const detail::Op& op) override {
-    calls.push_back({op.kind, op.count, op.reduces() ? op.redop : ReduceOp::sum});
-    switch (op.kind) {
-      case OpKind::allreduce: inner_->allreduce(op.send, op.recv, op.count, op.dtype, op.redop); break;
-      case OpKind::broadcast: inner_->broadcast(op.recv, op.count, op.dtype, op.root); break;
-      default: throw Internal("recording communicator: the trainer is not expected to call " + detail::describe(op));
-    }
-  }
-  std::shared_ptr<detail::RequestState> start(const detail::Op& op) override {
-    calls.push_back({op.kind, op.count, ReduceOp::sum});
-    struct Forwarded : detail::RequestState {
-      Request r;
-      void wait() override { r.wait(); }
-      bool test() override { return r.test(); }
-    };
-    auto f = std::make_shared<Forwarded>();
-    f->r = op.kind == OpKind::send ? inner_->isend(op.send, op.count, op.dtype, op.peer, op.tag)
-                                   : inner_->irecv(op.recv, op.count, op.dtype, op.peer, op.tag);
-    return f;
-  }
-  void abort(ErrorCode, const std::string& reason) override { inner_->abort(reason); }
-
- private:
-  std::unique_ptr<Communicator> inner_;
-};
-
-using Call = RecordingCommunicator::Call;
-
-// Replaces comm by a communicator that records every call and forwards it to comm.
-RecordingCommunicator* recorded_by(std::unique_ptr<Communicator>& comm) {
-  auto owned = std::make_unique<RecordingCommunicator>(std::move(comm));
-  auto* rec = owned.get();
-  comm = detail::make_communicator(std::move(owned), nullptr);
-  return rec;
-}
 
 TEST(Training, TensorParallelCollectivesAreMegatrons) {
   TrainConfig c = small_config();

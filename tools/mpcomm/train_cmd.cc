@@ -52,7 +52,8 @@ json to_json(const TrainConfig& c) {
           {"init_from", c.init_from},
           {"save", c.save},
           {"bucket_mb", c.bucket_mb},
-          {"trace", c.trace}};
+          {"trace", c.trace},
+          {"zero", c.zero}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -64,7 +65,7 @@ TrainConfig from_json(const json& j) {
   c.adamw = {j.at("lr"), j.at("beta1"), j.at("beta2"), j.at("eps"), j.at("weight_decay")};
   c.data = j.at("data"), c.tokens = j.at("tokens"), c.vocab = j.at("vocab");
   c.init_from = j.at("init_from"), c.save = j.at("save"), c.bucket_mb = j.at("bucket_mb");
-  c.trace = j.at("trace");
+  c.trace = j.at("trace"), c.zero = j.at("zero");
   return c;
 }
 
@@ -104,7 +105,7 @@ std::string human_bytes(double b) {
 void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, double tokens_per_step) {
   std::printf("\n# where the time went (per rank, mean over ranks; bytes = the rank's buffers per call, summed)\n");
   std::printf("# %-8s %10s %9s | %22s | %22s | %22s | %22s | %s\n", "backend", "time/step", "tok/s",
-              "tensor-par. allreduce", "pipeline send/recv", "data-par. allreduce", "tied-embedding sync",
+              "tensor-par. allreduce", "pipeline send/recv", "data-parallel", "tied-embedding sync",
               "pipeline bubble (measured / 1F1B theory)");
   for (const auto& r : runs) {
     if (r.ranks.empty() || c.steps == 0) continue;
@@ -130,6 +131,16 @@ void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, do
                 cell([](const auto& x) { return x.embedding; }).c_str(), 100 * bubble, 100 * r.bubble_theory);
   }
   std::printf("# per step: time and bytes per rank; the bubble's theory is (pp-1)/(micro-batches+pp-1)\n");
+  for (const auto& r : runs) {
+    if (r.ranks.empty()) continue;
+    double state = 0, params = 0;
+    for (const auto& x : r.ranks) state += x.optimizer_bytes, params += x.params;
+    state /= static_cast<double>(r.ranks.size()), params /= static_cast<double>(r.ranks.size());
+    std::printf("# %s: optimizer state (AdamW m and v) per rank %s, %.3g of the %s a replicated optimizer holds%s\n",
+                r.backend.c_str(), human_bytes(state).c_str(), state / std::max(1.0, 8 * params),
+                human_bytes(8 * params).c_str(),
+                c.zero ? (" (ZeRO-1 over dp " + std::to_string(c.dims.dp) + ")").c_str() : "");
+  }
 }
 
 std::string per_backend_path(const std::string& path, const std::string& backend, size_t nbackends) {
@@ -200,6 +211,10 @@ Runner add_train(CLI::App& app) {
   app.add_option("--trace", c.trace,
                  "write a timeline of every rank's compute and communication here (Chrome trace JSON: "
                  "ui.perfetto.dev; with several backends FILE.<backend>)");
+  app.add_option("--zero", c.zero,
+                 "1: ZeRO-1 distributed optimizer (gradients reduce-scattered, AdamW state sharded over dp, parameters "
+                 "all-gathered)")
+      ->capture_default_str();
   app.add_option("--bucket-mb", c.bucket_mb, "data-parallel all-reduce bucket size in MiB")->capture_default_str();
   auto* timeout_opt = app.add_option("--timeout", o->timeout_s, "seconds any rank may wait for another")->capture_default_str();
   add_launcher_option(app, &o->launcher);
