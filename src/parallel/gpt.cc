@@ -17,25 +17,37 @@ struct GPTStage::Block {
 // What the backward of one micro-batch needs from its forward.
 struct GPTStage::Activations {
   std::vector<int32_t> tokens, targets;
-  std::vector<float> input;  // [N,C] the stage's input (the embedding on the first stage)
+  std::vector<float> input;  // [R,C] the stage's input (the embedding on the first stage)
   struct Layer {
-    std::vector<float> ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
+    std::vector<float> ln1, ln1_mean, ln1_rstd;  // [R,C], [R], [R] (R: rows(), N or N/tp)
+    std::vector<float> ln1_full, ln2_full;       // sequence parallelism: ln1, ln2 gathered, [N,C]
     std::vector<float> qkv;                      // [N,3Cl]
     std::vector<float> att;                      // [B,Hl,T,T]
     std::vector<float> atty;                     // [N,Cl]
-    std::vector<float> res2;                     // [N,C] x + attn
-    std::vector<float> ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
+    std::vector<float> res2;                     // [R,C] x + attn
+    std::vector<float> ln2, ln2_mean, ln2_rstd;  // [R,C], [R], [R]
     std::vector<float> fch, fch_gelu;            // [N,4Cl]
-    std::vector<float> res3;                     // [N,C] the block's output
+    std::vector<float> res3;                     // [R,C] the block's output
   };
   std::vector<Layer> layers;
-  std::vector<float> lnf, lnf_mean, lnf_rstd;  // last stage
+  std::vector<float> lnf, lnf_mean, lnf_rstd;  // last stage, [R,C], [R], [R]
+  std::vector<float> lnf_full;                 // sequence parallelism: lnf gathered, [N,C]
   std::vector<float> logits, maxv, sumexp;     // [N,Vl], [N], [N]
 };
 
-GPTStage::GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* params, float* grads, size_t B,
-                   size_t T)
-    : layout_(layout), tp_(tp), B_(B), T_(T), N_(B * T) {
+GPTStage::GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* params, float* grads, size_t B, size_t T,
+                   bool sequence_parallel)
+    : layout_(layout),
+      tp_(tp),
+      B_(B),
+      T_(T),
+      N_(B * T),
+      sp_(sequence_parallel && tp.size() > 1),
+      R_(sp_ ? N_ / static_cast<size_t>(tp.size()) : N_),
+      row0_(sp_ ? R_ * static_cast<size_t>(tp.rank()) : 0) {
+  if (sp_ && N_ % static_cast<size_t>(tp.size()) != 0)
+    throw Internal("GPT stage: " + std::to_string(N_) + " rows do not split over " + std::to_string(tp.size()) +
+                   " tensor-parallel ranks");
   const auto& cfg = layout.config();
   C_ = static_cast<size_t>(cfg.hidden);
   Hl_ = static_cast<size_t>(cfg.heads / layout.tp());
@@ -79,6 +91,54 @@ GPTStage::GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* p
   dbuf_qkv_.resize(N_ * 3 * Cl_);
   dbuf_ncl_.resize(N_ * Cl_);
   dbuf_att_.resize(B_ * Hl_ * T_ * T_);
+  if (sp_) scratch_nc_.resize(N_ * C_);
+}
+
+std::vector<std::string> GPTStage::partial_gradient_params() const {
+  if (!sp_) return {};
+  std::vector<std::string> out;
+  const auto& st = layout_.stage();
+  for (int i = st.first_layer; i < st.end_layer; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    for (const char* n :
+         {"ln_1.weight", "ln_1.bias", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_proj.bias"})
+      out.push_back(h + n);
+  }
+  if (st.last) out.insert(out.end(), {"ln_f.weight", "ln_f.bias"});
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// the layers that sequence parallelism changes
+
+const float* GPTStage::column_input(const std::vector<float>& rows_in, std::vector<float>& full) {
+  if (!sp_) return rows_in.data();
+  full.resize(N_ * C_);
+  gather_rows(tp_, rows_in.data(), full.data(), R_, C_);
+  return full.data();
+}
+
+void GPTStage::row_forward(float* out, const float* in, const float* w, const float* b, size_t Il) {
+  if (sp_)
+    RowParallelLinearSP::forward(tp_, out, in, w, b, N_, Il, C_, scratch_nc_.data());
+  else
+    RowParallelLinear::forward(tp_, out, in, w, b, N_, Il, C_);
+}
+
+void GPTStage::row_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                            size_t Il) {
+  if (sp_)
+    RowParallelLinearSP::backward(tp_, din, dw, db, dout, in, w, N_, Il, C_, scratch_nc_.data());
+  else
+    RowParallelLinear::backward(din, dw, db, dout, in, w, N_, Il, C_);
+}
+
+void GPTStage::column_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                               size_t Ol) {
+  if (sp_)
+    ColumnParallelLinearSP::backward(tp_, din, dw, db, dout, in, w, N_, C_, Ol, scratch_nc_.data());
+  else
+    ColumnParallelLinear::backward(tp_, din, dw, db, dout, in, w, N_, C_, Ol);
 }
 
 GPTStage::~GPTStage() = default;
@@ -88,44 +148,46 @@ GPTStage::~GPTStage() = default;
 
 void GPTStage::block_forward(const Block& b, Activations& a, size_t l, const float* x) {
   auto& L = a.layers[l];
-  const size_t N = N_, C = C_, Cl = Cl_;
-  L.ln1.resize(N * C), L.ln1_mean.resize(N), L.ln1_rstd.resize(N);
-  L.qkv.resize(N * 3 * Cl), L.att.resize(B_ * Hl_ * T_ * T_), L.atty.resize(N * Cl), L.res2.resize(N * C);
-  L.ln2.resize(N * C), L.ln2_mean.resize(N), L.ln2_rstd.resize(N);
-  L.fch.resize(N * 4 * Cl), L.fch_gelu.resize(N * 4 * Cl), L.res3.resize(N * C);
+  const size_t N = N_, R = R_, C = C_, Cl = Cl_;
+  L.ln1.resize(R * C), L.ln1_mean.resize(R), L.ln1_rstd.resize(R);
+  L.qkv.resize(N * 3 * Cl), L.att.resize(B_ * Hl_ * T_ * T_), L.atty.resize(N * Cl), L.res2.resize(R * C);
+  L.ln2.resize(R * C), L.ln2_mean.resize(R), L.ln2_rstd.resize(R);
+  L.fch.resize(N * 4 * Cl), L.fch_gelu.resize(N * 4 * Cl), L.res3.resize(R * C);
   // attention
-  layernorm_forward(L.ln1.data(), L.ln1_mean.data(), L.ln1_rstd.data(), x, b.ln1_w, b.ln1_b, N, C);
-  ColumnParallelLinear::forward(L.qkv.data(), L.ln1.data(), b.attn_w, b.attn_b, N, C, 3 * Cl);
+  layernorm_forward(L.ln1.data(), L.ln1_mean.data(), L.ln1_rstd.data(), x, b.ln1_w, b.ln1_b, R, C);
+  ColumnParallelLinear::forward(L.qkv.data(), column_input(L.ln1, L.ln1_full), b.attn_w, b.attn_b, N, C, 3 * Cl);
   attention_forward(L.atty.data(), L.att.data(), L.qkv.data(), B_, T_, Hl_, hd_);
-  RowParallelLinear::forward(tp_, L.res2.data(), L.atty.data(), b.proj_w, b.proj_b, N, Cl, C);
-  accumulate(L.res2.data(), x, N * C);
+  row_forward(L.res2.data(), L.atty.data(), b.proj_w, b.proj_b, Cl);
+  accumulate(L.res2.data(), x, R * C);
   // MLP
-  layernorm_forward(L.ln2.data(), L.ln2_mean.data(), L.ln2_rstd.data(), L.res2.data(), b.ln2_w, b.ln2_b, N, C);
-  ColumnParallelLinear::forward(L.fch.data(), L.ln2.data(), b.fc_w, b.fc_b, N, C, 4 * Cl);
+  layernorm_forward(L.ln2.data(), L.ln2_mean.data(), L.ln2_rstd.data(), L.res2.data(), b.ln2_w, b.ln2_b, R, C);
+  ColumnParallelLinear::forward(L.fch.data(), column_input(L.ln2, L.ln2_full), b.fc_w, b.fc_b, N, C, 4 * Cl);
   gelu_forward(L.fch_gelu.data(), L.fch.data(), N * 4 * Cl);
-  RowParallelLinear::forward(tp_, L.res3.data(), L.fch_gelu.data(), b.fcproj_w, b.fcproj_b, N, 4 * Cl, C);
-  accumulate(L.res3.data(), L.res2.data(), N * C);
+  row_forward(L.res3.data(), L.fch_gelu.data(), b.fcproj_w, b.fcproj_b, 4 * Cl);
+  accumulate(L.res3.data(), L.res2.data(), R * C);
 }
 
-// dx holds the gradient of the block's output on entry and of its input x on return.
+// dx holds the gradient of the block's output on entry and of its input x on return ([R,C] each).
 void GPTStage::block_backward(const Block& b, Activations& a, size_t l, const float* x, float* dx) {
   auto& L = a.layers[l];
-  const size_t N = N_, C = C_, Cl = Cl_;
+  const size_t N = N_, R = R_, C = C_, Cl = Cl_;
   float* dfch_gelu = dbuf_n4c_.data();
   float* dfch = dbuf_n4c2_.data();
   float* dln = dbuf_nc_.data();
+  const float* ln1_in = sp_ ? L.ln1_full.data() : L.ln1.data();
+  const float* ln2_in = sp_ ? L.ln2_full.data() : L.ln2.data();
   // MLP: res3 = res2 + mlp(ln_2(res2)); the residual passes dx through unchanged
-  RowParallelLinear::backward(dfch_gelu, b.dfcproj_w, b.dfcproj_b, dx, L.fch_gelu.data(), b.fcproj_w, N, 4 * Cl, C);
+  row_backward(dfch_gelu, b.dfcproj_w, b.dfcproj_b, dx, L.fch_gelu.data(), b.fcproj_w, 4 * Cl);
   gelu_backward(dfch, L.fch.data(), dfch_gelu, N * 4 * Cl);
-  ColumnParallelLinear::backward(tp_, dln, b.dfc_w, b.dfc_b, dfch, L.ln2.data(), b.fc_w, N, C, 4 * Cl);
-  layernorm_backward(dx, b.dln2_w, b.dln2_b, dln, L.res2.data(), b.ln2_w, L.ln2_mean.data(), L.ln2_rstd.data(), N, C);
+  column_backward(dln, b.dfc_w, b.dfc_b, dfch, ln2_in, b.fc_w, 4 * Cl);
+  layernorm_backward(dx, b.dln2_w, b.dln2_b, dln, L.res2.data(), b.ln2_w, L.ln2_mean.data(), L.ln2_rstd.data(), R, C);
   // attention: res2 = x + attn(ln_1(x))
   float* datty = dbuf_ncl_.data();
   float* dqkv = dbuf_qkv_.data();
-  RowParallelLinear::backward(datty, b.dproj_w, b.dproj_b, dx, L.atty.data(), b.proj_w, N, Cl, C);
+  row_backward(datty, b.dproj_w, b.dproj_b, dx, L.atty.data(), b.proj_w, Cl);
   attention_backward(dqkv, dbuf_att_.data(), datty, L.qkv.data(), L.att.data(), B_, T_, Hl_, hd_);
-  ColumnParallelLinear::backward(tp_, dln, b.dattn_w, b.dattn_b, dqkv, L.ln1.data(), b.attn_w, N, C, 3 * Cl);
-  layernorm_backward(dx, b.dln1_w, b.dln1_b, dln, x, b.ln1_w, L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
+  column_backward(dln, b.dattn_w, b.dattn_b, dqkv, ln1_in, b.attn_w, 3 * Cl);
+  layernorm_backward(dx, b.dln1_w, b.dln1_b, dln, x, b.ln1_w, L.ln1_mean.data(), L.ln1_rstd.data(), R, C);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -138,13 +200,17 @@ const float* GPTStage::forward(int micro, const float* input, const int32_t* tok
   if (slot) throw Internal("GPT stage: forward of micro-batch " + std::to_string(micro) + " ran twice");
   slot = std::make_unique<Activations>();
   Activations& a = *slot;
-  const size_t N = N_, C = C_;
-  a.input.resize(N * C);
+  const size_t N = N_, R = R_, C = C_;
+  a.input.resize(R * C);
   if (st.first) {
     a.tokens.assign(tokens, tokens + N);
-    VocabParallelEmbedding::forward(tp_, a.input.data(), a.tokens.data(), wte_, wpe_, vocab_, B_, T_, C);
+    if (sp_)
+      VocabParallelEmbeddingSP::forward(tp_, a.input.data(), a.tokens.data(), wte_, wpe_, vocab_, B_, T_, C, row0_,
+                                        scratch_nc_.data());
+    else
+      VocabParallelEmbedding::forward(tp_, a.input.data(), a.tokens.data(), wte_, wpe_, vocab_, B_, T_, C);
   } else {
-    std::copy_n(input, N * C, a.input.data());
+    std::copy_n(input, R * C, a.input.data());
   }
   a.layers.resize(blocks_.size());
   const float* x = a.input.data();
@@ -156,10 +222,10 @@ const float* GPTStage::forward(int micro, const float* input, const int32_t* tok
   // final LayerNorm, tied output layer, loss
   const size_t Vl = static_cast<size_t>(vocab_.rows);
   a.targets.assign(targets, targets + N);
-  a.lnf.resize(N * C), a.lnf_mean.resize(N), a.lnf_rstd.resize(N);
+  a.lnf.resize(R * C), a.lnf_mean.resize(R), a.lnf_rstd.resize(R);
   a.logits.resize(N * Vl), a.maxv.resize(N), a.sumexp.resize(N);
-  layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, lnf_w_, lnf_b_, N, C);
-  ParallelLMHead::forward(a.logits.data(), a.lnf.data(), wte_, N, C, Vl);
+  layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, lnf_w_, lnf_b_, R, C);
+  ParallelLMHead::forward(a.logits.data(), column_input(a.lnf, a.lnf_full), wte_, N, C, Vl);
   std::vector<float> losses(N);
   VocabParallelCrossEntropy::forward(tp_, losses.data(), a.maxv.data(), a.sumexp.data(), a.logits.data(),
                                      a.targets.data(), vocab_, N);
@@ -175,7 +241,7 @@ const float* GPTStage::backward(int micro, const float* dout, float loss_scale) 
   if (it == acts_.end())
     throw Internal("GPT stage: backward of micro-batch " + std::to_string(micro) + " before its forward");
   Activations& a = *it->second;
-  const size_t N = N_, C = C_;
+  const size_t N = N_, R = R_, C = C_;
   float* dx = dx_.data();
   const float* stage_out = a.layers.empty() ? a.input.data() : a.layers.back().res3.data();
   if (st.last) {
@@ -183,17 +249,24 @@ const float* GPTStage::backward(int micro, const float* dout, float loss_scale) 
     VocabParallelCrossEntropy::backward(dlogits_.data(), a.logits.data(), a.maxv.data(), a.sumexp.data(),
                                         a.targets.data(), vocab_, N, loss_scale);
     float* dlnf = dbuf_nc_.data();
-    ParallelLMHead::backward(tp_, dlnf, dwte_, dlogits_.data(), a.lnf.data(), wte_, N, C, Vl);
-    std::fill(dx, dx + N * C, 0.0f);
-    layernorm_backward(dx, dlnf_w_, dlnf_b_, dlnf, stage_out, lnf_w_, a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
+    if (sp_)
+      ParallelLMHead::backward_sp(tp_, dlnf, dwte_, dlogits_.data(), a.lnf_full.data(), wte_, N, C, Vl,
+                                  scratch_nc_.data());
+    else
+      ParallelLMHead::backward(tp_, dlnf, dwte_, dlogits_.data(), a.lnf.data(), wte_, N, C, Vl);
+    std::fill(dx, dx + R * C, 0.0f);
+    layernorm_backward(dx, dlnf_w_, dlnf_b_, dlnf, stage_out, lnf_w_, a.lnf_mean.data(), a.lnf_rstd.data(), R, C);
   } else {
-    std::copy_n(dout, N * C, dx);
+    std::copy_n(dout, R * C, dx);
   }
   for (size_t l = blocks_.size(); l-- > 0;) {
     const float* x = l == 0 ? a.input.data() : a.layers[l - 1].res3.data();
     block_backward(blocks_[l], a, l, x, dx);
   }
-  if (st.first) VocabParallelEmbedding::backward(dwte_, dwpe_, dx, a.tokens.data(), vocab_, B_, T_, C);
+  if (st.first && sp_)
+    VocabParallelEmbeddingSP::backward(tp_, dwte_, dwpe_, dx, a.tokens.data(), vocab_, B_, T_, C, scratch_nc_.data());
+  else if (st.first)
+    VocabParallelEmbedding::backward(dwte_, dwpe_, dx, a.tokens.data(), vocab_, B_, T_, C);
   acts_.erase(it);
   return st.first ? nullptr : dx;
 }

@@ -7,11 +7,14 @@
 //                   mlp  = RowParallel(c_proj, gelu(ColumnParallel(c_fc, ·)))
 //   last stage:   loss = VocabParallelCrossEntropy(ParallelLMHead(ln_f(x)), targets)
 // B is the micro-batch (sequences), T the sequence length, N = B*T rows.
+// With sequence parallelism (tp_layers.h) the stage's input and output, the LayerNorms and the residual
+// stream hold rows() = N/tp rows: this tensor-parallel rank's contiguous piece of the micro-batch's tokens.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "parallel/layout.h"
@@ -23,7 +26,8 @@ class GPTStage {
  public:
   // params and grads are this rank's flat buffers (layout.total() floats each); the stage reads and
   // accumulates into them but does not own them.
-  GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* params, float* grads, size_t B, size_t T);
+  GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* params, float* grads, size_t B, size_t T,
+           bool sequence_parallel = false);
   ~GPTStage();
 
   // Forward of micro-batch `micro`. `input` is the previous stage's output [N,C] (ignored on the first
@@ -40,16 +44,29 @@ class GPTStage {
 
   // Micro-batches whose forward has run and backward not yet.
   size_t in_flight() const { return acts_.size(); }
+  // Rows of the stage's input and output (and of the gradients the pipeline passes): N, or N/tp with
+  // sequence parallelism.
+  size_t rows() const { return R_; }
+  // Parameters replicated across the tensor-parallel ranks whose gradient, under sequence parallelism, each
+  // rank has from its own rows only: the trainer sums them over the tensor-parallel group.
+  std::vector<std::string> partial_gradient_params() const;
 
  private:
   struct Activations;
   struct Block;
   void block_forward(const Block& blk, Activations& a, size_t l, const float* x);
   void block_backward(const Block& blk, Activations& a, size_t l, const float* x, float* dx);
+  // The layers that differ under sequence parallelism.
+  const float* column_input(const std::vector<float>& rows_in, std::vector<float>& full);
+  void row_forward(float* out, const float* in, const float* w, const float* b, size_t Il);
+  void row_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w, size_t Il);
+  void column_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w, size_t Ol);
 
   const ShardLayout& layout_;
   TensorParallel& tp_;
   size_t B_, T_, N_, C_, Cl_, Hl_, hd_;
+  bool sp_;
+  size_t R_, row0_;  // rows this rank holds between layers, and the first of them
   VocabShard vocab_;
   std::vector<Block> blocks_;
   const float *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
@@ -57,6 +74,7 @@ class GPTStage {
   std::map<int, std::unique_ptr<Activations>> acts_;
   // backward scratch, reused across micro-batches
   std::vector<float> dx_, dbuf_n4c_, dbuf_n4c2_, dbuf_qkv_, dbuf_ncl_, dbuf_att_, dbuf_nc_, dlogits_;
+  std::vector<float> scratch_nc_;  // sequence parallelism: a full [N,C] before a reduce-scatter or after a gather
 };
 
 }  // namespace mpcomm::parallel

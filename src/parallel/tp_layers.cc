@@ -24,6 +24,30 @@ void TensorParallel::allreduce(float* x, size_t n, ReduceOp op) {
 }
 
 void TensorParallel::allreduce_sum(float* x, size_t n) { allreduce(x, n, ReduceOp::sum); }
+
+void TensorParallel::allgather(const float* in, float* out, size_t n) {
+  if (size() == 1) {
+    std::copy_n(in, n, out);
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  comm_->allgather(in, out, n, DataType::float32);
+  meter.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  meter.bytes += n * static_cast<size_t>(size()) * sizeof(float);
+  meter.calls += 1;
+}
+
+void TensorParallel::reduce_scatter_sum(const float* in, float* out, size_t n) {
+  if (size() == 1) {
+    std::copy_n(in, n, out);
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  comm_->reduce_scatter(in, out, n, DataType::float32, ReduceOp::sum);
+  meter.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  meter.bytes += n * static_cast<size_t>(size()) * sizeof(float);
+  meter.calls += 1;
+}
 void TensorParallel::allreduce_max(float* x, size_t n) { allreduce(x, n, ReduceOp::max); }
 
 // ---------------------------------------------------------------------------------------------------
@@ -53,6 +77,32 @@ void RowParallelLinear::backward(float* din, float* dw, float* db, const float* 
 }
 
 // ---------------------------------------------------------------------------------------------------
+// linear layers under sequence parallelism
+
+void ColumnParallelLinearSP::backward(TensorParallel& tp, float* din, float* dw, float* db, const float* dout,
+                                      const float* in_full, const float* w, size_t N, size_t I, size_t Ol,
+                                      float* scratch) {
+  matmul_backward(scratch, dw, db, dout, in_full, w, N, I, Ol);
+  tp.reduce_scatter_sum(scratch, din, N / static_cast<size_t>(tp.size()) * I);
+}
+
+void RowParallelLinearSP::forward(TensorParallel& tp, float* out, const float* in, const float* w, const float* b,
+                                  size_t N, size_t Il, size_t O, float* scratch) {
+  const size_t rows = N / static_cast<size_t>(tp.size());
+  matmul_forward(scratch, in, w, nullptr, N, Il, O);
+  tp.reduce_scatter_sum(scratch, out, rows * O);
+  add_bias(out, b, rows, O);
+}
+
+void RowParallelLinearSP::backward(TensorParallel& tp, float* din, float* dw, float* db, const float* dout,
+                                   const float* in, const float* w, size_t N, size_t Il, size_t O, float* scratch) {
+  const size_t rows = N / static_cast<size_t>(tp.size());
+  tp.allgather(dout, scratch, rows * O);
+  matmul_backward(din, dw, nullptr, scratch, in, w, N, Il, O);
+  bias_backward(db, dout, rows, O);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // embedding and output layer
 
 void VocabParallelEmbedding::forward(TensorParallel& tp, float* out, const int32_t* tokens, const float* wte_l,
@@ -76,6 +126,37 @@ void VocabParallelEmbedding::backward(float* dwte_l, float* dwpe, const float* d
     if (id >= 0 && id < v.rows) accumulate(dwte_l + static_cast<size_t>(id) * C, dout + n * C, C);
     accumulate(dwpe + (n % T) * C, dout + n * C, C);
   }
+}
+
+void VocabParallelEmbeddingSP::forward(TensorParallel& tp, float* out, const int32_t* tokens, const float* wte_l,
+                                       const float* wpe, const VocabShard& v, size_t B, size_t T, size_t C, size_t row0,
+                                       float* scratch) {
+  const size_t rows = B * T / static_cast<size_t>(tp.size());
+  for (size_t n = 0; n < B * T; ++n) {
+    int id = tokens[n] - v.begin;
+    float* o = scratch + n * C;
+    if (id >= 0 && id < v.rows)
+      std::copy_n(wte_l + static_cast<size_t>(id) * C, C, o);
+    else
+      std::fill_n(o, C, 0.0f);
+  }
+  tp.reduce_scatter_sum(scratch, out, rows * C);  // exactly one rank contributed each row
+  for (size_t i = 0; i < rows; ++i) accumulate(out + i * C, wpe + ((row0 + i) % T) * C, C);
+}
+
+void VocabParallelEmbeddingSP::backward(TensorParallel& tp, float* dwte_l, float* dwpe, const float* dout,
+                                        const int32_t* tokens, const VocabShard& v, size_t B, size_t T, size_t C,
+                                        float* scratch) {
+  tp.allgather(dout, scratch, B * T / static_cast<size_t>(tp.size()) * C);
+  VocabParallelEmbedding::backward(dwte_l, dwpe, scratch, tokens, v, B, T, C);
+}
+
+void ParallelLMHead::backward_sp(TensorParallel& tp, float* dx, float* dwte_l, const float* dlogits, const float* x,
+                                 const float* wte_l, size_t N, size_t C, size_t Vl, float* scratch) {
+  const int n = static_cast<int>(N), c = static_cast<int>(C), vl = static_cast<int>(Vl);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, c, vl, 1.0f, dlogits, vl, wte_l, c, 0.0f, scratch, c);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, vl, c, n, 1.0f, dlogits, vl, x, c, 1.0f, dwte_l, c);
+  tp.reduce_scatter_sum(scratch, dx, N / static_cast<size_t>(tp.size()) * C);
 }
 
 void ParallelLMHead::forward(float* logits, const float* x, const float* wte_l, size_t N, size_t C, size_t Vl) {

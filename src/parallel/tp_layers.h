@@ -8,6 +8,13 @@
 //   ParallelLMHead         logits_l = x @ wte_l^T        forward: none        backward: all-reduce dx
 //   VocabParallelCrossEntropy over logits_l              forward: all-reduce max, target logit, Σexp
 // With one tensor-parallel rank every collective is skipped.
+//
+// Sequence parallelism (Megatron's): between the layers the activations are cut by rows (the micro-batch's
+// tokens) across the tensor-parallel ranks, and LayerNorm, biases after a row-parallel layer, residuals and
+// dropout work on the rank's rows only. A column-parallel layer's input is then all-gathered (its backward
+// reduce-scatters the input gradient) and a row-parallel layer's output reduce-scattered (its backward
+// all-gathers the output gradient): the all-reduce becomes its two halves, and the rows in between are
+// computed once instead of tp times. The *_sp functions below; `rows` = N / tp.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +32,9 @@ class TensorParallel {
   int rank() const { return comm_ == nullptr ? 0 : comm_->rank(); }
   void allreduce_sum(float* x, size_t n);
   void allreduce_max(float* x, size_t n);
+  // Sequence parallelism: out[n·tp] = the ranks' in[n] in rank order; out[n] = Σ_ranks the rank's block of in[n·tp].
+  void allgather(const float* in, float* out, size_t n);
+  void reduce_scatter_sum(const float* in, float* out, size_t n);
   CommMeter meter;
 
  private:
@@ -38,6 +48,27 @@ struct ColumnParallelLinear {
   // din[N,I] = all-reduce(dout @ w^T); dw, db accumulate.
   static void backward(TensorParallel& tp, float* din, float* dw, float* db, const float* dout, const float* in,
                        const float* w, size_t N, size_t I, size_t Ol);
+};
+
+// Sequence parallelism: full[N,C] = all-gather of this rank's rows in[rows,C] (a column-parallel layer's input).
+inline void gather_rows(TensorParallel& tp, const float* in, float* full, size_t rows, size_t C) {
+  tp.allgather(in, full, rows * C);
+}
+
+struct ColumnParallelLinearSP {
+  // din[rows,I] = reduce-scatter(dout @ w^T) over the rows; dw, db accumulate. scratch: N*I floats.
+  static void backward(TensorParallel& tp, float* din, float* dw, float* db, const float* dout, const float* in_full,
+                       const float* w, size_t N, size_t I, size_t Ol, float* scratch);
+};
+
+struct RowParallelLinearSP {
+  // out[rows,O] = reduce-scatter(in[N,Il] @ w[Il,O]) + b[O]. scratch: N*O floats.
+  static void forward(TensorParallel& tp, float* out, const float* in, const float* w, const float* b, size_t N,
+                      size_t Il, size_t O, float* scratch);
+  // din[N,Il] = all-gather(dout[rows,O]) @ w^T; dw accumulates from every row, db from this rank's rows (b is
+  // added to them only: the trainer sums db over the tensor-parallel ranks). scratch: N*O floats.
+  static void backward(TensorParallel& tp, float* din, float* dw, float* db, const float* dout, const float* in,
+                       const float* w, size_t N, size_t Il, size_t O, float* scratch);
 };
 
 struct RowParallelLinear {
@@ -62,12 +93,25 @@ struct VocabParallelEmbedding {
                        size_t B, size_t T, size_t C);
 };
 
+struct VocabParallelEmbeddingSP {
+  // out[rows,C] = this rank's rows (from row0) of wte[tokens] + wpe[position]: a reduce-scatter. scratch: B*T*C.
+  static void forward(TensorParallel& tp, float* out, const int32_t* tokens, const float* wte_l, const float* wpe,
+                      const VocabShard& v, size_t B, size_t T, size_t C, size_t row0, float* scratch);
+  // The gradient of every row, all-gathered into scratch (B*T*C), then as VocabParallelEmbedding::backward: wpe's
+  // gradient is whole on every rank.
+  static void backward(TensorParallel& tp, float* dwte_l, float* dwpe, const float* dout, const int32_t* tokens,
+                       const VocabShard& v, size_t B, size_t T, size_t C, float* scratch);
+};
+
 struct ParallelLMHead {
   // logits[N,Vl] = x[N,C] @ wte_l^T (the output layer tied to the token embedding)
   static void forward(float* logits, const float* x, const float* wte_l, size_t N, size_t C, size_t Vl);
   // dx = all-reduce(dlogits @ wte_l); dwte_l += dlogits^T @ x
   static void backward(TensorParallel& tp, float* dx, float* dwte_l, const float* dlogits, const float* x,
                        const float* wte_l, size_t N, size_t C, size_t Vl);
+  // Sequence parallelism: dx[rows,C] = reduce-scatter(dlogits @ wte_l); x is the gathered input [N,C].
+  static void backward_sp(TensorParallel& tp, float* dx, float* dwte_l, const float* dlogits, const float* x,
+                          const float* wte_l, size_t N, size_t C, size_t Vl, float* scratch);
 };
 
 struct VocabParallelCrossEntropy {

@@ -51,6 +51,11 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
   if (!(c.bucket_mb > 0)) bad("--bucket-mb must be positive");
   if (c.zero != 0 && c.zero != 1)
     bad("--zero " + std::to_string(c.zero) + ": stage 0 or 1 (the optimizer state sharded)");
+  if (c.sequence_parallel && d.tp == 1)
+    bad("--sequence-parallel shards the tokens over the tensor-parallel ranks, and --tp is 1: give --tp 2 or more");
+  if (c.sequence_parallel && (c.batch / (d.dp * c.micro_batches) * c.seq) % d.tp != 0)
+    bad("--sequence-parallel: a micro-batch's " + std::to_string(c.batch / (d.dp * c.micro_batches) * c.seq) +
+        " tokens (--batch / (--dp × --micro-batches) × --seq) do not split evenly over --tp " + std::to_string(d.tp));
   if (c.zero == 1 && d.dp == 1)
     bad("--zero 1 shards the optimizer over the data-parallel ranks, and --dp is 1: give --dp 2 or more");
 
@@ -180,7 +185,7 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
   else
     init_params(layout_, c.seed, params_.data());
   stage_ = std::make_unique<GPTStage>(layout_, tp_, params_.data(), grads_.data(), micro_seqs_,
-                                      static_cast<size_t>(c.seq));
+                                      static_cast<size_t>(c.seq), c.sequence_parallel);
   schedule_ = pipeline_schedule(parse_schedule(c.schedule), g_.me.pp, g_.dims.pp, c.micro_batches);
 }
 
@@ -188,7 +193,9 @@ Trainer::~Trainer() = default;
 
 void Trainer::run_schedule(int k, double* loss_sum) {
   const auto& c = run_.cfg;
+  // N: the micro-batch's tokens; R: the rows of the activations the stages pass (N/tp with sequence parallelism).
   const size_t T = static_cast<size_t>(c.seq), N = micro_seqs_ * T, C = static_cast<size_t>(run_.model.hidden);
+  const size_t R = stage_->rows();
   const size_t B = static_cast<size_t>(c.batch);
   const float loss_scale = 1.0f / static_cast<float>(B * T);
   const int prev = g_.me.pp - 1, next = g_.me.pp + 1;
@@ -200,16 +207,16 @@ void Trainer::run_schedule(int k, double* loss_sum) {
   const bool traced = trace::enabled(*g_.world);
 
   auto recv = [&](std::vector<float>& buf, int peer, int tag) {
-    buf.resize(N * C);
+    buf.resize(R * C);
     auto t0 = Clock::now();
-    pp->recv(buf.data(), N * C, DataType::float32, peer, tag);
+    pp->recv(buf.data(), R * C, DataType::float32, peer, tag);
     double s = since(t0);
-    stats_.pp.seconds += s, stats_.pp_wait_s += s, stats_.pp.bytes += N * C * sizeof(float), stats_.pp.calls++;
+    stats_.pp.seconds += s, stats_.pp_wait_s += s, stats_.pp.bytes += R * C * sizeof(float), stats_.pp.calls++;
   };
   auto send = [&](const std::vector<float>& buf, int peer, int tag) {
     auto t0 = Clock::now();
-    sends.push_back(pp->isend(buf.data(), N * C, DataType::float32, peer, tag));
-    stats_.pp.seconds += since(t0), stats_.pp.bytes += N * C * sizeof(float), stats_.pp.calls++;
+    sends.push_back(pp->isend(buf.data(), R * C, DataType::float32, peer, tag));
+    stats_.pp.seconds += since(t0), stats_.pp.bytes += R * C * sizeof(float), stats_.pp.calls++;
   };
 
   for (const Action& a : schedule_) {
@@ -224,7 +231,7 @@ void Trainer::run_schedule(int k, double* loss_sum) {
         const float* in = received.count(m) ? received[m].data() : nullptr;
         const float* out = stage_->forward(m, in, inputs.data(), targets.data(), loss_sum);
         received.erase(m);
-        if (out != nullptr) sending[m].assign(out, out + N * C);
+        if (out != nullptr) sending[m].assign(out, out + R * C);
         break;
       }
       case ActionKind::send_forward: send(sending[m], next, kTagActivation); break;
@@ -234,7 +241,7 @@ void Trainer::run_schedule(int k, double* loss_sum) {
         const float* dout = received_grad.count(m) ? received_grad[m].data() : nullptr;
         const float* din = stage_->backward(m, dout, loss_scale);
         received_grad.erase(m);
-        if (din != nullptr) sending_grad[m].assign(din, din + N * C);
+        if (din != nullptr) sending_grad[m].assign(din, din + R * C);
         break;
       }
       case ActionKind::send_backward: send(sending_grad[m], prev, kTagGradient); break;
@@ -287,6 +294,24 @@ void Trainer::update_and_gather() {
   }
 }
 
+void Trainer::sync_sequence_parallel_gradients() {
+  const std::vector<std::string> names = stage_->partial_gradient_params();
+  if (names.empty()) return;
+  std::vector<float> packed;
+  for (const auto& n : names) {
+    const ParamSpec& p = layout_.at(n);
+    packed.insert(packed.end(), grads_.begin() + static_cast<long>(p.offset),
+                  grads_.begin() + static_cast<long>(p.offset + p.numel));
+  }
+  tp_.allreduce_sum(packed.data(), packed.size());
+  size_t at = 0;
+  for (const auto& n : names) {
+    const ParamSpec& p = layout_.at(n);
+    std::copy_n(packed.begin() + static_cast<long>(at), p.numel, grads_.begin() + static_cast<long>(p.offset));
+    at += p.numel;
+  }
+}
+
 void Trainer::sync_tied_embedding() {
   const auto& st = layout_.stage();
   if (g_.dims.pp == 1 || !(st.first || st.last)) return;
@@ -311,6 +336,7 @@ double Trainer::step(int k) {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   double loss_sum = 0;
   run_schedule(k, &loss_sum);
+  sync_sequence_parallel_gradients();
   if (c.zero) {
     // The tied wte's two gradients are added before the reduce-scatter, which leaves each rank a piece only.
     sync_tied_embedding();

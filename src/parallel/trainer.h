@@ -47,6 +47,9 @@ struct TrainConfig {
   // updated parameters are all-gathered. 0: the gradients are all-reduced and every rank updates every
   // parameter.
   int zero = 0;
+  // Megatron's sequence parallelism inside each tensor-parallel group (tp_layers.h): reduce-scatter and
+  // all-gather in place of the all-reduces, LayerNorms and residuals on 1/tp of the tokens.
+  bool sequence_parallel = false;
   // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
   // steps, written here by world rank 0 at the end. Empty: none.
   std::string trace;
@@ -100,6 +103,9 @@ class Trainer {
   // ZeRO-1: the buckets' gradients reduce-scattered; the rank's piece of each bucket updated and all-gathered.
   void reduce_scatter_gradients();
   void update_and_gather();
+  // Sequence parallelism: the gradients of the LayerNorms and the row-parallel biases summed over the
+  // tensor-parallel ranks (each computed them from its own rows).
+  void sync_sequence_parallel_gradients();
 
   ResolvedRun run_;
   ParallelGroups& g_;

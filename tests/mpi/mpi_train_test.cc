@@ -1,6 +1,6 @@
 // The GPT trainer over the mpi backend (ranks under mpirun, through `mpcomm train --backend mpi`): every
-// split of the model, and the modes that change only the traffic (ZeRO-1), gives the losses of the
-// single-process run.
+// split of the model, and the modes that change only the traffic (ZeRO-1, sequence parallelism), gives the losses of
+// the single-process run.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -34,9 +34,11 @@ TEST(MpiTraining, EverySplitEqualsTheSingleProcessRun) {
   const std::string log = "/tmp/mpcomm-mpi-train-" + std::to_string(::getpid()) + ".jsonl";
   auto ref = losses_of("-n 1", log);
   ASSERT_EQ(ref.size(), 4u);
-  for (const char* split : {"--tp 2 --pp 1 --dp 1", "--tp 1 --pp 2 --dp 1", "--tp 1 --pp 1 --dp 2",
-                            "--tp 2 --pp 2 --dp 1", "--tp 2 --pp 1 --dp 2", "--tp 1 --pp 2 --dp 2",
-                            "--tp 1 --pp 1 --dp 2 --zero 1", "--tp 2 --pp 1 --dp 2 --zero 1"}) {
+  for (const char* split :
+       {"--tp 2 --pp 1 --dp 1", "--tp 1 --pp 2 --dp 1", "--tp 1 --pp 1 --dp 2", "--tp 2 --pp 2 --dp 1",
+        "--tp 2 --pp 1 --dp 2", "--tp 1 --pp 2 --dp 2", "--tp 1 --pp 1 --dp 2 --zero 1",
+        "--tp 2 --pp 1 --dp 2 --zero 1", "--tp 2 --pp 2 --dp 1 --sequence-parallel",
+        "--tp 2 --pp 1 --dp 2 --sequence-parallel --zero 1"}) {
     auto got = losses_of(std::string("--backend mpi ") + split, log);  // ranks: tp*pp*dp
     ASSERT_EQ(got.size(), ref.size()) << split;
     for (size_t k = 0; k < ref.size(); ++k) EXPECT_LT(std::fabs(got[k] - ref[k]) / ref[k], 1e-5) << split << " step " << k;

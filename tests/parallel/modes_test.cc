@@ -1,11 +1,13 @@
 // The trainer's modes beyond plain tensor, pipeline and data parallelism — each changes the traffic, not the
-// model: ZeRO-1 (the distributed optimizer) gives the single-process losses on every split and backend, its
-// traffic is exactly one reduce-scatter and one all-gather per bucket, its optimizer state is 1/dp, and its
+// model: sequence parallelism and ZeRO-1 (the distributed optimizer) give the single-process losses on every
+// split and backend, alone and together; their traffic is exactly Megatron's (reduce-scatter and all-gather
+// per layer; one reduce-scatter and one all-gather per bucket); ZeRO's optimizer state is 1/dp, and its
 // checkpoints are the usual ones.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <sstream>
 
 #include "parallel/checkpoint.h"
 #include "parallel/kernels.h"
@@ -154,6 +156,103 @@ TEST(ZeroCheckpoint, SavesTheUsualModelAndResumesOnAnotherSplit) {
   EXPECT_LT(max_rel_diff(train_on("native", resume_one), train_on("native", resume)), 1e-5);
   std::remove(c.save.c_str());
   std::remove(z.save.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// sequence parallelism
+
+struct SpMode {
+  std::string backend;
+  int tp, pp, dp, zero;
+};
+void PrintTo(const SpMode& m, std::ostream* os) {
+  *os << m.backend << "_tp" << m.tp << "_pp" << m.pp << "_dp" << m.dp << (m.zero ? "_zero" : "");
+}
+
+class SequenceParallel : public ::testing::TestWithParam<SpMode> {};
+
+TEST_P(SequenceParallel, LossesEqualSingleProcess) {
+  const SpMode m = GetParam();
+  TrainConfig c = small_config();
+  c.dims = {m.tp, m.pp, m.dp};
+  c.sequence_parallel = true;
+  c.zero = m.zero;
+  auto losses = train_on(m.backend, c);
+  EXPECT_LT(max_rel_diff(single_process_losses(), losses), 1e-5);
+  EXPECT_LT(losses.back(), losses.front());
+}
+
+std::vector<SpMode> sp_modes() {
+  std::vector<SpMode> out;
+  for (const auto& b : testing::thread_backends()) {
+    for (auto [tp, pp, dp, zero] : {std::tuple{2, 1, 1, 0}, {4, 1, 1, 0}, {2, 2, 1, 0}, {2, 1, 2, 0}, {2, 1, 2, 1}})
+      out.push_back({b, tp, pp, dp, zero});
+    if (b == "native") out.push_back({b, 2, 2, 2, 1});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, SequenceParallel, ::testing::ValuesIn(sp_modes()), [](const auto& info) {
+  std::ostringstream os;
+  PrintTo(info.param, &os);
+  return os.str();
+});
+
+// Megatron's list, per micro-batch on one stage of tp 2: the embedding's reduce-scatter; per layer an all-gather
+// before each column-parallel layer and a reduce-scatter after each row-parallel one; the all-gather before the
+// output layer and the cross-entropy's three all-reduces over all tokens; backward the same mirrored (a
+// reduce-scatter where the forward all-gathers); at the end of the step one all-reduce of the LayerNorm and
+// row-parallel bias gradients. Every reduce-scatter and all-gather moves a rank's 1/tp of the tokens.
+TEST(SequenceParallelTraffic, ReduceScatterAndAllGatherInPlaceOfAllReduce) {
+  TrainConfig c = small_config();
+  c.dims = {2, 1, 1};
+  c.layers = 3, c.micro_batches = 1, c.steps = 1;
+  c.sequence_parallel = true;
+  const size_t N = static_cast<size_t>(c.batch * c.seq), C = static_cast<size_t>(c.hidden), R = N / 2;
+  ThreadWorld world("native", 2);
+  std::vector<std::vector<Call>> recorded(2);
+  world.run([&](int rank, Communicator& comm) {
+    blas_single_thread();
+    ResolvedRun run = resolve(c, 2);
+    ParallelGroups g = ParallelGroups::create(comm, c.dims);
+    auto* rec = recorded_by(g.tp);
+    Trainer t(run, g);
+    t.step(0);
+    recorded[static_cast<size_t>(rank)] = rec->calls;
+  });
+  const Call ag{OpKind::allgather, R * C, ReduceOp::sum}, rs{OpKind::reduce_scatter, R * C, ReduceOp::sum};
+  std::vector<Call> want = {rs};  // embedding
+  for (int l = 0; l < c.layers; ++l)
+    want.insert(want.end(), {ag, rs, ag, rs});            // ln_1 → c_attn, c_proj; ln_2 → c_fc, c_proj
+  want.push_back(ag);                                     // ln_f → output layer
+  want.push_back({OpKind::allreduce, N, ReduceOp::max});  // cross-entropy over all tokens
+  want.push_back({OpKind::allreduce, N, ReduceOp::sum});
+  want.push_back({OpKind::allreduce, N, ReduceOp::sum});
+  want.push_back(rs);                                                            // output layer's input gradient
+  for (int l = 0; l < c.layers; ++l) want.insert(want.end(), {ag, rs, ag, rs});  // mirrored
+  want.push_back(ag);                                                            // embedding's gradient, every token
+  want.push_back({OpKind::allreduce, static_cast<size_t>(6 * c.layers + 2) * C, ReduceOp::sum});  // LN, biases
+  EXPECT_EQ(recorded[0], want);
+  EXPECT_EQ(recorded[1], want);
+}
+
+TEST(SequenceParallelTraffic, BadShapesAreRefusedBeforeAnyTraffic) {
+  TrainConfig c = small_config();
+  c.sequence_parallel = true;
+  try {
+    resolve(c, 1);
+    ADD_FAILURE() << "--sequence-parallel with --tp 1";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--tp is 1"), std::string::npos) << e.what();
+  }
+  c.dims = {2, 1, 1};
+  c.seq = 15, c.batch = 2, c.micro_batches = 2;  // 1 sequence of 15 tokens per micro-batch
+  try {
+    resolve(c, 2);
+    ADD_FAILURE() << "15 tokens over 2 ranks";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("15 tokens"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

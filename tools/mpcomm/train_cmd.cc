@@ -53,7 +53,8 @@ json to_json(const TrainConfig& c) {
           {"save", c.save},
           {"bucket_mb", c.bucket_mb},
           {"trace", c.trace},
-          {"zero", c.zero}};
+          {"zero", c.zero},
+          {"sequence_parallel", c.sequence_parallel}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -66,6 +67,7 @@ TrainConfig from_json(const json& j) {
   c.data = j.at("data"), c.tokens = j.at("tokens"), c.vocab = j.at("vocab");
   c.init_from = j.at("init_from"), c.save = j.at("save"), c.bucket_mb = j.at("bucket_mb");
   c.trace = j.at("trace"), c.zero = j.at("zero");
+  c.sequence_parallel = j.at("sequence_parallel");
   return c;
 }
 
@@ -136,10 +138,15 @@ void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, do
     double state = 0, params = 0;
     for (const auto& x : r.ranks) state += x.optimizer_bytes, params += x.params;
     state /= static_cast<double>(r.ranks.size()), params /= static_cast<double>(r.ranks.size());
-    std::printf("# %s: optimizer state (AdamW m and v) per rank %s, %.3g of the %s a replicated optimizer holds%s\n",
-                r.backend.c_str(), human_bytes(state).c_str(), state / std::max(1.0, 8 * params),
-                human_bytes(8 * params).c_str(),
-                c.zero ? (" (ZeRO-1 over dp " + std::to_string(c.dims.dp) + ")").c_str() : "");
+    if (c.zero)
+      std::printf(
+          "# %s: optimizer state (AdamW m and v) per rank %s, %.3g of the %s a replicated optimizer holds "
+          "(ZeRO-1 over dp %d)\n",
+          r.backend.c_str(), human_bytes(state).c_str(), state / std::max(1.0, 8 * params),
+          human_bytes(8 * params).c_str(), c.dims.dp);
+    else
+      std::printf("# %s: optimizer state (AdamW m and v) per rank %s (replicated on the %d data-parallel ranks)\n",
+                  r.backend.c_str(), human_bytes(state).c_str(), c.dims.dp);
   }
 }
 
@@ -211,6 +218,9 @@ Runner add_train(CLI::App& app) {
   app.add_option("--trace", c.trace,
                  "write a timeline of every rank's compute and communication here (Chrome trace JSON: "
                  "ui.perfetto.dev; with several backends FILE.<backend>)");
+  app.add_flag("--sequence-parallel", c.sequence_parallel,
+               "Megatron's sequence parallelism: reduce-scatter + all-gather instead of the tensor-parallel "
+               "all-reduces, LayerNorms and residuals on 1/tp of the tokens");
   app.add_option("--zero", c.zero,
                  "1: ZeRO-1 distributed optimizer (gradients reduce-scattered, AdamW state sharded over dp, parameters "
                  "all-gathered)")
