@@ -235,7 +235,8 @@ const float* GPTStage::forward(int micro, const float* input, const int32_t* tok
   return nullptr;
 }
 
-const float* GPTStage::backward(int micro, const float* dout, float loss_scale) {
+const float* GPTStage::backward(int micro, const float* dout, float loss_scale,
+                                const std::function<void(size_t)>* final) {
   const auto& st = layout_.stage();
   auto it = acts_.find(micro);
   if (it == acts_.end())
@@ -256,17 +257,22 @@ const float* GPTStage::backward(int micro, const float* dout, float loss_scale) 
       ParallelLMHead::backward(tp_, dlnf, dwte_, dlogits_.data(), a.lnf.data(), wte_, N, C, Vl);
     std::fill(dx, dx + R * C, 0.0f);
     layernorm_backward(dx, dlnf_w_, dlnf_b_, dlnf, stage_out, lnf_w_, a.lnf_mean.data(), a.lnf_rstd.data(), R, C);
+    if (final != nullptr) (*final)(layout_.at("ln_f.weight").offset);
   } else {
     std::copy_n(dout, R * C, dx);
   }
   for (size_t l = blocks_.size(); l-- > 0;) {
     const float* x = l == 0 ? a.input.data() : a.layers[l - 1].res3.data();
     block_backward(blocks_[l], a, l, x, dx);
+    if (final != nullptr)
+      (*final)(
+          layout_.at("h." + std::to_string(layout_.stage().first_layer + static_cast<int>(l)) + ".ln_1.weight").offset);
   }
   if (st.first && sp_)
     VocabParallelEmbeddingSP::backward(tp_, dwte_, dwpe_, dx, a.tokens.data(), vocab_, B_, T_, C, scratch_nc_.data());
   else if (st.first)
     VocabParallelEmbedding::backward(dwte_, dwpe_, dx, a.tokens.data(), vocab_, B_, T_, C);
+  if (st.first && final != nullptr) (*final)(0);
   acts_.erase(it);
   return st.first ? nullptr : dx;
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,7 +41,12 @@ class GPTStage {
   // stage, which starts from the loss scaled by `loss_scale`: 1 / tokens of the global batch).
   // Accumulates parameter gradients; returns the gradient of the stage's input [N,C] (valid until the
   // next backward), or nullptr on the first stage. Frees the micro-batch's activations.
-  const float* backward(int micro, const float* dout, float loss_scale);
+  // `final`, when not null, is told as the micro-batch's backward goes which gradients no later work changes:
+  // final(f) means every parameter from flat-buffer offset f on (the buffer is in Hugging Face order: wte,
+  // wpe, blocks, ln_f) — called after the output layer, after each block and, on the first stage, with 0
+  // after the embedding. The trainer passes it for the step's last backward, to start reducing early.
+  const float* backward(int micro, const float* dout, float loss_scale,
+                        const std::function<void(size_t)>* final = nullptr);
 
   // Micro-batches whose forward has run and backward not yet.
   size_t in_flight() const { return acts_.size(); }

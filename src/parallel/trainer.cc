@@ -130,7 +130,10 @@ std::vector<double> RankStats::to_vector() const {
           pp_wait_s,
           step_s,
           optimizer_bytes,
-          params};
+          params,
+          tp_spent,
+          pp_spent,
+          dp_spent};
 }
 
 RankStats RankStats::from_vector(const double* v) {
@@ -138,6 +141,7 @@ RankStats RankStats::from_vector(const double* v) {
   auto meter = [](const double* p) { return CommMeter{p[0], uint64_t(p[1]), uint64_t(p[2])}; };
   s.tp = meter(v), s.pp = meter(v + 3), s.dp = meter(v + 6), s.embedding = meter(v + 9);
   s.pp_wait_s = v[12], s.step_s = v[13], s.optimizer_bytes = v[14], s.params = v[15];
+  s.tp_spent = v[16], s.pp_spent = v[17], s.dp_spent = v[18];
   return s;
 }
 
@@ -205,6 +209,8 @@ void Trainer::run_schedule(int k, double* loss_sum) {
   std::map<int, std::vector<float>> received_grad, sending_grad;
   std::vector<Request> sends;
   const bool traced = trace::enabled(*g_.world);
+  const int last_micro = c.micro_batches - 1;  // every schedule runs the backwards in micro-batch order
+  const std::function<void(size_t)> on_final = [this](size_t frontier) { launch_buckets(frontier); };
 
   auto recv = [&](std::vector<float>& buf, int peer, int tag) {
     buf.resize(R * C);
@@ -239,7 +245,7 @@ void Trainer::run_schedule(int k, double* loss_sum) {
       case ActionKind::backward: {
         trace::Span span(*g_.world, "compute", "backward", traced ? "\"micro\":" + std::to_string(m) : "");
         const float* dout = received_grad.count(m) ? received_grad[m].data() : nullptr;
-        const float* din = stage_->backward(m, dout, loss_scale);
+        const float* din = stage_->backward(m, dout, loss_scale, c.overlap && m == last_micro ? &on_final : nullptr);
         received_grad.erase(m);
         if (din != nullptr) sending_grad[m].assign(din, din + R * C);
         break;
@@ -252,27 +258,42 @@ void Trainer::run_schedule(int k, double* loss_sum) {
   stats_.pp.seconds += since(t0);
 }
 
-void Trainer::allreduce_gradients() {
+void Trainer::launch_buckets(size_t frontier) {
   if (g_.dims.dp == 1) return;
+  const size_t dp = static_cast<size_t>(g_.dims.dp), me = static_cast<size_t>(g_.me.dp);
   auto t0 = Clock::now();
-  for (auto [begin, end] : buckets_) {
-    g_.dp->allreduce(grads_.data() + begin, grads_.data() + begin, end - begin, DataType::float32, ReduceOp::sum);
+  for (; launched_ < buckets_.size() && buckets_[launched_].first >= frontier; ++launched_) {
+    const auto [begin, end] = buckets_[launched_];
+    if (tied_pending_ && begin < layout_.at("wte.weight").offset + layout_.at("wte.weight").numel) break;
+    float* bucket = grads_.data() + begin;
+    if (run_.cfg.zero) {  // the sum lands, reduce-scattered in place, in this rank's 1/dp: the piece it updates
+      const size_t piece = (end - begin) / dp;
+      bucket_requests_.push_back(
+          g_.dp->ireduce_scatter(bucket, bucket + me * piece, piece, DataType::float32, ReduceOp::sum));
+    } else {
+      bucket_requests_.push_back(g_.dp->iallreduce(bucket, bucket, end - begin, DataType::float32, ReduceOp::sum));
+    }
     stats_.dp.bytes += (end - begin) * sizeof(float), stats_.dp.calls++;
   }
   stats_.dp.seconds += since(t0);
 }
 
-// Each bucket's sum lands, reduce-scattered in place, in this rank's 1/dp of it: the piece the rank updates.
-void Trainer::reduce_scatter_gradients() {
-  const size_t dp = static_cast<size_t>(g_.dims.dp), me = static_cast<size_t>(g_.me.dp);
-  auto t0 = Clock::now();
-  for (auto [begin, end] : buckets_) {
-    const size_t piece = (end - begin) / dp;
-    float* bucket = grads_.data() + begin;
-    g_.dp->reduce_scatter(bucket, bucket + me * piece, piece, DataType::float32, ReduceOp::sum);
-    stats_.dp.bytes += (end - begin) * sizeof(float), stats_.dp.calls++;
+void Trainer::finish_buckets() {
+  owned_.clear();
+  if (g_.dims.dp == 1) {
+    owned_.push_back({0, grads_.size()});
+    return;
   }
+  auto t0 = Clock::now();
+  for (auto& r : bucket_requests_) r.wait();
   stats_.dp.seconds += since(t0);
+  bucket_requests_.clear();
+  launched_ = 0;
+  const size_t dp = static_cast<size_t>(g_.dims.dp), me = static_cast<size_t>(g_.me.dp);
+  for (auto [begin, end] : buckets_) {
+    const size_t piece = run_.cfg.zero ? (end - begin) / dp : end - begin;
+    owned_.push_back({begin + (run_.cfg.zero ? me * piece : 0), begin + (run_.cfg.zero ? (me + 1) * piece : piece)});
+  }
 }
 
 // AdamW on this rank's piece of every bucket (its state holds those pieces back to back), then the bucket's
@@ -297,18 +318,26 @@ void Trainer::update_and_gather() {
 void Trainer::sync_sequence_parallel_gradients() {
   const std::vector<std::string> names = stage_->partial_gradient_params();
   if (names.empty()) return;
-  std::vector<float> packed;
+  // The pieces of those parameters this rank holds reduced: all of them, or under ZeRO its pieces of the
+  // buckets. The tensor-parallel ranks share the layout and the data-parallel rank, so they hold the same
+  // pieces. Summing over tp after summing over dp is the same sum.
+  std::vector<std::pair<size_t, size_t>> ranges;
   for (const auto& n : names) {
     const ParamSpec& p = layout_.at(n);
-    packed.insert(packed.end(), grads_.begin() + static_cast<long>(p.offset),
-                  grads_.begin() + static_cast<long>(p.offset + p.numel));
+    for (auto [b, e] : owned_) {
+      const size_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.numel);
+      if (lo < hi) ranges.push_back({lo, hi});
+    }
   }
+  std::vector<float> packed;
+  for (auto [lo, hi] : ranges)
+    packed.insert(packed.end(), grads_.begin() + static_cast<long>(lo), grads_.begin() + static_cast<long>(hi));
+  if (packed.empty()) return;
   tp_.allreduce_sum(packed.data(), packed.size());
   size_t at = 0;
-  for (const auto& n : names) {
-    const ParamSpec& p = layout_.at(n);
-    std::copy_n(packed.begin() + static_cast<long>(at), p.numel, grads_.begin() + static_cast<long>(p.offset));
-    at += p.numel;
+  for (auto [lo, hi] : ranges) {
+    std::copy_n(packed.begin() + static_cast<long>(at), hi - lo, grads_.begin() + static_cast<long>(lo));
+    at += hi - lo;
   }
 }
 
@@ -335,16 +364,18 @@ double Trainer::step(int k) {
   const auto& c = run_.cfg;
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   double loss_sum = 0;
-  run_schedule(k, &loss_sum);
-  sync_sequence_parallel_gradients();
+  // Under ZeRO the tied wte's two gradients are added before its bucket is reduce-scattered (which leaves each
+  // rank a piece only); otherwise after the all-reduce, so that both copies add the same two sums.
+  tied_pending_ = c.zero && g_.dims.pp > 1 && (layout_.stage().first || layout_.stage().last);
+  run_schedule(k, &loss_sum);  // with overlap, the last backward starts the buckets it finishes
   if (c.zero) {
-    // The tied wte's two gradients are added before the reduce-scatter, which leaves each rank a piece only.
     sync_tied_embedding();
-    reduce_scatter_gradients();
-  } else {
-    allreduce_gradients();
-    sync_tied_embedding();
+    tied_pending_ = false;
   }
+  launch_buckets(0);
+  finish_buckets();
+  sync_sequence_parallel_gradients();
+  if (!c.zero) sync_tied_embedding();
   // The loss lives on the last stage; its data-parallel ranks each hold their sequences' share.
   if (layout_.stage().last && g_.dims.dp > 1) {
     auto t1 = Clock::now();
@@ -384,6 +415,13 @@ TrainResult train(const TrainConfig& cfg, Communicator& world, const std::functi
     if (on_step) on_step(k, loss, since(t1));
   }
   result.seconds = since(t0);
+  auto spent = [](Communicator* comm) {
+    double sec = 0;
+    if (comm != nullptr && comm->size() > 1)
+      for (const OpStats& k : comm->stats()) sec += k.seconds;
+    return sec;
+  };
+  trainer.set_spent(spent(groups.tp.get()), spent(groups.pp.get()), spent(groups.dp.get()));
   if (!run.cfg.save.empty()) trainer.save(run.cfg.save);
   std::vector<double> mine = trainer.stats().to_vector();
   std::vector<double> all(world.rank() == 0 ? mine.size() * static_cast<size_t>(world.size()) : 0);

@@ -3,7 +3,8 @@
 // One step, on every rank:
 //   1. the rank's pipeline schedule (schedule.h) runs over its micro-batches: forwards and backwards of
 //      its stage (gpt.h), activations and gradients to the neighbour stages by isend/irecv;
-//   2. data-parallel all-reduce of the gradients, in buckets of bucket_mb over the flat gradient buffer;
+//   2. data-parallel all-reduce (or, ZeRO-1, reduce-scatter) of the gradients, in buckets of bucket_mb over the
+//      flat gradient buffer, each started as the last backward finishes its gradients (overlap);
 //   3. with several stages, the first and last stage add their gradients of the tied wte;
 //   4. the loss (sum of per-token losses, all-reduced over data parallel on the last stage) is broadcast to
 //      every rank; AdamW updates the rank's parameters.
@@ -50,6 +51,9 @@ struct TrainConfig {
   // Megatron's sequence parallelism inside each tensor-parallel group (tp_layers.h): reduce-scatter and
   // all-gather in place of the all-reduces, LayerNorms and residuals on 1/tp of the tokens.
   bool sequence_parallel = false;
+  // Data-parallel buckets start reducing (non-blocking) as soon as the step's last backward has made their
+  // gradients final, and run while the backward goes on; false: all of them after the backward.
+  bool overlap = true;
   // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
   // steps, written here by world rank 0 at the end. Empty: none.
   std::string trace;
@@ -72,14 +76,19 @@ ResolvedRun resolve(const TrainConfig& cfg, int world_size);
 
 // Time and bytes of one rank, by kind of traffic.
 struct RankStats {
-  CommMeter tp, pp, dp, embedding;  // tensor-parallel all-reduce, pipeline p2p, data-parallel all-reduce, tied wte
+  // Time the trainer waited (exposed), bytes and calls: tensor-parallel collectives, pipeline p2p,
+  // data-parallel reductions, tied wte.
+  CommMeter tp, pp, dp, embedding;
+  // Time the ops of each group ran, start to end, as the library measured them (Communicator::stats):
+  // more than the exposed time where ops ran behind compute.
+  double tp_spent = 0, pp_spent = 0, dp_spent = 0;
   double pp_wait_s = 0;             // of pp.seconds: blocked in pipeline receives
   double step_s = 0;                // all steps
   double optimizer_bytes = 0;       // the rank's AdamW state (m and v)
   double params = 0;                // the rank's parameters (its tp and pp shard)
   std::vector<double> to_vector() const;
   static RankStats from_vector(const double* v);
-  static constexpr int kFields = 16;
+  static constexpr int kFields = 19;
 };
 
 class Trainer {
@@ -93,18 +102,22 @@ class Trainer {
   // Collective: writes the whole model (see save_model).
   void save(const std::string& path);
   const RankStats& stats() const { return stats_; }
+  void set_spent(double tp, double pp, double dp) { stats_.tp_spent = tp, stats_.pp_spent = pp, stats_.dp_spent = dp; }
   const ShardLayout& layout() const { return layout_; }
   const std::vector<float>& params() const { return params_; }
 
  private:
   void run_schedule(int k, double* loss_sum);
-  void allreduce_gradients();
   void sync_tied_embedding();
-  // ZeRO-1: the buckets' gradients reduce-scattered; the rank's piece of each bucket updated and all-gathered.
-  void reduce_scatter_gradients();
+  // Data parallelism: starts the reduction (all-reduce; ZeRO-1: reduce-scatter into this rank's piece) of
+  // every bucket not started yet that lies wholly at or after `frontier` (whose gradients are final).
+  void launch_buckets(size_t frontier);
+  // Waits for every started bucket; afterwards owned_ says which ranges hold reduced gradients.
+  void finish_buckets();
+  // ZeRO-1: the rank's piece of each bucket updated and all-gathered.
   void update_and_gather();
   // Sequence parallelism: the gradients of the LayerNorms and the row-parallel biases summed over the
-  // tensor-parallel ranks (each computed them from its own rows).
+  // tensor-parallel ranks (each computed them from its own rows), where this rank holds reduced gradients.
   void sync_sequence_parallel_gradients();
 
   ResolvedRun run_;
@@ -114,6 +127,10 @@ class Trainer {
   // Data-parallel buckets [begin, end) of the flat buffers, the last layers' first (a backward finishes
   // them first); under ZeRO each a multiple of dp long.
   std::vector<std::pair<size_t, size_t>> buckets_;
+  size_t launched_ = 0;  // buckets started this step
+  std::vector<Request> bucket_requests_;
+  bool tied_pending_ = false;                     // ZeRO: wte's bucket waits for the tied exchange
+  std::vector<std::pair<size_t, size_t>> owned_;  // ranges holding reduced gradients after finish_buckets
   AdamW adamw_;
   TensorParallel tp_;
   std::unique_ptr<GPTStage> stage_;

@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "parallel/checkpoint.h"
@@ -156,6 +159,58 @@ TEST(ZeroCheckpoint, SavesTheUsualModelAndResumesOnAnotherSplit) {
   EXPECT_LT(max_rel_diff(train_on("native", resume_one), train_on("native", resume)), 1e-5);
   std::remove(c.save.c_str());
   std::remove(z.save.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// overlap: the data-parallel buckets start while the backward goes on (read from the timeline)
+
+// Issue times (µs) of rank 0's data-parallel bucket reductions and the end of its last backward, step 0.
+std::pair<std::vector<double>, double> buckets_and_backward_end(bool overlap, const std::string& path) {
+  TrainConfig c = small_config();
+  c.dims = {1, 1, 2};
+  c.steps = 1;
+  c.zero = 0;
+  c.overlap = overlap;
+  c.bucket_mb = 2000.0 * 4 / 1048576.0;
+  c.trace = path;
+  ThreadWorld world("native", 2);
+  world.run([&](int, Communicator& comm) { train(c, comm); });
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<double> issued;
+  double backward_end = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("pid") != 0) continue;
+    const double ts = e.at("ts"), end = ts + e.at("dur").get<double>();
+    if (e.at("name") == "backward") backward_end = std::max(backward_end, end);
+    if (e.at("name") == "allreduce" && e.at("args").at("count") != 1 && e.at("args").at("dtype") == "float32")
+      issued.push_back(ts - e.at("args").value("queued_us", 0.0));
+  }
+  std::remove(path.c_str());
+  return {issued, backward_end};
+}
+
+TEST(Overlap, BucketsStartBeforeTheBackwardEndsAndNotWithout) {
+  const std::string path = "/tmp/mpcomm-overlap-test-" + std::to_string(::getpid()) + ".json";
+  auto [with, end_with] = buckets_and_backward_end(true, path);
+  ASSERT_GE(with.size(), 3u);
+  const size_t early =
+      static_cast<size_t>(std::count_if(with.begin(), with.end(), [&](double t) { return t < end_with; }));
+  EXPECT_GE(early, with.size() - 1) << "all but the bucket holding wte and wpe start during the backward";
+  auto [without, end_without] = buckets_and_backward_end(false, path);
+  ASSERT_EQ(without.size(), with.size());
+  for (double t : without) EXPECT_GE(t, end_without);
+}
+
+TEST(TrainStats, EveryFieldSurvivesTheGatherToRankZero) {
+  RankStats a;
+  a.tp = {1, 2, 3}, a.pp = {4, 5, 6}, a.dp = {7, 8, 9}, a.embedding = {10, 11, 12};
+  a.pp_wait_s = 13, a.step_s = 14, a.optimizer_bytes = 15, a.params = 16, a.tp_spent = 17, a.pp_spent = 18;
+  a.dp_spent = 19;
+  const std::vector<double> v = a.to_vector();
+  ASSERT_EQ(v.size(), static_cast<size_t>(RankStats::kFields));
+  EXPECT_EQ(RankStats::from_vector(v.data()).to_vector(), v);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], static_cast<double>(i + 1)) << "field " << i;
 }
 
 // ---------------------------------------------------------------------------------------------------

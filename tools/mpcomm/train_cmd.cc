@@ -54,7 +54,8 @@ json to_json(const TrainConfig& c) {
           {"bucket_mb", c.bucket_mb},
           {"trace", c.trace},
           {"zero", c.zero},
-          {"sequence_parallel", c.sequence_parallel}};
+          {"sequence_parallel", c.sequence_parallel},
+          {"overlap", c.overlap}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -68,6 +69,7 @@ TrainConfig from_json(const json& j) {
   c.init_from = j.at("init_from"), c.save = j.at("save"), c.bucket_mb = j.at("bucket_mb");
   c.trace = j.at("trace"), c.zero = j.at("zero");
   c.sequence_parallel = j.at("sequence_parallel");
+  c.overlap = j.at("overlap");
   return c;
 }
 
@@ -105,10 +107,11 @@ std::string human_bytes(double b) {
 }
 
 void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, double tokens_per_step) {
-  std::printf("\n# where the time went (per rank, mean over ranks; bytes = the rank's buffers per call, summed)\n");
-  std::printf("# %-8s %10s %9s | %22s | %22s | %22s | %22s | %s\n", "backend", "time/step", "tok/s",
-              "tensor-par. allreduce", "pipeline send/recv", "data-parallel", "tied-embedding sync",
-              "pipeline bubble (measured / 1F1B theory)");
+  std::printf(
+      "\n# where the time went (per rank, mean over ranks; time = the trainer waited for it; bytes = the rank's "
+      "buffers per call, summed)\n");
+  std::printf("# %-8s %10s %9s | %22s | %22s | %22s | %22s | %s\n", "backend", "time/step", "tok/s", "tensor-parallel",
+              "pipeline send/recv", "data-parallel", "tied-embedding sync", "pipeline bubble (measured / 1F1B theory)");
   for (const auto& r : runs) {
     if (r.ranks.empty() || c.steps == 0) continue;
     const double n = static_cast<double>(r.ranks.size());
@@ -133,6 +136,21 @@ void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, do
                 cell([](const auto& x) { return x.embedding; }).c_str(), 100 * bubble, 100 * r.bubble_theory);
   }
   std::printf("# per step: time and bytes per rank; the bubble's theory is (pp-1)/(micro-batches+pp-1)\n");
+  // Exposed: the trainer waited (the table's times); spent: the ops ran, start to end (the library's own
+  // times) — the difference ran behind compute.
+  for (const auto& r : runs) {
+    if (r.ranks.empty() || c.steps == 0) continue;
+    const double n = static_cast<double>(r.ranks.size()) * c.steps / 1e3;
+    double e[3] = {0, 0, 0}, sp[3] = {0, 0, 0};
+    for (const auto& x : r.ranks) {
+      e[0] += x.tp.seconds, e[1] += x.pp.seconds + x.embedding.seconds, e[2] += x.dp.seconds;
+      sp[0] += x.tp_spent, sp[1] += x.pp_spent, sp[2] += x.dp_spent;
+    }
+    std::printf(
+        "# %s: per step, exposed / spent (the ops ran, start to end): tensor-parallel %.2f / %.2f ms, "
+        "pipeline %.2f / %.2f ms, data-parallel %.2f / %.2f ms\n",
+        r.backend.c_str(), e[0] / n, sp[0] / n, e[1] / n, sp[1] / n, e[2] / n, sp[2] / n);
+  }
   for (const auto& r : runs) {
     if (r.ranks.empty()) continue;
     double state = 0, params = 0;
@@ -218,6 +236,8 @@ Runner add_train(CLI::App& app) {
   app.add_option("--trace", c.trace,
                  "write a timeline of every rank's compute and communication here (Chrome trace JSON: "
                  "ui.perfetto.dev; with several backends FILE.<backend>)");
+  app.add_flag("!--no-overlap", c.overlap,
+               "reduce the data-parallel buckets after the backward instead of while it goes on");
   app.add_flag("--sequence-parallel", c.sequence_parallel,
                "Megatron's sequence parallelism: reduce-scatter + all-gather instead of the tensor-parallel "
                "all-reduces, LayerNorms and residuals on 1/tp of the tokens");
