@@ -80,7 +80,8 @@ struct RankStats {
   // data-parallel reductions, tied wte.
   CommMeter tp, pp, dp, embedding;
   // Time the ops of each group ran, start to end, as the library measured them (Communicator::stats):
-  // more than the exposed time where ops ran behind compute.
+  // more than the exposed time where ops ran behind compute. Pipeline: its sends only (its receives are
+  // posted at the start of the step and mostly wait for the neighbour).
   double tp_spent = 0, pp_spent = 0, dp_spent = 0;
   double pp_wait_s = 0;             // of pp.seconds: blocked in pipeline receives
   double step_s = 0;                // all steps

@@ -148,7 +148,7 @@ void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, do
     }
     std::printf(
         "# %s: per step, exposed / spent (the ops ran, start to end): tensor-parallel %.2f / %.2f ms, "
-        "pipeline %.2f / %.2f ms, data-parallel %.2f / %.2f ms\n",
+        "pipeline %.2f / %.2f ms (sends), data-parallel %.2f / %.2f ms\n",
         r.backend.c_str(), e[0] / n, sp[0] / n, e[1] / n, sp[1] / n, e[2] / n, sp[2] / n);
   }
   for (const auto& r : runs) {
