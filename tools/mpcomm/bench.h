@@ -38,6 +38,9 @@ struct Config {
   std::vector<std::string> dtypes = {"float"};  // each measured in turn, in this one run
   std::string redop = "sum";
   int root = 0;
+  // alltoallv and allgatherv rows (bench_moe.h): elements per token, and the router's skew.
+  size_t moe_hidden = 1024;
+  double imbalance = 1.0;
   double timeout_s = 120;
   std::string device = "cpu";  // where the buffers live: cpu or cuda (each rank its local GPU)
   bool sequential = false;     // several backends: one after the other instead of in turns
@@ -85,6 +88,8 @@ struct Row {
   // What the backend ran at the row's last call (OpStats::algorithm): for auto, the backend it chose
   // and that backend's algorithm ("mpi/MPI_Allreduce").
   std::string ran;
+  // alltoallv, allgatherv: the busiest rank's tokens over the mean (0: not such a row).
+  double imbalance = 0;
 };
 
 // All ops bench knows, in nccl-tests order.
@@ -125,6 +130,9 @@ bool has_inplace(const std::string& op);
 // comm may run only the op measured).
 Row measure(Communicator& comm, Communicator& control, const Config& c, const std::string& op, DataType dt, size_t count,
             bool inplace, Buffers& b);
+// One alltoallv or allgatherv row of `tokens` tokens per rank with the router's counts (bench_moe.h), checked.
+Row measure_moe(Communicator& comm, Communicator& control, const Config& c, const std::string& op, DataType dt,
+                size_t tokens);
 
 // Driver side: run every backend of c (each through launch(); several at once, taking turns row by
 // row, unless c.sequential) and print each backend's table as its rank 0 prints it; returns all rows.

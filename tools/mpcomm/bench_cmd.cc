@@ -42,6 +42,8 @@ nlohmann::json config_to_json(const Config& c) {
           {"max_bytes", c.max_bytes},
           {"factor", c.factor},
           {"extra_sizes", c.extra_sizes},
+          {"moe_hidden", c.moe_hidden},
+          {"imbalance", c.imbalance},
           {"iters", c.iters},
           {"warmup", c.warmup},
           {"check", c.check},
@@ -123,6 +125,8 @@ Config config_from_json(const std::string& s) {
   c.max_bytes = j.at("max_bytes");
   c.factor = j.at("factor");
   c.extra_sizes = j.at("extra_sizes").get<std::vector<size_t>>();
+  c.moe_hidden = j.at("moe_hidden");
+  c.imbalance = j.at("imbalance");
   c.iters = j.at("iters");
   c.warmup = j.at("warmup");
   c.check = j.at("check");
@@ -506,7 +510,16 @@ Runner add_bench(CLI::App& app) {
   auto* hosts_opt = app.add_option("--hosts", o->c.hosts, "emulated hosts (default 1)")->check(whole_at_least(1));
   cli::add_launcher_option(app, &o->launcher);
   app.add_option("--backends", o->backends, "comma list of backends, or all");
-  app.add_option("--ops", o->ops, "comma list: allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall,sendrecv, or all");
+  app.add_option("--ops", o->ops,
+                 "comma list: allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall,sendrecv,"
+                 "alltoallv,allgatherv (mixture-of-experts dispatch shapes), or all");
+  app.add_option("--imbalance", o->c.imbalance,
+                 "alltoallv/allgatherv: the router's skew, a Zipf exponent over the ranks (0: even)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10.0));
+  app.add_option("--moe-hidden", o->c.moe_hidden, "alltoallv/allgatherv: elements per token")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 24));
   bench::add_sweep_options(app, o->c, &o->b, &o->e);
   app.add_option("-d,--datatype", o->c.dtypes,
                  "float, half, bfloat16, double, int32, int64, uint8, int8; a comma list measures each in turn, in one run")

@@ -9,8 +9,9 @@
 namespace mpcomm::bench {
 
 const std::vector<std::string>& all_ops() {
-  static const std::vector<std::string> ops = {"allreduce", "broadcast",      "reduce",  "allgather", "reduce_scatter",
-                                               "gather",    "scatter",        "alltoall", "sendrecv"};
+  static const std::vector<std::string> ops = {"allreduce",      "broadcast", "reduce",    "allgather",
+                                               "reduce_scatter", "gather",    "scatter",   "alltoall",
+                                               "sendrecv",       "alltoallv", "allgatherv"};
   return ops;
 }
 
@@ -19,7 +20,8 @@ const std::vector<std::string>& all_ops() {
 double busbw_factor(const std::string& op, int n) {
   const double nn = n;
   if (op == "allreduce") return n > 1 ? 2 * (nn - 1) / nn : 0;
-  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall" || op == "gather" || op == "scatter")
+  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall" || op == "gather" || op == "scatter" ||
+      op == "alltoallv" || op == "allgatherv")
     return (nn - 1) / nn;
   return 1;  // broadcast, reduce, sendrecv
 }
@@ -88,6 +90,7 @@ std::string to_json(const Row& r) {
   if (!std::isnan(r.cpus_round_trip_ns)) j["cpus_round_trip_ns"] = r.cpus_round_trip_ns;
   if (!r.algorithm.empty()) j["algorithm"] = r.algorithm;
   if (!r.ran.empty()) j["ran"] = r.ran;
+  if (r.imbalance > 0) j["imbalance"] = r.imbalance;
   if (!r.refused.empty()) j["refused"] = r.refused;
   return j.dump();
 }
@@ -118,6 +121,7 @@ Row row_from_json(const std::string& line) {
   r.transport = j.value("transport", "");
   r.algorithm = j.value("algorithm", "");
   r.ran = j.value("ran", "");
+  r.imbalance = j.value("imbalance", 0.0);
   r.refused = j.value("refused", "");
   return r;
 }

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include "bench.h"
+#include "bench_moe.h"
 #include "bench_turns.h"
 #include "device/device.h"
 #include "testing/collective_check.h"
@@ -148,14 +150,23 @@ size_t elements_per_rank(const std::string& op, size_t bytes, size_t es, int n) 
   return bytes / (es * (block_op(op) ? static_cast<size_t>(n) : 1));
 }
 
-Row measure(Communicator& comm, Communicator& control, const Config& c, const std::string& op, DataType dt, size_t count,
-            bool inplace, Buffers& b) {
-  const int n = comm.size();
-  const ReduceOp red = parse_reduce_op(c.redop);
-  const size_t es = dtype_size(dt), size = count * es * (block_op(op) ? static_cast<size_t>(n) : 1);
-  Row row;
-  Call call{comm, c, op, dt, red, count, inplace, b};
-  row.wrong = c.check ? check_once(comm, control, c, op, dt, red, count, inplace) : 0;
+namespace {
+
+// What comm ran for op at its last call.
+std::string what_ran(const Communicator& comm, const std::string& op) {
+  for (int k = 0; k < kNumOpKinds; ++k) {
+    const auto kind = static_cast<OpKind>(k);
+    if (to_string(kind) != (op == "sendrecv" ? "send" : op)) continue;
+    const char* ran = comm.stats()[static_cast<size_t>(k)].algorithm;
+    if (ran != nullptr) return ran;
+  }
+  return "";
+}
+
+// Warm-up, a barrier, then c.iters timed calls of `op` on comm: the slowest rank's mean and per-call
+// latencies, and what comm ran (read before the control communicator's calls, which may be comm's, overwrite it).
+void time_calls(Communicator& comm, Communicator& control, const Config& c, const std::string& op,
+                const std::function<void()>& call, Row& row) {
   for (int w = 0; w < c.warmup; ++w) call();
   control.barrier();
   std::vector<double> lat(static_cast<size_t>(c.iters)), lat_max(lat.size());
@@ -166,38 +177,110 @@ Row measure(Communicator& comm, Communicator& control, const Config& c, const st
     lat[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(clock_type::now() - a).count();
   }
   const auto t1 = clock_type::now();
-  // What ran, read before the control communicator's calls (which may be comm) overwrite it.
-  for (int k = 0; k < kNumOpKinds; ++k) {
-    const auto kind = static_cast<OpKind>(k);
-    if (to_string(kind) != (op == "sendrecv" ? "send" : op)) continue;
-    const char* ran = comm.stats()[static_cast<size_t>(k)].algorithm;
-    if (ran != nullptr) row.ran = ran;
-  }
+  row.ran = what_ran(comm, op);
   row.start_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
   row.end_s = std::chrono::duration<double>(t1.time_since_epoch()).count();
-  double mean = std::chrono::duration<double, std::micro>(t1 - t0).count() / c.iters, slowest = 0;
-  control.allreduce(&mean, &slowest, 1, DataType::float64, ReduceOp::max);
+  double mean = std::chrono::duration<double, std::micro>(t1 - t0).count() / c.iters;
+  control.allreduce(&mean, &row.time_us, 1, DataType::float64, ReduceOp::max);
   control.allreduce(lat.data(), lat_max.data(), lat.size(), DataType::float64, ReduceOp::max);
+  row.p50_us = percentile(lat_max, 0.5);
+  row.p99_us = percentile(lat_max, 0.99);
+}
+
+void fill_shape(Row& row, const Communicator& comm, const std::string& op, DataType dt) {
   row.backend = std::string(comm.backend());
   row.op = op;
   row.dtype = std::string(to_string(dt));
-  row.redop = (op == "allreduce" || op == "reduce" || op == "reduce_scatter") ? c.redop : "none";
-  row.ranks = n;
+  row.ranks = comm.size();
   row.hosts = comm.topology().num_hosts();
   row.device = to_string(comm.options().device);
+}
+
+}  // namespace
+
+Row measure(Communicator& comm, Communicator& control, const Config& c, const std::string& op, DataType dt,
+            size_t count, bool inplace, Buffers& b) {
+  const int n = comm.size();
+  const ReduceOp red = parse_reduce_op(c.redop);
+  const size_t es = dtype_size(dt), size = count * es * (block_op(op) ? static_cast<size_t>(n) : 1);
+  Row row;
+  Call call{comm, c, op, dt, red, count, inplace, b};
+  row.wrong = c.check ? check_once(comm, control, c, op, dt, red, count, inplace) : 0;
+  Row timed;
+  time_calls(
+      comm, control, c, op, [&] { call(); }, timed);
+  row.ran = timed.ran;
+  fill_shape(row, comm, op, dt);
+  row.redop = (op == "allreduce" || op == "reduce" || op == "reduce_scatter") ? c.redop : "none";
   row.root = (op == "broadcast" || op == "reduce" || op == "gather" || op == "scatter") ? c.root : -1;
   row.bytes = size;
   row.count = size / es;
   row.inplace = inplace;
-  row.time_us = slowest;
-  row.algbw_gbs = static_cast<double>(size) / (slowest * 1e3);
+  row.time_us = timed.time_us;
+  row.start_s = timed.start_s, row.end_s = timed.end_s;
+  row.algbw_gbs = static_cast<double>(size) / (row.time_us * 1e3);
   row.busbw_gbs = row.algbw_gbs * busbw_factor(op, n);
-  row.p50_us = percentile(lat_max, 0.5);
-  row.p99_us = percentile(lat_max, 0.99);
+  row.p50_us = timed.p50_us;
+  row.p99_us = timed.p99_us;
   return row;
 }
 
-bool has_inplace(const std::string& op) { return op != "broadcast" && op != "sendrecv"; }
+Row measure_moe(Communicator& comm, Communicator& control, const Config& c, const std::string& op, DataType dt,
+                size_t tokens) {
+  const int n = comm.size(), me = comm.rank();
+  const size_t es = dtype_size(dt), hidden = c.moe_hidden;
+  const MoeCounts m = moe_counts(op, me, n, tokens, hidden, c.imbalance);
+  const Device dev = comm.options().device;
+  device::Buffer send(dev, std::max<size_t>(1, m.send_total * es)), recv(dev, std::max<size_t>(1, m.recv_total * es));
+  // Bytes anyone can predict: byte j of the block rank `from` sends rank `to`.
+  auto pattern = [](size_t from, size_t to, size_t j) {
+    return static_cast<uint8_t>((from * 131 + to * 17 + j * 7) & 0xff);
+  };
+  const bool a2a = op == "alltoallv";
+  {
+    std::vector<uint8_t> host(m.send_total * es);
+    for (size_t p = 0; p < m.send_counts.size(); ++p)
+      for (size_t j = 0; j < m.send_counts[p] * es; ++j)
+        host[(a2a ? m.send_displs[p] : 0) * es + j] = pattern(static_cast<size_t>(me), a2a ? p : 0, j);
+    if (!host.empty()) device::copy(send.data(), host.data(), host.size());
+  }
+  auto call = [&] {
+    if (a2a)
+      comm.alltoallv(send.data(), m.send_counts, m.send_displs, recv.data(), m.recv_counts, m.recv_displs, dt);
+    else
+      comm.allgatherv(send.data(), m.send_total, recv.data(), m.recv_counts, m.recv_displs, dt);
+  };
+  Row row;
+  if (c.check) {
+    call();
+    std::vector<uint8_t> got(m.recv_total * es);
+    if (!got.empty()) device::copy(got.data(), recv.data(), got.size());
+    uint64_t wrong = 0, total = 0;
+    for (size_t p = 0; p < static_cast<size_t>(n); ++p)
+      for (size_t j = 0; j < m.recv_counts[p] * es; ++j)
+        wrong += got[m.recv_displs[p] * es + j] != pattern(p, a2a ? static_cast<size_t>(me) : 0, j);
+    control.allreduce(&wrong, &total, 1, DataType::int64, ReduceOp::sum);
+    row.wrong = total;
+  }
+  Row timed;
+  time_calls(comm, control, c, op, call, timed);
+  row.ran = timed.ran;
+  fill_shape(row, comm, op, dt);
+  row.redop = "none";
+  row.root = -1;
+  row.bytes = tokens * hidden * es;  // a rank's tokens: the mean of what each sends
+  row.count = tokens * hidden;
+  row.time_us = timed.time_us;
+  row.start_s = timed.start_s, row.end_s = timed.end_s;
+  row.algbw_gbs = static_cast<double>(row.bytes) / (row.time_us * 1e3);
+  row.busbw_gbs = row.algbw_gbs * busbw_factor(op, n);
+  row.p50_us = timed.p50_us;
+  row.p99_us = timed.p99_us;
+  row.imbalance = m.max_over_mean;
+  return row;
+}
+
+bool has_inplace(const std::string& op) { return op != "broadcast" && op != "sendrecv" && !is_moe_op(op); }
 
 int run_worker(Communicator& comm, const Config& c, const std::string& json_path) {
   const int n = comm.size();
@@ -234,16 +317,23 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
     const DataType dt = parse_dtype(dname);
     const size_t es = dtype_size(dt);
     if (lead) print_header(c, op, dname, comm);
+    if (lead && is_moe_op(op))
+      std::printf(
+          "# mixture-of-experts %s: tokens of %zu elements, one expert per rank, router skew (Zipf exponent) "
+          "%.2f; size = a rank's tokens\n",
+          op == "alltoallv" ? "dispatch" : "gather", c.moe_hidden, c.imbalance);
     if (lead && !transport.empty()) std::printf("# transport: %s\n", transport.c_str());
     double busbw_sum = 0;
     int busbw_rows = 0;
     for (size_t bytes : all_sizes) {
-      const size_t count = elements_per_rank(op, bytes, es, n);  // elements per block (block ops) or per buffer
+      // Elements per block (block ops) or per buffer; the MoE ops: tokens per rank.
+      const size_t count = is_moe_op(op) ? bytes / (es * c.moe_hidden) : elements_per_rank(op, bytes, es, n);
       if (count == 0) continue;
       Row rows[2];
       for (int ip = 0; ip < (has_inplace(op) ? 2 : 1); ++ip) {
         if (turns) turns->wait_turn(++turn, turn_timeout_s, who);
-        Row& row = rows[ip] = measure(comm, comm, c, op, dt, count, ip == 1, b);
+        Row& row = rows[ip] = is_moe_op(op) ? measure_moe(comm, comm, c, op, dt, count)
+                                            : measure(comm, comm, c, op, dt, count, ip == 1, b);
         row.transport = transport;
         total_wrong += row.wrong;
         if (json != nullptr) std::fprintf(json, "%s\n", to_json(row).c_str());
@@ -258,6 +348,8 @@ int run_worker(Communicator& comm, const Config& c, const std::string& json_path
         if (has_inplace(op)) {
           const Row& i = rows[1];
           std::printf(" %9.2f %7.3f %7.3f %6llu\n", i.time_us, i.algbw_gbs, i.busbw_gbs, static_cast<unsigned long long>(i.wrong));
+        } else if (is_moe_op(op)) {  // where the in-place columns are: how uneven the router made it
+          std::printf("   busiest rank %.2fx the mean\n", o.imbalance);
         } else {
           std::printf(" %9s %7s %7s %6s\n", "n/a", "", "", "");
         }
