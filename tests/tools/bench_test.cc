@@ -208,6 +208,16 @@ TEST(Compare, WritesTablesReportAndPlots) {
                chosen.find("**gloo**") != std::string::npos) &&
               chosen.find("×)") != std::string::npos)
       << chosen;
+  // Today's modes at the model's sizes: every backend's row has all five sums.
+  const size_t modern = text.find("## Today's training modes at this model's sizes");
+  ASSERT_NE(modern, std::string::npos) << text;
+  for (const auto& b : available_backends()) {
+    const size_t row = text.find("| " + b + " |", modern);
+    ASSERT_NE(row, std::string::npos) << b;
+    const std::string line = text.substr(row, text.find('\n', row) - row);
+    EXPECT_EQ(line.find(" - "), std::string::npos) << "a cell was not measured: " << line;
+    EXPECT_NE(line.find("×)"), std::string::npos) << "the router's skew: " << line;
+  }
   // One traced training step per backend, drawn.
   EXPECT_NE(text.find("## One training step per backend"), std::string::npos) << text;
   for (const auto& b : available_backends())

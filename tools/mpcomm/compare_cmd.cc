@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -17,9 +17,10 @@
 
 #include "as_rank.h"
 #include "bench.h"
-#include "device/device.h"
 #include "cli_checks.h"
 #include "commands.h"
+#include "compare_modern.h"
+#include "device/device.h"
 #include "mpcomm/mpcomm.h"
 
 namespace mpcomm::cli {
@@ -57,6 +58,8 @@ struct CompareCli {
   std::string device = "auto";
   std::string max_latency = "2M", max_bcast = "32M";
   bool model_sizes = true;
+  int experts = 8, top_k = 2;
+  double bucket_mb = 25;
   bool torch = false;
   Model model;
 };
@@ -276,6 +279,11 @@ Runner add_compare(CLI::App& app) {
   app.add_option("--tp", o->model.tp, "tensor-parallel size the report assumes (default 8)");
   app.add_option("--pp", o->model.pp, "pipeline-parallel size the report assumes (default 4)");
   app.add_flag("!--no-model-sizes", o->model_sizes, "do not measure the model's message sizes");
+  app.add_option("--experts", o->experts, "experts of the report's mixture-of-experts layer")->capture_default_str();
+  app.add_option("--top-k", o->top_k, "experts each token goes to")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--bucket-mb", o->bucket_mb, "data-parallel gradient bucket (ZeRO rows), MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 4096.0));
   app.add_option("--report", o->report, "write report.md, results.jsonl and PNG plots to this folder");
   app.add_option("--json", o->json, "write every measured row as JSON lines");
   app.add_option("--device", o->device, "buffers on cpu or cuda; auto (default): cuda when a GPU is present");
@@ -354,6 +362,18 @@ Runner add_compare(CLI::App& app) {
     ex[3].config.max_bytes = 1 << 20;
     ex[3].config.factor = 16;
     ex[3].config.extra_sizes = model_sizes;
+    ModernShape modern;
+    modern.act = act;
+    modern.bucket = static_cast<size_t>(o->bucket_mb * 1048576.0);
+    modern.hidden = o->model.hidden;
+    modern.model_es = dtype_size(parse_dtype(o->model.dtype));
+    modern.experts = o->experts, modern.top_k = o->top_k;
+    if (o->model_sizes) {
+      ex.emplace_back();
+      ex[4].title = "5. today's modes at the model's sizes: reduce-scatter, all-gather, all-to-all of routed tokens";
+      ex[4].article = "sequence parallelism, ZeRO-1, mixture of experts";
+      ex[4].config = modern_experiment(base, modern);
+    }
 
     int status = 0;
     for (auto& e : ex) {
@@ -415,6 +435,7 @@ Runner add_compare(CLI::App& app) {
       }
       md << "\n";
     }
+    if (ex.size() > 4) md << modern_section(ex[4].rows, modern, o->ranks);
     md << "## Recommendation (fastest backend per size, measured here)\n\n"
        << recommendation(ex[0].rows, "all-reduce, one host") << recommendation(ex[1].rows, "broadcast, one host")
        << recommendation(ex[2].rows, "all-reduce, " + std::to_string(o->hosts) + " hosts")
