@@ -8,6 +8,7 @@ deliberately plain: GPT-2 written out by hand, float32, one thread, AdamW with t
 Train:  gpt_reference.py --init-from W.safetensors (--data FILE | --tokens FILE) --seq T --batch B
                          --steps S [--heads H] [--lr 1e-3] [--beta1 0.9] [--beta2 0.999] [--eps 1e-8]
                          [--weight-decay 0.01] --loss-log OUT.jsonl [--save FINAL.safetensors]
+                         [--comm-dtype bfloat16 --pp P]   (mpcomm train's bfloat16 casts between P stages)
 Make a random checkpoint:
         gpt_reference.py --make-init OUT.safetensors --layers L --hidden C --heads H --vocab V
                          --positions P --seed S
@@ -151,6 +152,27 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class BF16Wire(torch.autograd.Function):
+    """What crosses a pipeline stage boundary with `--comm-dtype bfloat16`: the activation rounded to bfloat16
+    on the way forward, its gradient rounded on the way back."""
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).float()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.bfloat16).float()
+
+
+def stage_ends(L, pp):
+    """Where mpcomm train's pipeline stages end: stages differ by at most one layer, earlier ones take the extra."""
+    ends, at = [], 0
+    for s in range(pp):
+        at += L // pp + (1 if s < L % pp else 0)
+        ends.append(at)
+    return ends
+
+
 class GPT2(nn.Module):
     """state_dict() names are exactly Hugging Face GPT-2's (without the `transformer.` prefix)."""
     def __init__(self, L, C, H, V, P):
@@ -159,13 +181,34 @@ class GPT2(nn.Module):
         self.wpe = nn.Embedding(P, C)
         self.h = nn.ModuleList(Block(C, H) for _ in range(L))
         self.ln_f = nn.LayerNorm(C, eps=1e-5)
+        self.wire_after = set()   # blocks after which a bfloat16 stage boundary lies (emulate_pipeline)
+        self.wte_out = None       # the last stage's copy of wte (emulate_pipeline)
+
+    def emulate_pipeline(self, pp):
+        """The casts of `mpcomm train --pp PP --comm-dtype bfloat16` (tp 1, dp 1): a bfloat16 boundary after each
+        stage but the last, and the tied wte held twice, by the first stage (embedding) and the last (output
+        layer), whose gradients each cross the wire rounded to bfloat16 and are added in float32."""
+        if pp < 2:
+            return
+        self.wire_after = {e - 1 for e in stage_ends(len(self.h), pp)[:-1]}
+        self.wte_out = nn.Parameter(self.wte.weight.detach().clone())
+
+    def tie_gradients(self):
+        if self.wte_out is None:
+            return
+        g = self.wte.weight.grad.to(torch.bfloat16).float() + self.wte_out.grad.to(torch.bfloat16).float()
+        self.wte.weight.grad = g.clone()
+        self.wte_out.grad = g
 
     def forward(self, idx):
         T = idx.shape[1]
         x = self.wte(idx) + self.wpe(torch.arange(T))
-        for block in self.h:
+        for i, block in enumerate(self.h):
             x = block(x)
-        return self.ln_f(x) @ self.wte.weight.t()                      # tied: the same parameter
+            if i in self.wire_after:
+                x = BF16Wire.apply(x)
+        head = self.wte.weight if self.wte_out is None else self.wte_out
+        return self.ln_f(x) @ head.t()                                 # tied: the same parameter
 
 
 def expected_shapes(L, C, V, P):
@@ -289,6 +332,10 @@ def train(a):
             log = open(a.loss_log, "w")
         except OSError as e:
             raise RefError(f"{a.loss_log}: cannot write: {e.strerror}")
+    if a.comm_dtype == "bfloat16":
+        model.emulate_pipeline(a.pp)
+    elif a.pp != 1:
+        raise RefError("--pp only says where the bfloat16 casts go: give it with --comm-dtype bfloat16")
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps,
                             weight_decay=a.weight_decay)
     for k in range(a.steps):
@@ -300,11 +347,13 @@ def train(a):
             log.write(f'{{"step": {k}, "loss": {loss.item()!r}}}\n')
             log.flush()
         loss.backward()
+        model.tie_gradients()
         opt.step()
     if log is not None:
         log.close()
     if a.save is not None:
-        write_safetensors(a.save, model.state_dict(), {"n_head": str(heads), "format": "pt"})
+        state = {k: v for k, v in model.state_dict().items() if k != "wte_out"}
+        write_safetensors(a.save, state, {"n_head": str(heads), "format": "pt"})
 
 
 def main():
@@ -321,6 +370,9 @@ def main():
     p.add_argument("--beta2", type=float, default=0.999)
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--comm-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="bfloat16: the casts of mpcomm train --comm-dtype bfloat16 at the stage boundaries of --pp")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages whose boundaries carry bfloat16")
     p.add_argument("--loss-log")
     p.add_argument("--save")
     p.add_argument("--make-init", metavar="OUT")

@@ -14,27 +14,38 @@ namespace mpcomm::parallel {
 // ---------------------------------------------------------------------------------------------------
 // the tensor-parallel group
 
-void TensorParallel::allreduce(float* x, size_t n, ReduceOp op) {
-  if (size() == 1) return;
+namespace {
+
+template <typename F>
+void timed(CommMeter& meter, size_t bytes, F&& f) {
   auto t0 = std::chrono::steady_clock::now();
-  comm_->allreduce(x, x, n, DataType::float32, op);
+  f();
   meter.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  meter.bytes += n * sizeof(float);
+  meter.bytes += bytes;
   meter.calls += 1;
 }
 
-void TensorParallel::allreduce_sum(float* x, size_t n) { allreduce(x, n, ReduceOp::sum); }
+}  // namespace
+
+void TensorParallel::allreduce(float* x, size_t n, ReduceOp op) {
+  if (size() == 1) return;
+  timed(meter, n * sizeof(float), [&] { comm_->allreduce(x, x, n, DataType::float32, op); });
+}
+
+void TensorParallel::allreduce_sum(float* x, size_t n) {
+  if (size() == 1) return;
+  timed(meter, wire.bytes(n), [&] { wire.allreduce_sum(*comm_, x, n); });
+}
+
+void TensorParallel::allreduce_max(float* x, size_t n) { allreduce(x, n, ReduceOp::max); }
+void TensorParallel::allreduce_sum_exact(float* x, size_t n) { allreduce(x, n, ReduceOp::sum); }
 
 void TensorParallel::allgather(const float* in, float* out, size_t n) {
   if (size() == 1) {
     std::copy_n(in, n, out);
     return;
   }
-  auto t0 = std::chrono::steady_clock::now();
-  comm_->allgather(in, out, n, DataType::float32);
-  meter.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  meter.bytes += n * static_cast<size_t>(size()) * sizeof(float);
-  meter.calls += 1;
+  timed(meter, wire.bytes(n * static_cast<size_t>(size())), [&] { wire.allgather(*comm_, in, out, n); });
 }
 
 void TensorParallel::reduce_scatter_sum(const float* in, float* out, size_t n) {
@@ -42,13 +53,8 @@ void TensorParallel::reduce_scatter_sum(const float* in, float* out, size_t n) {
     std::copy_n(in, n, out);
     return;
   }
-  auto t0 = std::chrono::steady_clock::now();
-  comm_->reduce_scatter(in, out, n, DataType::float32, ReduceOp::sum);
-  meter.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  meter.bytes += n * static_cast<size_t>(size()) * sizeof(float);
-  meter.calls += 1;
+  timed(meter, wire.bytes(n * static_cast<size_t>(size())), [&] { wire.reduce_scatter_sum(*comm_, in, out, n); });
 }
-void TensorParallel::allreduce_max(float* x, size_t n) { allreduce(x, n, ReduceOp::max); }
 
 // ---------------------------------------------------------------------------------------------------
 // linear layers
@@ -192,14 +198,14 @@ void VocabParallelCrossEntropy::forward(TensorParallel& tp, float* losses, float
     int id = targets[n] - v.begin;
     if (id >= 0 && id < v.rows) target_logit[n] = logits[n * Vl + static_cast<size_t>(id)];
   }
-  tp.allreduce_sum(target_logit.data(), N);
+  tp.allreduce_sum_exact(target_logit.data(), N);
   // 3. Σ exp(logit - max)
   for (size_t n = 0; n < N; ++n) {
     float s = 0;
     for (size_t j = 0; j < real; ++j) s += std::exp(logits[n * Vl + j] - maxv[n]);
     sumexp[n] = s;
   }
-  tp.allreduce_sum(sumexp, N);
+  tp.allreduce_sum_exact(sumexp, N);
   for (size_t n = 0; n < N; ++n) losses[n] = std::log(sumexp[n]) + maxv[n] - target_logit[n];
 }
 

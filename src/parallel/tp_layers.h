@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "parallel/groups.h"
+#include "parallel/wire.h"
 
 namespace mpcomm::parallel {
 
@@ -30,12 +31,16 @@ class TensorParallel {
   explicit TensorParallel(Communicator* comm) : comm_(comm) {}
   int size() const { return comm_ == nullptr ? 1 : comm_->size(); }
   int rank() const { return comm_ == nullptr ? 0 : comm_->rank(); }
+  // Activations and gradients: on the wire as `wire` says (wire.h).
   void allreduce_sum(float* x, size_t n);
+  // Statistics that stay float32 whatever the wire (the cross-entropy's row max, target logit, Σexp).
   void allreduce_max(float* x, size_t n);
+  void allreduce_sum_exact(float* x, size_t n);
   // Sequence parallelism: out[n·tp] = the ranks' in[n] in rank order; out[n] = Σ_ranks the rank's block of in[n·tp].
   void allgather(const float* in, float* out, size_t n);
   void reduce_scatter_sum(const float* in, float* out, size_t n);
   CommMeter meter;
+  Wire wire;
 
  private:
   void allreduce(float* x, size_t n, ReduceOp op);

@@ -49,6 +49,7 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
       !(c.adamw.beta1 < 1) || !(c.adamw.beta2 >= 0) || !(c.adamw.beta2 < 1))
     bad("AdamW wants --lr, --eps, --weight-decay >= 0 and --beta1, --beta2 in [0, 1)");
   if (!(c.bucket_mb > 0)) bad("--bucket-mb must be positive");
+  parse_wire(c.comm_dtype);
   if (c.zero != 0 && c.zero != 1)
     bad("--zero " + std::to_string(c.zero) + ": stage 0 or 1 (the optimizer state sharded)");
   if (c.sequence_parallel && d.tp == 1)
@@ -181,6 +182,8 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
       adamw_(run.cfg.zero ? params_.size() / static_cast<size_t>(groups.dims.dp) : params_.size(), run.cfg.adamw),
       tp_(groups.tp.get()) {
   const auto& c = run_.cfg;
+  wire_.type = parse_wire(c.comm_dtype);
+  tp_.wire = wire_;
   stats_.optimizer_bytes = static_cast<double>(adamw_.state_bytes());
   stats_.params = static_cast<double>(layout_.total());
   micro_seqs_ = static_cast<size_t>(c.batch / (c.dims.dp * c.micro_batches));
@@ -214,38 +217,46 @@ void Trainer::run_schedule(int k, double* loss_sum) {
 
   // Every receive of the step is posted at its start (messages of one tag from one peer match in order), so
   // that a neighbour's send completes as soon as it is made; a recv action waits for its own.
+  // bfloat16 on the wire (wire.h): what arrives lands in staging and is widened by recv(); what leaves is
+  // rounded into staging that lives until the step's sends are waited for.
+  std::map<int, std::vector<uint16_t>> staged_fwd, staged_bwd;
+  std::vector<std::vector<uint16_t>> send_staging;
+  send_staging.reserve(2 * static_cast<size_t>(c.micro_batches));  // no reallocation while sends are in flight
   std::map<int, Request> posted_fwd, posted_bwd;
   if (g_.dims.pp > 1) {
     auto t0 = Clock::now();
     for (int m = 0; m < c.micro_batches; ++m) {
       if (prev >= 0) {
         received[m].resize(R * C);
-        posted_fwd[m] = pp->irecv(received[m].data(), R * C, DataType::float32, prev, kTagActivation);
+        posted_fwd[m] = wire_.irecv(*pp, received[m].data(), R * C, prev, kTagActivation, staged_fwd[m]);
       }
       if (next < g_.dims.pp) {
         received_grad[m].resize(R * C);
-        posted_bwd[m] = pp->irecv(received_grad[m].data(), R * C, DataType::float32, next, kTagGradient);
+        posted_bwd[m] = wire_.irecv(*pp, received_grad[m].data(), R * C, next, kTagGradient, staged_bwd[m]);
       }
     }
     stats_.pp.seconds += since(t0);
   }
-  auto recv = [&](std::map<int, Request>& posted, int m) {
+  auto recv = [&](std::map<int, Request>& posted, std::map<int, std::vector<uint16_t>>& staged,
+                  std::map<int, std::vector<float>>& into, int m) {
     auto t0 = Clock::now();
     posted.at(m).wait();
     double s = since(t0);
-    stats_.pp.seconds += s, stats_.pp_wait_s += s, stats_.pp.bytes += R * C * sizeof(float), stats_.pp.calls++;
+    wire_.finish_recv(into.at(m).data(), R * C, staged[m]);
+    stats_.pp.seconds += s, stats_.pp_wait_s += s, stats_.pp.bytes += wire_.bytes(R * C), stats_.pp.calls++;
   };
   auto send = [&](const std::vector<float>& buf, int peer, int tag) {
     auto t0 = Clock::now();
-    sends.push_back(pp->isend(buf.data(), R * C, DataType::float32, peer, tag));
-    stats_.pp.seconds += since(t0), stats_.pp.bytes += R * C * sizeof(float), stats_.pp.calls++;
+    send_staging.emplace_back();
+    sends.push_back(wire_.isend(*pp, buf.data(), R * C, peer, tag, send_staging.back()));
+    stats_.pp.seconds += since(t0), stats_.pp.bytes += wire_.bytes(R * C), stats_.pp.calls++;
   };
 
   for (const Action& a : schedule_) {
     const int m = a.micro;
     switch (a.kind) {
       case ActionKind::recv_forward:
-        recv(posted_fwd, m);
+        recv(posted_fwd, staged_fwd, received, m);
         break;
       case ActionKind::forward: {
         trace::Span span(*g_.world, "compute", "forward", traced ? "\"micro\":" + std::to_string(m) : "");
@@ -260,7 +271,7 @@ void Trainer::run_schedule(int k, double* loss_sum) {
       }
       case ActionKind::send_forward: send(sending[m], next, kTagActivation); break;
       case ActionKind::recv_backward:
-        recv(posted_bwd, m);
+        recv(posted_bwd, staged_bwd, received_grad, m);
         break;
       case ActionKind::backward: {
         trace::Span span(*g_.world, "compute", "backward", traced ? "\"micro\":" + std::to_string(m) : "");
@@ -286,14 +297,24 @@ void Trainer::launch_buckets(size_t frontier) {
     const auto [begin, end] = buckets_[launched_];
     if (tied_pending_ && begin < layout_.at("wte.weight").offset + layout_.at("wte.weight").numel) break;
     float* bucket = grads_.data() + begin;
-    if (run_.cfg.zero) {  // the sum lands, reduce-scattered in place, in this rank's 1/dp: the piece it updates
+    BucketOp op;
+    op.begin = begin, op.end = end;
+    if (wire_.bf16()) {
+      // bfloat16 (wire.h): the all-to-all of the bucket's blocks now, the float32 sums and (all-reduce) the
+      // all-gather of the rounded sums when the bucket is finished.
+      op.block = (end - begin + dp - 1) / dp;
+      op.out.assign(dp * op.block, 0);
+      op.in.resize(dp * op.block);
+      to_bf16(bucket, op.out.data(), end - begin);
+      op.request = g_.dp->ialltoall(op.out.data(), op.in.data(), op.block, DataType::bfloat16);
+    } else if (run_.cfg.zero) {  // the sum lands, reduce-scattered in place, in this rank's 1/dp: the piece it updates
       const size_t piece = (end - begin) / dp;
-      bucket_requests_.push_back(
-          g_.dp->ireduce_scatter(bucket, bucket + me * piece, piece, DataType::float32, ReduceOp::sum));
+      op.request = g_.dp->ireduce_scatter(bucket, bucket + me * piece, piece, DataType::float32, ReduceOp::sum);
     } else {
-      bucket_requests_.push_back(g_.dp->iallreduce(bucket, bucket, end - begin, DataType::float32, ReduceOp::sum));
+      op.request = g_.dp->iallreduce(bucket, bucket, end - begin, DataType::float32, ReduceOp::sum);
     }
-    stats_.dp.bytes += (end - begin) * sizeof(float), stats_.dp.calls++;
+    bucket_ops_.push_back(std::move(op));
+    stats_.dp.bytes += wire_.bytes(end - begin), stats_.dp.calls++;
   }
   stats_.dp.seconds += since(t0);
 }
@@ -304,12 +325,29 @@ void Trainer::finish_buckets() {
     owned_.push_back({0, grads_.size()});
     return;
   }
-  auto t0 = Clock::now();
-  for (auto& r : bucket_requests_) r.wait();
-  stats_.dp.seconds += since(t0);
-  bucket_requests_.clear();
-  launched_ = 0;
   const size_t dp = static_cast<size_t>(g_.dims.dp), me = static_cast<size_t>(g_.me.dp);
+  auto t0 = Clock::now();
+  for (auto& op : bucket_ops_) {
+    op.request.wait();
+    if (!wire_.bf16()) continue;
+    std::vector<float> sum(op.block, 0.0f);  // this rank's block, summed in float32 in rank order
+    for (size_t r = 0; r < dp; ++r) {
+      std::vector<float> part(op.block);
+      from_bf16(op.in.data() + r * op.block, part.data(), op.block);
+      for (size_t i = 0; i < op.block; ++i) sum[i] += part[i];
+    }
+    if (run_.cfg.zero) {  // the piece stays here, in float32: the optimizer's
+      std::copy(sum.begin(), sum.end(), grads_.begin() + static_cast<long>(op.begin + me * op.block));
+    } else {
+      std::vector<uint16_t> rounded(op.block), all(dp * op.block);
+      to_bf16(sum.data(), rounded.data(), op.block);
+      g_.dp->allgather(rounded.data(), all.data(), op.block, DataType::bfloat16);
+      from_bf16(all.data(), grads_.data() + op.begin, op.end - op.begin);
+    }
+  }
+  stats_.dp.seconds += since(t0);
+  bucket_ops_.clear();
+  launched_ = 0;
   for (auto [begin, end] : buckets_) {
     const size_t piece = run_.cfg.zero ? (end - begin) / dp : end - begin;
     owned_.push_back({begin + (run_.cfg.zero ? me * piece : 0), begin + (run_.cfg.zero ? (me + 1) * piece : piece)});
@@ -368,13 +406,17 @@ void Trainer::sync_tied_embedding() {
   // apply the sum of both gradients. a + b == b + a in floating point, so the copies stay identical.
   const ParamSpec& p = layout_.at("wte.weight");
   float* grad = grads_.data() + p.offset;
+  // With bfloat16 on the wire both add the two rounded gradients, their own rounded too.
+  if (wire_.bf16()) round_to_bf16(grad, p.numel);
   std::vector<float> mine(grad, grad + p.numel), theirs(p.numel);
+  std::vector<uint16_t> out, in;
   int peer = st.first ? g_.dims.pp - 1 : 0;
   auto t0 = Clock::now();
-  Request s = g_.pp->isend(mine.data(), p.numel, DataType::float32, peer, kTagEmbedding);
-  g_.pp->recv(theirs.data(), p.numel, DataType::float32, peer, kTagEmbedding);
+  Request s = wire_.isend(*g_.pp, mine.data(), p.numel, peer, kTagEmbedding, out);
+  wire_.irecv(*g_.pp, theirs.data(), p.numel, peer, kTagEmbedding, in).wait();
+  wire_.finish_recv(theirs.data(), p.numel, in);
   s.wait();
-  stats_.embedding.seconds += since(t0), stats_.embedding.bytes += p.numel * sizeof(float), stats_.embedding.calls++;
+  stats_.embedding.seconds += since(t0), stats_.embedding.bytes += wire_.bytes(p.numel), stats_.embedding.calls++;
   accumulate(grad, theirs.data(), p.numel);
 }
 

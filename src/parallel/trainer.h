@@ -24,6 +24,7 @@
 #include "parallel/layout.h"
 #include "parallel/safetensors.h"
 #include "parallel/schedule.h"
+#include "parallel/wire.h"
 
 namespace mpcomm::parallel {
 
@@ -54,6 +55,9 @@ struct TrainConfig {
   // Data-parallel buckets start reducing (non-blocking) as soon as the step's last backward has made their
   // gradients final, and run while the backward goes on; false: all of them after the backward.
   bool overlap = true;
+  // What activations and gradients travel as (wire.h): "float32" or "bfloat16" (rounded to bfloat16 on the
+  // way out, float32 compute, master weights and accumulation in the reductions).
+  std::string comm_dtype = "float32";
   // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
   // steps, written here by world rank 0 at the end. Empty: none.
   std::string trace;
@@ -129,7 +133,14 @@ class Trainer {
   // them first); under ZeRO each a multiple of dp long.
   std::vector<std::pair<size_t, size_t>> buckets_;
   size_t launched_ = 0;  // buckets started this step
-  std::vector<Request> bucket_requests_;
+  struct BucketOp {
+    size_t begin = 0, end = 0;
+    Request request;
+    size_t block = 0;               // bfloat16: elements per rank's block
+    std::vector<uint16_t> out, in;  // bfloat16: the all-to-all's buffers
+  };
+  std::vector<BucketOp> bucket_ops_;
+  Wire wire_;
   bool tied_pending_ = false;                     // ZeRO: wte's bucket waits for the tied exchange
   std::vector<std::pair<size_t, size_t>> owned_;  // ranges holding reduced gradients after finish_buckets
   AdamW adamw_;

@@ -45,5 +45,20 @@ TEST(MpiTraining, EverySplitEqualsTheSingleProcessRun) {
   }
 }
 
+// bfloat16 on the wire: the rounding and the float32 sums are the trainer's own (parallel/wire.h), so mpi gives
+// native's losses.
+TEST(MpiTraining, BFloat16OnTheWireEqualsNatives) {
+  bool have = false;
+  for (const auto& b : available_backends()) have = have || b == "mpi";
+  if (!have) GTEST_SKIP() << "this build has no mpi backend";
+  const std::string log = "/tmp/mpcomm-mpi-train-bf16-" + std::to_string(::getpid()) + ".jsonl";
+  const std::string split = " --tp 2 --pp 1 --dp 2 --comm-dtype bfloat16";
+  auto native = losses_of("--backend native" + split, log);
+  auto mpi = losses_of("--backend mpi" + split, log);
+  ASSERT_EQ(native.size(), 4u);
+  ASSERT_EQ(mpi.size(), native.size());
+  for (size_t k = 0; k < native.size(); ++k) EXPECT_LT(std::fabs(mpi[k] - native[k]) / native[k], 1e-5) << "step " << k;
+}
+
 }  // namespace
 }  // namespace mpcomm

@@ -105,6 +105,31 @@ TEST(PyTorch, TokenFileWithAPaddedVocabularyEqualsTorch) {
   expect_same_losses(read_losses(dir / "torch.jsonl"), read_losses(dir / "ours.jsonl"), 6);
 }
 
+// --comm-dtype bfloat16 between 2 pipeline stages: the activations and gradients crossing the boundary and the
+// tied wte's two gradients rounded to bfloat16, exactly where the reference rounds them (its --pp 2); and within
+// 1e-2 of the float32 run after 20 steps.
+TEST(PyTorch, BFloat16OnTheWireEqualsTheReferenceDoingTheSameCasts) {
+  TempDir dir;
+  auto r = run_command(kReference + " --make-init " + (dir / "init.safetensors") +
+                       " --layers 3 --hidden 48 --heads 4 --vocab 256 --positions 32 --seed 5");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string common = " --seq 32 --batch 8 --steps 20 --lr 0.003 --init-from " + (dir / "init.safetensors");
+  const std::string data = " --data /usr/share/common-licenses/GPL-3";
+  r = run_command(kReference + common + data + " --comm-dtype bfloat16 --pp 2 --loss-log " + (dir / "torch.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_command(kReference + common + data + " --loss-log " + (dir / "torch32.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const std::string backend : {"native", "gloo"}) {
+    r = run_command(kCli + " train -n 2 --pp 2 --micro-batches 2 --comm-dtype bfloat16 --backend " + backend + common +
+                    " --loss-log " + (dir / "ours.jsonl"));
+    ASSERT_EQ(r.status, 0) << r.output;
+    expect_same_losses(read_losses(dir / "torch.jsonl"), read_losses(dir / "ours.jsonl"), 20);
+  }
+  const auto bf16 = read_losses(dir / "torch.jsonl"), fp32 = read_losses(dir / "torch32.jsonl");
+  EXPECT_LT(std::fabs(bf16.back() - fp32.back()) / fp32.back(), 1e-2);
+  EXPECT_NE(bf16.back(), fp32.back()) << "the casts change something";
+}
+
 TEST(TrainCli, BadInputFailsBeforeTrainingWithANonZeroExit) {
   TempDir dir;
   auto r = run_command(kCli + " train -n 4 --tp 3 --steps 1 2>&1");
@@ -123,6 +148,9 @@ TEST(TrainCli, BadInputFailsBeforeTrainingWithANonZeroExit) {
   EXPECT_NE(r.output.find("--zero 1 shards the optimizer over the data-parallel ranks, and --dp is 1"),
             std::string::npos)
       << r.output;
+  r = run_command(kCli + " train -n 2 --dp 2 --comm-dtype float16 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--comm-dtype 'float16' is not one of float32, bfloat16"), std::string::npos) << r.output;
   r = run_command(kCli + " train -n 2 --dp 2 --zero 3 2>&1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--zero 3: stage 0 or 1"), std::string::npos) << r.output;

@@ -55,7 +55,8 @@ json to_json(const TrainConfig& c) {
           {"trace", c.trace},
           {"zero", c.zero},
           {"sequence_parallel", c.sequence_parallel},
-          {"overlap", c.overlap}};
+          {"overlap", c.overlap},
+          {"comm_dtype", c.comm_dtype}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -70,6 +71,7 @@ TrainConfig from_json(const json& j) {
   c.trace = j.at("trace"), c.zero = j.at("zero");
   c.sequence_parallel = j.at("sequence_parallel");
   c.overlap = j.at("overlap");
+  c.comm_dtype = j.at("comm_dtype");
   return c;
 }
 
@@ -238,6 +240,10 @@ Runner add_train(CLI::App& app) {
                  "ui.perfetto.dev; with several backends FILE.<backend>)");
   app.add_flag("!--no-overlap", c.overlap,
                "reduce the data-parallel buckets after the backward instead of while it goes on");
+  app.add_option("--comm-dtype", c.comm_dtype,
+                 "what activations and gradients travel as: float32, or bfloat16 (float32 compute, master weights and "
+                 "accumulation in the reductions)")
+      ->capture_default_str();
   app.add_flag("--sequence-parallel", c.sequence_parallel,
                "Megatron's sequence parallelism: reduce-scatter + all-gather instead of the tensor-parallel "
                "all-reduces, LayerNorms and residuals on 1/tp of the tokens");
