@@ -111,9 +111,11 @@ void RowParallelLinearSP::backward(TensorParallel& tp, float* din, float* dw, fl
 // ---------------------------------------------------------------------------------------------------
 // embedding and output layer
 
-void VocabParallelEmbedding::forward(TensorParallel& tp, float* out, const int32_t* tokens, const float* wte_l,
-                                     const float* wpe, const VocabShard& v, size_t B, size_t T, size_t C) {
-  for (size_t n = 0; n < B * T; ++n) {
+namespace {
+
+// out[n] = this rank's row of wte for tokens[n], or zeros when another rank holds it.
+void lookup_rows(float* out, const int32_t* tokens, const float* wte_l, const VocabShard& v, size_t N, size_t C) {
+  for (size_t n = 0; n < N; ++n) {
     int id = tokens[n] - v.begin;
     float* o = out + n * C;
     if (id >= 0 && id < v.rows)
@@ -121,6 +123,13 @@ void VocabParallelEmbedding::forward(TensorParallel& tp, float* out, const int32
     else
       std::fill_n(o, C, 0.0f);
   }
+}
+
+}  // namespace
+
+void VocabParallelEmbedding::forward(TensorParallel& tp, float* out, const int32_t* tokens, const float* wte_l,
+                                     const float* wpe, const VocabShard& v, size_t B, size_t T, size_t C) {
+  lookup_rows(out, tokens, wte_l, v, B * T, C);
   tp.allreduce_sum(out, B * T * C);  // exactly one rank contributed each row
   for (size_t n = 0; n < B * T; ++n) accumulate(out + n * C, wpe + (n % T) * C, C);
 }
@@ -138,14 +147,7 @@ void VocabParallelEmbeddingSP::forward(TensorParallel& tp, float* out, const int
                                        const float* wpe, const VocabShard& v, size_t B, size_t T, size_t C, size_t row0,
                                        float* scratch) {
   const size_t rows = B * T / static_cast<size_t>(tp.size());
-  for (size_t n = 0; n < B * T; ++n) {
-    int id = tokens[n] - v.begin;
-    float* o = scratch + n * C;
-    if (id >= 0 && id < v.rows)
-      std::copy_n(wte_l + static_cast<size_t>(id) * C, C, o);
-    else
-      std::fill_n(o, C, 0.0f);
-  }
+  lookup_rows(scratch, tokens, wte_l, v, B * T, C);
   tp.reduce_scatter_sum(scratch, out, rows * C);  // exactly one rank contributed each row
   for (size_t i = 0; i < rows; ++i) accumulate(out + i * C, wpe + ((row0 + i) % T) * C, C);
 }

@@ -359,17 +359,7 @@ TEST(SequenceParallelTraffic, ReduceScatterAndAllGatherInPlaceOfAllReduce) {
   c.layers = 3, c.micro_batches = 1, c.steps = 1;
   c.sequence_parallel = true;
   const size_t N = static_cast<size_t>(c.batch * c.seq), C = static_cast<size_t>(c.hidden), R = N / 2;
-  ThreadWorld world("native", 2);
-  std::vector<std::vector<Call>> recorded(2);
-  world.run([&](int rank, Communicator& comm) {
-    blas_single_thread();
-    ResolvedRun run = resolve(c, 2);
-    ParallelGroups g = ParallelGroups::create(comm, c.dims);
-    auto* rec = recorded_by(g.tp);
-    Trainer t(run, g);
-    t.step(0);
-    recorded[static_cast<size_t>(rank)] = rec->calls;
-  });
+  const auto recorded = record_one_step(c, &ParallelGroups::tp);
   const Call ag{OpKind::allgather, R * C, ReduceOp::sum}, rs{OpKind::reduce_scatter, R * C, ReduceOp::sum};
   std::vector<Call> want = {rs};  // embedding
   for (int l = 0; l < c.layers; ++l)

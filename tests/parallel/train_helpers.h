@@ -14,6 +14,7 @@
 #include "core/front_door.h"
 #include "core/op.h"
 #include "harness/thread_world.h"
+#include "parallel/kernels.h"
 #include "parallel/trainer.h"
 
 namespace mpcomm::parallel {
@@ -116,6 +117,24 @@ inline RecordingCommunicator* recorded_by(std::unique_ptr<Communicator>& comm) {
   auto* rec = owned.get();
   comm = detail::make_communicator(std::move(owned), nullptr);
   return rec;
+}
+
+// One step of `c` on a native world of threads, every call on one group recorded: per rank, the calls.
+inline std::vector<std::vector<RecordingCommunicator::Call>> record_one_step(
+    const TrainConfig& c, std::unique_ptr<Communicator> ParallelGroups::*group) {
+  const int n = c.dims.world();
+  ThreadWorld world("native", n);
+  std::vector<std::vector<RecordingCommunicator::Call>> recorded(static_cast<size_t>(n));
+  world.run([&](int rank, Communicator& comm) {
+    blas_single_thread();
+    ResolvedRun run = resolve(c, n);
+    ParallelGroups g = ParallelGroups::create(comm, c.dims);
+    auto* rec = recorded_by(g.*group);
+    Trainer t(run, g);
+    t.step(0);
+    recorded[static_cast<size_t>(rank)] = rec->calls;
+  });
+  return recorded;
 }
 
 }  // namespace mpcomm::parallel

@@ -95,17 +95,7 @@ TEST(Training, TensorParallelCollectivesAreMegatrons) {
   c.dims = {2, 1, 1};
   c.layers = 3, c.micro_batches = 1, c.steps = 1;
   const size_t N = static_cast<size_t>(c.batch * c.seq), C = static_cast<size_t>(c.hidden);
-  ThreadWorld world("native", 2);
-  std::vector<std::vector<Call>> recorded(2);
-  world.run([&](int rank, Communicator& comm) {
-    blas_single_thread();
-    ResolvedRun run = resolve(c, 2);
-    ParallelGroups g = ParallelGroups::create(comm, c.dims);
-    auto* rec = recorded_by(g.tp);
-    Trainer t(run, g);
-    t.step(0);
-    recorded[static_cast<size_t>(rank)] = rec->calls;
-  });
+  const auto recorded = record_one_step(c, &ParallelGroups::tp);
   const Call x{OpKind::allreduce, N * C, ReduceOp::sum};  // an activation or its gradient, [N,C]
   std::vector<Call> want = {x};                           // embedding (vocab-parallel)
   for (int l = 0; l < c.layers; ++l) want.insert(want.end(), {x, x});  // attn c_proj, mlp c_proj (row-parallel)
