@@ -94,12 +94,16 @@ void load_shard(const SafetensorsFile& file, const ShardLayout& layout, float* p
   }
 }
 
-void save_model(ParallelGroups& g, const ShardLayout& layout, const float* params, const std::string& path) {
+void save_model(ParallelGroups& g, const std::vector<ShardLayout>& chunks, const float* params,
+                const std::string& path) {
   constexpr int kTag = 4;
   Communicator& world = *g.world;
-  if (g.me.dp == 0 && world.rank() != 0) world.send(params, layout.total(), DataType::float32, 0, kTag);
+  const int V = static_cast<int>(chunks.size());
+  size_t mine = 0;
+  for (const auto& l : chunks) mine += l.total();
+  if (g.me.dp == 0 && world.rank() != 0) world.send(params, mine, DataType::float32, 0, kTag);
   if (world.rank() != 0) return;
-  const GPTConfig& cfg = layout.config();
+  const GPTConfig& cfg = chunks.front().config();
   std::map<std::string, std::vector<float>> full;
   for (const auto& [name, shape] : full_model_tensors(cfg)) {
     size_t n = 1;
@@ -109,17 +113,25 @@ void save_model(ParallelGroups& g, const ShardLayout& layout, const float* param
   for (int pp = 0; pp < g.dims.pp; ++pp)
     for (int tp = 0; tp < g.dims.tp; ++tp) {
       int src = rank_of({tp, pp, 0}, g.dims);
-      ShardLayout theirs(cfg, g.dims.tp, tp, g.dims.pp, pp);
+      std::vector<ShardLayout> theirs;
+      size_t total = 0;
+      for (int v = 0; v < V; ++v) {
+        theirs.emplace_back(cfg, g.dims.tp, tp, g.dims.pp * V, v * g.dims.pp + pp);
+        total += theirs.back().total();
+      }
       std::vector<float> buf;
       const float* shard = params;
       if (src != 0) {
-        buf.resize(theirs.total());
+        buf.resize(total);
         world.recv(buf.data(), buf.size(), DataType::float32, src, kTag);
         shard = buf.data();
       }
-      for (const auto& p : theirs.params())
-        for (const auto& s : theirs.segments(p))
-          std::copy_n(shard + p.offset + s.local_offset, s.len, full[p.name].data() + s.full_offset);
+      for (const auto& chunk : theirs) {
+        for (const auto& p : chunk.params())
+          for (const auto& s : chunk.segments(p))
+            std::copy_n(shard + p.offset + s.local_offset, s.len, full[p.name].data() + s.full_offset);
+        shard += chunk.total();
+      }
     }
   std::vector<TensorToWrite> tensors;
   for (const auto& [name, shape] : full_model_tensors(cfg)) tensors.push_back({name, shape, full[name].data()});

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "parallel/groups.h"
 #include "parallel/layout.h"
@@ -29,6 +30,8 @@ void load_shard(const SafetensorsFile& file, const ShardLayout& layout, float* p
 // Writes the whole model to `path`. Collective over g.world: the ranks of data-parallel replica 0 send
 // their shards to world rank 0, which assembles and writes the file (float32, Hugging Face names,
 // metadata n_head/n_layer/n_embd/n_positions/vocab_size).
-void save_model(ParallelGroups& g, const ShardLayout& layout, const float* params, const std::string& path);
+// `chunks`: this rank's model chunks back to back in `params` (one; or V under the interleaved schedule, chunk
+// v being virtual stage v·pp + the rank's stage).
+void save_model(ParallelGroups& g, const std::vector<ShardLayout>& chunks, const float* params, const std::string& path);
 
 }  // namespace mpcomm::parallel

@@ -16,135 +16,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Tags of the trainer's point-to-point traffic (checkpoint.cc uses 4).
-constexpr int kTagActivation = 1, kTagGradient = 2, kTagEmbedding = 3;
-
-[[noreturn]] void bad(const std::string& what) { throw InvalidArgument("mpcomm train: " + what); }
+// Tags of the trainer's point-to-point traffic (checkpoint.cc uses 4): the tied embedding's exchange, and the
+// activations and gradients for virtual stage vs (a stage, unless interleaved).
+constexpr int kTagEmbedding = 3;
+int tag_activation(int vs) { return 16 + 2 * vs; }
+int tag_gradient(int vs) { return 17 + 2 * vs; }
 
 }  // namespace
-
-std::string default_corpus() { return "/usr/share/common-licenses/GPL-3"; }
-
-// ---------------------------------------------------------------------------------------------------
-// configuration
-
-ResolvedRun resolve(const TrainConfig& in, int world_size) {
-  ResolvedRun r;
-  r.cfg = in;
-  TrainConfig& c = r.cfg;
-  const auto& d = c.dims;
-  if (d.tp < 1 || d.pp < 1 || d.dp < 1) bad("--tp, --pp and --dp must be at least 1");
-  if (d.world() != world_size)
-    bad("--tp " + std::to_string(d.tp) + " × --pp " + std::to_string(d.pp) + " × --dp " + std::to_string(d.dp) +
-        " = " + std::to_string(d.world()) + " ranks, but the job has " + std::to_string(world_size));
-  parse_schedule(c.schedule);
-  if (c.micro_batches < 1) bad("--micro-batches must be at least 1");
-  if (c.steps < 0) bad("--steps must not be negative");
-  if (c.seq < 1) bad("--seq must be at least 1");
-  if (c.batch < 1) bad("--batch must be at least 1");
-  if (c.batch % (c.micro_batches * d.dp) != 0)
-    bad("--batch " + std::to_string(c.batch) + " is not divisible by --micro-batches " +
-        std::to_string(c.micro_batches) + " × --dp " + std::to_string(d.dp));
-  if (!(c.adamw.lr >= 0) || !(c.adamw.eps >= 0) || !(c.adamw.weight_decay >= 0) || !(c.adamw.beta1 >= 0) ||
-      !(c.adamw.beta1 < 1) || !(c.adamw.beta2 >= 0) || !(c.adamw.beta2 < 1))
-    bad("AdamW wants --lr, --eps, --weight-decay >= 0 and --beta1, --beta2 in [0, 1)");
-  if (!(c.bucket_mb > 0)) bad("--bucket-mb must be positive");
-  parse_wire(c.comm_dtype);
-  if (c.zero != 0 && c.zero != 1)
-    bad("--zero " + std::to_string(c.zero) + ": stage 0 or 1 (the optimizer state sharded)");
-  if (c.sequence_parallel && d.tp == 1)
-    bad("--sequence-parallel shards the tokens over the tensor-parallel ranks, and --tp is 1: give --tp 2 or more");
-  if (c.sequence_parallel && (c.batch / (d.dp * c.micro_batches) * c.seq) % d.tp != 0)
-    bad("--sequence-parallel: a micro-batch's " + std::to_string(c.batch / (d.dp * c.micro_batches) * c.seq) +
-        " tokens (--batch / (--dp × --micro-batches) × --seq) do not split evenly over --tp " + std::to_string(d.tp));
-  if (c.zero == 1 && d.dp == 1)
-    bad("--zero 1 shards the optimizer over the data-parallel ranks, and --dp is 1: give --dp 2 or more");
-
-  // data
-  if (!c.data.empty() && !c.tokens.empty()) bad("give --data or --tokens, not both");
-  if (c.tokens.empty()) {
-    if (c.data.empty()) c.data = default_corpus();
-    r.data = std::make_shared<TokenData>(TokenData::from_bytes(c.data));
-  } else {
-    r.data = std::make_shared<TokenData>(TokenData::from_uint16(c.tokens));
-  }
-
-  // model
-  GPTConfig& m = r.model;
-  if (!c.init_from.empty()) {
-    r.checkpoint = std::make_shared<SafetensorsFile>(c.init_from);
-    m = checkpoint_config(*r.checkpoint);
-    auto agree = [&](int flag, int have, const char* name) {
-      if (flag != 0 && flag != have)
-        bad(std::string("--") + name + " " + std::to_string(flag) + " contradicts the checkpoint " + c.init_from +
-            " (" + std::to_string(have) + ")");
-    };
-    agree(c.layers, m.layers, "layers");
-    agree(c.hidden, m.hidden, "hidden");
-    if (m.heads != 0) agree(c.heads, m.heads, "heads");
-    if (m.heads == 0) m.heads = c.heads;
-    if (m.heads == 0) bad("the checkpoint " + c.init_from + " does not say its heads (metadata n_head): give --heads");
-    if (c.vocab != 0) agree(c.vocab, m.vocab, "vocab");
-  } else {
-    m.layers = c.layers ? c.layers : 4;
-    m.hidden = c.hidden ? c.hidden : 128;
-    m.heads = c.heads ? c.heads : 4;
-    m.vocab = c.vocab ? c.vocab : r.data->vocab_needed();
-    m.positions = c.seq;
-  }
-  if (m.layers < 1 || m.hidden < 1 || m.heads < 1) bad("--layers, --hidden and --heads must be at least 1");
-  if (m.hidden % m.heads != 0)
-    bad("--hidden " + std::to_string(m.hidden) + " is not divisible by --heads " + std::to_string(m.heads));
-  if (m.heads % d.tp != 0)
-    bad("--heads " + std::to_string(m.heads) + " is not divisible by --tp " + std::to_string(d.tp));
-  if (m.layers < d.pp)
-    bad(std::to_string(m.layers) + " layers cannot fill --pp " + std::to_string(d.pp) + " pipeline stages");
-  if (c.seq > m.positions)
-    bad("--seq " + std::to_string(c.seq) + " is longer than the model's " + std::to_string(m.positions) + " positions");
-  if (r.data->vocab_needed() > m.vocab)
-    bad("training data " + r.data->path() + " has token id " + std::to_string(r.data->vocab_needed() - 1) +
-        ", outside the model's vocabulary of " + std::to_string(m.vocab));
-  if (r.data->size() < static_cast<size_t>(c.seq) + 2)
-    bad("training data " + r.data->path() + " has " + std::to_string(r.data->size()) + " tokens; --seq " +
-        std::to_string(c.seq) + " needs at least " + std::to_string(c.seq + 2));
-  if (r.checkpoint) check_checkpoint(*r.checkpoint, m);
-  c.layers = m.layers, c.hidden = m.hidden, c.heads = m.heads;
-  return r;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// stats
-
-std::vector<double> RankStats::to_vector() const {
-  return {tp.seconds,
-          double(tp.bytes),
-          double(tp.calls),
-          pp.seconds,
-          double(pp.bytes),
-          double(pp.calls),
-          dp.seconds,
-          double(dp.bytes),
-          double(dp.calls),
-          embedding.seconds,
-          double(embedding.bytes),
-          double(embedding.calls),
-          pp_wait_s,
-          step_s,
-          optimizer_bytes,
-          params,
-          tp_spent,
-          pp_spent,
-          dp_spent};
-}
-
-RankStats RankStats::from_vector(const double* v) {
-  RankStats s;
-  auto meter = [](const double* p) { return CommMeter{p[0], uint64_t(p[1]), uint64_t(p[2])}; };
-  s.tp = meter(v), s.pp = meter(v + 3), s.dp = meter(v + 6), s.embedding = meter(v + 9);
-  s.pp_wait_s = v[12], s.step_s = v[13], s.optimizer_bytes = v[14], s.params = v[15];
-  s.tp_spent = v[16], s.pp_spent = v[17], s.dp_spent = v[18];
-  return s;
-}
 
 // ---------------------------------------------------------------------------------------------------
 // the trainer
@@ -154,8 +32,28 @@ namespace {
 size_t round_up(size_t n, size_t k) { return (n + k - 1) / k * k; }
 
 // The flat buffers' length: under ZeRO a multiple of dp, so that every bucket splits evenly.
-size_t buffer_length(const ShardLayout& layout, const TrainConfig& c) {
-  return c.zero ? round_up(layout.total(), static_cast<size_t>(c.dims.dp)) : layout.total();
+size_t buffer_length(size_t total, const TrainConfig& c) {
+  return c.zero ? round_up(total, static_cast<size_t>(c.dims.dp)) : total;
+}
+
+int chunks_of(const TrainConfig& c) {
+  return parse_schedule(c.schedule) == ScheduleKind::interleaved ? c.virtual_stages : 1;
+}
+
+// Chunk v of pipeline rank s is virtual stage v·pp + s of pp·V (one chunk: the rank's stage).
+std::vector<ShardLayout> make_layouts(const ResolvedRun& run, const ParallelGroups& g) {
+  const int V = chunks_of(run.cfg);
+  std::vector<ShardLayout> out;
+  for (int v = 0; v < V; ++v) out.emplace_back(run.model, g.dims.tp, g.me.tp, g.dims.pp * V, v * g.dims.pp + g.me.pp);
+  return out;
+}
+
+std::vector<size_t> make_bases(const std::vector<ShardLayout>& layouts) {
+  std::vector<size_t> out;
+  size_t at = 0;
+  for (const auto& l : layouts) out.push_back(at), at += l.total();
+  out.push_back(at);  // the end: the total
+  return out;
 }
 
 std::vector<std::pair<size_t, size_t>> make_buckets(size_t n, const TrainConfig& c) {
@@ -175,8 +73,9 @@ std::vector<std::pair<size_t, size_t>> make_buckets(size_t n, const TrainConfig&
 Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
     : run_(run),
       g_(groups),
-      layout_(run.model, groups.dims.tp, groups.me.tp, groups.dims.pp, groups.me.pp),
-      params_(buffer_length(layout_, run.cfg)),
+      layouts_(make_layouts(run, groups)),
+      bases_(make_bases(layouts_)),
+      params_(buffer_length(bases_.back(), run.cfg)),
       grads_(params_.size()),
       buckets_(make_buckets(params_.size(), run.cfg)),
       adamw_(run.cfg.zero ? params_.size() / static_cast<size_t>(groups.dims.dp) : params_.size(), run.cfg.adamw),
@@ -185,15 +84,31 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
   wire_.type = parse_wire(c.comm_dtype);
   tp_.wire = wire_;
   stats_.optimizer_bytes = static_cast<double>(adamw_.state_bytes());
-  stats_.params = static_cast<double>(layout_.total());
+  stats_.params = static_cast<double>(bases_.back());
   micro_seqs_ = static_cast<size_t>(c.batch / (c.dims.dp * c.micro_batches));
-  if (run_.checkpoint)
-    load_shard(*run_.checkpoint, layout_, params_.data());
-  else
-    init_params(layout_, c.seed, params_.data());
-  stage_ = std::make_unique<GPTStage>(layout_, tp_, params_.data(), grads_.data(), micro_seqs_,
-                                      static_cast<size_t>(c.seq), c.sequence_parallel);
-  schedule_ = pipeline_schedule(parse_schedule(c.schedule), g_.me.pp, g_.dims.pp, c.micro_batches);
+  for (size_t v = 0; v < layouts_.size(); ++v) {
+    if (run_.checkpoint)
+      load_shard(*run_.checkpoint, layouts_[v], params_.data() + bases_[v]);
+    else
+      init_params(layouts_[v], c.seed, params_.data() + bases_[v]);
+    stages_.push_back(std::make_unique<GPTStage>(layouts_[v], tp_, params_.data() + bases_[v],
+                                                 grads_.data() + bases_[v], micro_seqs_, static_cast<size_t>(c.seq),
+                                                 c.sequence_parallel));
+  }
+  schedule_ = pipeline_schedule(parse_schedule(c.schedule), g_.me.pp, g_.dims.pp, c.micro_batches,
+                                static_cast<int>(layouts_.size()));
+}
+
+const ParamSpec& Trainer::spec_of(const std::string& name) const {
+  for (const auto& l : layouts_)
+    if (l.has(name)) return l.at(name);
+  throw Internal("trainer: this rank holds no parameter " + name);
+}
+
+size_t Trainer::offset_of(const std::string& name) const {
+  for (size_t v = 0; v < layouts_.size(); ++v)
+    if (layouts_[v].has(name)) return bases_[v] + layouts_[v].at(name).offset;
+  throw Internal("trainer: this rank holds no parameter " + name);
 }
 
 Trainer::~Trainer() = default;
@@ -202,17 +117,20 @@ void Trainer::run_schedule(int k, double* loss_sum) {
   const auto& c = run_.cfg;
   // N: the micro-batch's tokens; R: the rows of the activations the stages pass (N/tp with sequence parallelism).
   const size_t T = static_cast<size_t>(c.seq), N = micro_seqs_ * T, C = static_cast<size_t>(run_.model.hidden);
-  const size_t R = stage_->rows();
+  const size_t R = stages_.front()->rows();
   const size_t B = static_cast<size_t>(c.batch);
   const float loss_scale = 1.0f / static_cast<float>(B * T);
-  const int prev = g_.me.pp - 1, next = g_.me.pp + 1;
+  // Virtual stages (interleaved; otherwise one chunk, virtual stage = stage): chunk v of this rank is virtual
+  // stage v·P + rank; its input comes from virtual stage vs-1 and its output goes to vs+1, on rank (vs±1) % P.
+  const int P = g_.dims.pp, V = static_cast<int>(stages_.size()), M = c.micro_batches, last_vs = P * V - 1;
+  auto vstage = [&](int chunk) { return chunk * P + g_.me.pp; };
   Communicator* pp = g_.pp.get();
   std::vector<int32_t> inputs(N), targets(N);
-  std::map<int, std::vector<float>> received, sending;  // per micro-batch: [N,C]
-  std::map<int, std::vector<float>> received_grad, sending_grad;
+  // Per (chunk, micro-batch), keyed chunk·M + m.
+  std::map<int, std::vector<float>> received, sending, received_grad, sending_grad;
   std::vector<Request> sends;
   const bool traced = trace::enabled(*g_.world);
-  const int last_micro = c.micro_batches - 1;  // every schedule runs the backwards in micro-batch order
+  const int last_micro = M - 1;  // every schedule runs the backwards in micro-batch order
   const std::function<void(size_t)> on_final = [this](size_t frontier) { launch_buckets(frontier); };
 
   // Every receive of the step is posted at its start (messages of one tag from one peer match in order), so
@@ -221,28 +139,32 @@ void Trainer::run_schedule(int k, double* loss_sum) {
   // rounded into staging that lives until the step's sends are waited for.
   std::map<int, std::vector<uint16_t>> staged_fwd, staged_bwd;
   std::vector<std::vector<uint16_t>> send_staging;
-  send_staging.reserve(2 * static_cast<size_t>(c.micro_batches));  // no reallocation while sends are in flight
+  send_staging.reserve(2 * static_cast<size_t>(M * V));  // no reallocation while sends are in flight
   std::map<int, Request> posted_fwd, posted_bwd;
-  if (g_.dims.pp > 1) {
+  if (P > 1) {
     auto t0 = Clock::now();
-    for (int m = 0; m < c.micro_batches; ++m) {
-      if (prev >= 0) {
-        received[m].resize(R * C);
-        posted_fwd[m] = wire_.irecv(*pp, received[m].data(), R * C, prev, kTagActivation, staged_fwd[m]);
+    for (int v = 0; v < V; ++v)
+      for (int m = 0; m < M; ++m) {
+        const int vs = vstage(v), key = v * M + m;
+        if (vs > 0) {
+          received[key].resize(R * C);
+          posted_fwd[key] =
+              wire_.irecv(*pp, received[key].data(), R * C, (vs - 1) % P, tag_activation(vs), staged_fwd[key]);
+        }
+        if (vs < last_vs) {
+          received_grad[key].resize(R * C);
+          posted_bwd[key] =
+              wire_.irecv(*pp, received_grad[key].data(), R * C, (vs + 1) % P, tag_gradient(vs), staged_bwd[key]);
+        }
       }
-      if (next < g_.dims.pp) {
-        received_grad[m].resize(R * C);
-        posted_bwd[m] = wire_.irecv(*pp, received_grad[m].data(), R * C, next, kTagGradient, staged_bwd[m]);
-      }
-    }
     stats_.pp.seconds += since(t0);
   }
   auto recv = [&](std::map<int, Request>& posted, std::map<int, std::vector<uint16_t>>& staged,
-                  std::map<int, std::vector<float>>& into, int m) {
+                  std::map<int, std::vector<float>>& into, int key) {
     auto t0 = Clock::now();
-    posted.at(m).wait();
+    posted.at(key).wait();
     double s = since(t0);
-    wire_.finish_recv(into.at(m).data(), R * C, staged[m]);
+    wire_.finish_recv(into.at(key).data(), R * C, staged[key]);
     stats_.pp.seconds += s, stats_.pp_wait_s += s, stats_.pp.bytes += wire_.bytes(R * C), stats_.pp.calls++;
   };
   auto send = [&](const std::vector<float>& buf, int peer, int tag) {
@@ -253,35 +175,40 @@ void Trainer::run_schedule(int k, double* loss_sum) {
   };
 
   for (const Action& a : schedule_) {
-    const int m = a.micro;
+    const int m = a.micro, v = a.chunk, vs = vstage(v), key = v * M + m;
+    GPTStage& stage = *stages_.at(static_cast<size_t>(v));
     switch (a.kind) {
       case ActionKind::recv_forward:
-        recv(posted_fwd, staged_fwd, received, m);
+        recv(posted_fwd, staged_fwd, received, key);
         break;
       case ActionKind::forward: {
-        trace::Span span(*g_.world, "compute", "forward", traced ? "\"micro\":" + std::to_string(m) : "");
+        trace::Span span(*g_.world, "compute", "forward",
+                         traced ? "\"micro\":" + std::to_string(m) + ",\"chunk\":" + std::to_string(v) : "");
         size_t first = static_cast<size_t>(g_.me.dp) * (B / static_cast<size_t>(c.dims.dp)) +
                        static_cast<size_t>(m) * micro_seqs_;
         run_.data->batch(static_cast<uint64_t>(k), first, micro_seqs_, B, T, inputs.data(), targets.data());
-        const float* in = received.count(m) ? received[m].data() : nullptr;
-        const float* out = stage_->forward(m, in, inputs.data(), targets.data(), loss_sum);
-        received.erase(m);
-        if (out != nullptr) sending[m].assign(out, out + R * C);
+        const float* in = received.count(key) ? received[key].data() : nullptr;
+        const float* out = stage.forward(m, in, inputs.data(), targets.data(), loss_sum);
+        received.erase(key);
+        if (out != nullptr) sending[key].assign(out, out + R * C);
         break;
       }
-      case ActionKind::send_forward: send(sending[m], next, kTagActivation); break;
+      case ActionKind::send_forward: send(sending[key], (vs + 1) % P, tag_activation(vs + 1)); break;
       case ActionKind::recv_backward:
-        recv(posted_bwd, staged_bwd, received_grad, m);
+        recv(posted_bwd, staged_bwd, received_grad, key);
         break;
       case ActionKind::backward: {
-        trace::Span span(*g_.world, "compute", "backward", traced ? "\"micro\":" + std::to_string(m) : "");
-        const float* dout = received_grad.count(m) ? received_grad[m].data() : nullptr;
-        const float* din = stage_->backward(m, dout, loss_scale, c.overlap && m == last_micro ? &on_final : nullptr);
-        received_grad.erase(m);
-        if (din != nullptr) sending_grad[m].assign(din, din + R * C);
+        trace::Span span(*g_.world, "compute", "backward",
+                         traced ? "\"micro\":" + std::to_string(m) + ",\"chunk\":" + std::to_string(v) : "");
+        const float* dout = received_grad.count(key) ? received_grad[key].data() : nullptr;
+        // The frontier of final gradients is one buffer's: with several chunks every bucket waits for the end.
+        const bool hook = c.overlap && V == 1 && m == last_micro;
+        const float* din = stage.backward(m, dout, loss_scale, hook ? &on_final : nullptr);
+        received_grad.erase(key);
+        if (din != nullptr) sending_grad[key].assign(din, din + R * C);
         break;
       }
-      case ActionKind::send_backward: send(sending_grad[m], prev, kTagGradient); break;
+      case ActionKind::send_backward: send(sending_grad[key], (vs - 1) % P, tag_gradient(vs - 1)); break;
     }
   }
   auto t0 = Clock::now();
@@ -295,7 +222,7 @@ void Trainer::launch_buckets(size_t frontier) {
   auto t0 = Clock::now();
   for (; launched_ < buckets_.size() && buckets_[launched_].first >= frontier; ++launched_) {
     const auto [begin, end] = buckets_[launched_];
-    if (tied_pending_ && begin < layout_.at("wte.weight").offset + layout_.at("wte.weight").numel) break;
+    if (tied_pending_ && begin < offset_of("wte.weight") + spec_of("wte.weight").numel) break;
     float* bucket = grads_.data() + begin;
     BucketOp op;
     op.begin = begin, op.end = end;
@@ -374,16 +301,20 @@ void Trainer::update_and_gather() {
 }
 
 void Trainer::sync_sequence_parallel_gradients() {
-  const std::vector<std::string> names = stage_->partial_gradient_params();
+  std::vector<std::string> names;
+  for (const auto& st : stages_) {
+    const auto more = st->partial_gradient_params();
+    names.insert(names.end(), more.begin(), more.end());
+  }
   if (names.empty()) return;
   // The pieces of those parameters this rank holds reduced: all of them, or under ZeRO its pieces of the
   // buckets. The tensor-parallel ranks share the layout and the data-parallel rank, so they hold the same
   // pieces. Summing over tp after summing over dp is the same sum.
   std::vector<std::pair<size_t, size_t>> ranges;
   for (const auto& n : names) {
-    const ParamSpec& p = layout_.at(n);
+    const size_t at = offset_of(n), numel = spec_of(n).numel;
     for (auto [b, e] : owned_) {
-      const size_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.numel);
+      const size_t lo = std::max(b, at), hi = std::min(e, at + numel);
       if (lo < hi) ranges.push_back({lo, hi});
     }
   }
@@ -400,17 +331,16 @@ void Trainer::sync_sequence_parallel_gradients() {
 }
 
 void Trainer::sync_tied_embedding() {
-  const auto& st = layout_.stage();
-  if (g_.dims.pp == 1 || !(st.first || st.last)) return;
+  if (g_.dims.pp == 1 || !(holds_first() || holds_last())) return;
   // wte is used by the first stage (embedding) and the last (output layer); both hold a copy and must
   // apply the sum of both gradients. a + b == b + a in floating point, so the copies stay identical.
-  const ParamSpec& p = layout_.at("wte.weight");
-  float* grad = grads_.data() + p.offset;
+  const ParamSpec& p = spec_of("wte.weight");
+  float* grad = grads_.data() + offset_of("wte.weight");
   // With bfloat16 on the wire both add the two rounded gradients, their own rounded too.
   if (wire_.bf16()) round_to_bf16(grad, p.numel);
   std::vector<float> mine(grad, grad + p.numel), theirs(p.numel);
   std::vector<uint16_t> out, in;
-  int peer = st.first ? g_.dims.pp - 1 : 0;
+  int peer = holds_first() ? g_.dims.pp - 1 : 0;
   auto t0 = Clock::now();
   Request s = wire_.isend(*g_.pp, mine.data(), p.numel, peer, kTagEmbedding, out);
   wire_.irecv(*g_.pp, theirs.data(), p.numel, peer, kTagEmbedding, in).wait();
@@ -428,7 +358,7 @@ double Trainer::step(int k) {
   double loss_sum = 0;
   // Under ZeRO the tied wte's two gradients are added before its bucket is reduce-scattered (which leaves each
   // rank a piece only); otherwise after the all-reduce, so that both copies add the same two sums.
-  tied_pending_ = c.zero && g_.dims.pp > 1 && (layout_.stage().first || layout_.stage().last);
+  tied_pending_ = c.zero && g_.dims.pp > 1 && (holds_first() || holds_last());
   run_schedule(k, &loss_sum);  // with overlap, the last backward starts the buckets it finishes
   if (c.zero) {
     sync_tied_embedding();
@@ -439,7 +369,7 @@ double Trainer::step(int k) {
   sync_sequence_parallel_gradients();
   if (!c.zero) sync_tied_embedding();
   // The loss lives on the last stage; its data-parallel ranks each hold their sequences' share.
-  if (layout_.stage().last && g_.dims.dp > 1) {
+  if (holds_last() && g_.dims.dp > 1) {
     auto t1 = Clock::now();
     g_.dp->allreduce(&loss_sum, &loss_sum, 1, DataType::float64, ReduceOp::sum);
     stats_.dp.seconds += since(t1), stats_.dp.bytes += sizeof(double), stats_.dp.calls++;
@@ -456,7 +386,7 @@ double Trainer::step(int k) {
   return loss_sum / (static_cast<double>(c.batch) * c.seq);
 }
 
-void Trainer::save(const std::string& path) { save_model(g_, layout_, params_.data(), path); }
+void Trainer::save(const std::string& path) { save_model(g_, layouts_, params_.data(), path); }
 
 // ---------------------------------------------------------------------------------------------------
 // a whole run
@@ -495,7 +425,9 @@ TrainResult train(const TrainConfig& cfg, Communicator& world, const std::functi
     for (int r = 0; r < world.size(); ++r) result.ranks.push_back(RankStats::from_vector(all.data() + r * mine.size()));
   if (!run.cfg.trace.empty()) result.trace_bytes = trace::write(world, run.cfg.trace);
   const int P = run.cfg.dims.pp, M = run.cfg.micro_batches;
-  result.bubble_theory = static_cast<double>(P - 1) / (M + P - 1);
+  // A chunk is 1/V of a stage: the bubble is (P-1)/V of a stage's time, of a step of M + (P-1)/V.
+  const int V = chunks_of(run.cfg);
+  result.bubble_theory = static_cast<double>(P - 1) / (static_cast<double>(V) * M + P - 1);
   return result;
 }
 

@@ -58,6 +58,8 @@ struct TrainConfig {
   // What activations and gradients travel as (wire.h): "float32" or "bfloat16" (rounded to bfloat16 on the
   // way out, float32 compute, master weights and accumulation in the reductions).
   std::string comm_dtype = "float32";
+  // --schedule interleaved: the model chunks each rank holds (virtual stage v·pp + rank for chunk v).
+  int virtual_stages = 1;
   // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
   // steps, written here by world rank 0 at the end. Empty: none.
   std::string trace;
@@ -108,7 +110,8 @@ class Trainer {
   void save(const std::string& path);
   const RankStats& stats() const { return stats_; }
   void set_spent(double tp, double pp, double dp) { stats_.tp_spent = tp, stats_.pp_spent = pp, stats_.dp_spent = dp; }
-  const ShardLayout& layout() const { return layout_; }
+  // The rank's first model chunk (its only one unless the schedule is interleaved).
+  const ShardLayout& layout() const { return layouts_.front(); }
   const std::vector<float>& params() const { return params_; }
 
  private:
@@ -127,8 +130,10 @@ class Trainer {
 
   ResolvedRun run_;
   ParallelGroups& g_;
-  ShardLayout layout_;
-  std::vector<float> params_, grads_;  // layout_.total(), padded to a multiple of dp under ZeRO
+  // The rank's model chunks (one, or V interleaved): their layouts and where each starts in the flat buffers.
+  std::vector<ShardLayout> layouts_;
+  std::vector<size_t> bases_;
+  std::vector<float> params_, grads_;  // the chunks back to back, padded to a multiple of dp under ZeRO
   // Data-parallel buckets [begin, end) of the flat buffers, the last layers' first (a backward finishes
   // them first); under ZeRO each a multiple of dp long.
   std::vector<std::pair<size_t, size_t>> buckets_;
@@ -145,7 +150,12 @@ class Trainer {
   std::vector<std::pair<size_t, size_t>> owned_;  // ranges holding reduced gradients after finish_buckets
   AdamW adamw_;
   TensorParallel tp_;
-  std::unique_ptr<GPTStage> stage_;
+  std::vector<std::unique_ptr<GPTStage>> stages_;  // one per chunk
+  // The flat-buffer offset of parameter `name` of this rank (in the chunk that holds it).
+  size_t offset_of(const std::string& name) const;
+  const ParamSpec& spec_of(const std::string& name) const;
+  bool holds_first() const { return layouts_.front().stage().first; }  // virtual stage 0: the embedding
+  bool holds_last() const { return layouts_.back().stage().last; }     // the last virtual stage: the loss
   std::vector<Action> schedule_;
   size_t micro_seqs_;  // sequences per micro-batch
   RankStats stats_;

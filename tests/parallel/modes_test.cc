@@ -297,6 +297,103 @@ TEST(Wire, BFloat16TrainingStaysCloseAndReplicasIdentical) {
   EXPECT_GT(compared, 40);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// the interleaved schedule: V model chunks per pipeline rank
+
+struct InterleavedMode {
+  std::string backend;
+  int tp, pp, dp, V;
+  bool sp, zero;
+};
+void PrintTo(const InterleavedMode& m, std::ostream* os) {
+  *os << m.backend << "_tp" << m.tp << "_pp" << m.pp << "_dp" << m.dp << "_v" << m.V << (m.sp ? "_sp" : "")
+      << (m.zero ? "_zero" : "");
+}
+
+class Interleaved : public ::testing::TestWithParam<InterleavedMode> {};
+
+TEST_P(Interleaved, LossesEqualSingleProcess) {
+  const InterleavedMode m = GetParam();
+  TrainConfig c = small_config();
+  c.layers = m.pp * m.V;  // one layer per chunk
+  TrainConfig one = c;
+  c.dims = {m.tp, m.pp, m.dp};
+  c.schedule = "interleaved";
+  c.virtual_stages = m.V;
+  c.micro_batches = m.pp;
+  c.batch = 4 * m.pp * m.dp;
+  one.batch = c.batch;
+  c.sequence_parallel = m.sp;
+  c.zero = m.zero;
+  auto losses = train_on(m.backend, c);
+  EXPECT_LT(max_rel_diff(train_on("native", one), losses), 1e-5);
+  EXPECT_LT(losses.back(), losses.front());
+}
+
+std::vector<InterleavedMode> interleaved_modes() {
+  std::vector<InterleavedMode> out;
+  for (const auto& b : testing::thread_backends()) {
+    out.push_back({b, 1, 2, 1, 2, false, false});
+    out.push_back({b, 1, 2, 1, 4, false, false});
+  }
+  out.push_back({"native", 1, 4, 1, 2, false, false});
+  out.push_back({"native", 2, 2, 1, 2, true, false});
+  out.push_back({"native", 1, 2, 2, 2, false, true});
+  out.push_back({"native", 2, 2, 2, 2, true, true});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, Interleaved, ::testing::ValuesIn(interleaved_modes()), [](const auto& info) {
+  std::ostringstream os;
+  PrintTo(info.param, &os);
+  return os.str();
+});
+
+TEST(InterleavedCheckpoint, SavesTheUsualModel) {
+  const std::string base = "/tmp/mpcomm-interleaved-test-" + std::to_string(::getpid());
+  TrainConfig c = small_config();
+  c.layers = 4, c.steps = 2, c.micro_batches = 2;
+  c.save = base + "-one.safetensors";
+  train_on("native", c);
+  TrainConfig v = c;
+  v.dims = {1, 2, 1};
+  v.schedule = "interleaved";
+  v.virtual_stages = 2;
+  v.save = base + "-v.safetensors";
+  train_on("native", v);
+  SafetensorsFile a(c.save), b(v.save);
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (const auto& [n, info] : a.tensors()) {
+    auto x = a.read_f32(n), y = b.read_f32(n);
+    ASSERT_EQ(x.size(), y.size()) << n;
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-5 + 1e-5 * std::fabs(x[i])) << n << "[" << i << "]";
+  }
+  std::remove(c.save.c_str());
+  std::remove(v.save.c_str());
+}
+
+TEST(InterleavedCheckpoint, BadShapesAreRefusedBeforeAnyTraffic) {
+  auto error = [](TrainConfig c) -> std::string {
+    try {
+      resolve(c, c.dims.world());
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  TrainConfig c = small_config();
+  c.layers = 6, c.dims = {1, 2, 1}, c.schedule = "interleaved", c.virtual_stages = 2, c.micro_batches = 2;
+  EXPECT_NE(error(c).find("--virtual-stages 2 does not divide the layers per stage: 6 layers over --pp 2 are 3 per stage"),
+            std::string::npos)
+      << error(c);
+  c.layers = 4, c.micro_batches = 3, c.batch = 6;
+  EXPECT_NE(error(c).find("--micro-batches 3 is not a multiple of --pp 2"), std::string::npos) << error(c);
+  c.micro_batches = 2, c.batch = 8, c.virtual_stages = 1;
+  EXPECT_NE(error(c).find("needs --virtual-stages 2 or more"), std::string::npos) << error(c);
+  c.schedule = "1f1b", c.virtual_stages = 2;
+  EXPECT_NE(error(c).find("--virtual-stages 2 needs --schedule interleaved"), std::string::npos) << error(c);
+}
+
 TEST(TrainStats, EveryFieldSurvivesTheGatherToRankZero) {
   RankStats a;
   a.tp = {1, 2, 3}, a.pp = {4, 5, 6}, a.dp = {7, 8, 9}, a.embedding = {10, 11, 12};

@@ -164,3 +164,62 @@ TEST(Simulate, UnreceivedSendAndBrokenDependencies) {
 
 }  // namespace
 }  // namespace mpcomm::parallel
+
+namespace mpcomm::parallel {
+namespace {
+
+// Interleaved 1F1B: for 1..4 ranks, 1..3 chunks each and M = S, 2S, 3S micro-batches, every rank runs each
+// (micro-batch, chunk) forward and backward once, in micro-batch order per chunk, the lists complete under
+// simulate() over virtual stages, and with a chunk costing 1/V of a stage the makespan is the theory's
+// M(f+b) + (S-1)(f+b)/V: the bubble is 1/V of 1F1B's.
+TEST(Interleaved, EveryShapeRunsAndTheBubbleShrinksByV) {
+  for (int S = 1; S <= 4; ++S)
+    for (int V = 1; V <= 3; ++V)
+      for (int M = S; M <= 3 * S; M += S) {
+        SCOPED_TRACE("S=" + std::to_string(S) + " V=" + std::to_string(V) + " M=" + std::to_string(M));
+        std::vector<std::vector<Action>> lists;
+        for (int s = 0; s < S; ++s) lists.push_back(pipeline_schedule(ScheduleKind::interleaved, s, S, M, V));
+        const SimResult r = simulate(lists, {1.0 / V, 2.0 / V}, V);
+        ASSERT_TRUE(r.ok) << r.error;
+        for (int s = 0; s < S; ++s) {
+          for (int c = 0; c < V; ++c) {
+            long prev_f = -1, prev_b = -1;
+            for (int m = 0; m < M; ++m) {
+              const Action f{ActionKind::forward, m, c}, b{ActionKind::backward, m, c};
+              const auto& l = lists[static_cast<size_t>(s)];
+              ASSERT_EQ(std::count(l.begin(), l.end(), f), 1) << to_string(f);
+              ASSERT_EQ(std::count(l.begin(), l.end(), b), 1) << to_string(b);
+              const long pf = std::find(l.begin(), l.end(), f) - l.begin(), pb = std::find(l.begin(), l.end(), b) - l.begin();
+              EXPECT_LT(prev_f, pf);
+              EXPECT_LT(prev_b, pb);
+              EXPECT_LT(pf, pb);
+              prev_f = pf, prev_b = pb;
+            }
+          }
+        }
+        EXPECT_NEAR(r.makespan, 3.0 * M + 3.0 * (S - 1) / V, 1e-9);
+      }
+}
+
+TEST(Interleaved, ListsAndArguments) {
+  // 2 ranks, 2 chunks, 2 micro-batches: rank 0 holds virtual stages 0 and 2, rank 1 stages 1 and 3.
+  EXPECT_EQ(to_string(pipeline_schedule(ScheduleKind::interleaved, 0, 2, 2, 2)),
+            "F0 SF0 F1 SF1 RF0@1 F0@1 SF0@1 RF1@1 F1@1 SF1@1 RB0@1 B0@1 SB0@1 RB1@1 B1@1 SB1@1 RB0 B0 RB1 B1");
+  EXPECT_EQ(parse_schedule("interleaved"), ScheduleKind::interleaved);
+  EXPECT_EQ(to_string(ScheduleKind::interleaved), "interleaved");
+  try {
+    pipeline_schedule(ScheduleKind::interleaved, 0, 2, 3, 2);
+    ADD_FAILURE() << "3 micro-batches over 2 stages";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--micro-batches 3 is not a multiple of the 2 pipeline stages"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(pipeline_schedule(ScheduleKind::interleaved, 0, 2, 2, 0), InvalidArgument);
+  // A chunk out of range is named.
+  std::vector<std::vector<Action>> bad = {{{ActionKind::forward, 0, 5}}};
+  EXPECT_NE(simulate(bad, {}, 2).error.find("chunk 5 out of range"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mpcomm::parallel

@@ -56,7 +56,7 @@ json to_json(const TrainConfig& c) {
           {"zero", c.zero},
           {"sequence_parallel", c.sequence_parallel},
           {"overlap", c.overlap},
-          {"comm_dtype", c.comm_dtype}};
+          {"comm_dtype", c.comm_dtype}, {"virtual_stages", c.virtual_stages}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -72,6 +72,7 @@ TrainConfig from_json(const json& j) {
   c.sequence_parallel = j.at("sequence_parallel");
   c.overlap = j.at("overlap");
   c.comm_dtype = j.at("comm_dtype");
+  c.virtual_stages = j.at("virtual_stages");
   return c;
 }
 
@@ -113,7 +114,7 @@ void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, do
       "\n# where the time went (per rank, mean over ranks; time = the trainer waited for it; bytes = the rank's "
       "buffers per call, summed)\n");
   std::printf("# %-8s %10s %9s | %22s | %22s | %22s | %22s | %s\n", "backend", "time/step", "tok/s", "tensor-parallel",
-              "pipeline send/recv", "data-parallel", "tied-embedding sync", "pipeline bubble (measured / 1F1B theory)");
+              "pipeline send/recv", "data-parallel", "tied-embedding sync", "pipeline bubble (measured / theory)");
   for (const auto& r : runs) {
     if (r.ranks.empty() || c.steps == 0) continue;
     const double n = static_cast<double>(r.ranks.size());
@@ -137,7 +138,8 @@ void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, do
                 cell([](const auto& x) { return x.pp; }).c_str(), cell([](const auto& x) { return x.dp; }).c_str(),
                 cell([](const auto& x) { return x.embedding; }).c_str(), 100 * bubble, 100 * r.bubble_theory);
   }
-  std::printf("# per step: time and bytes per rank; the bubble's theory is (pp-1)/(micro-batches+pp-1)\n");
+  std::printf("# per step: time and bytes per rank; the bubble's theory is (pp-1)/(V·micro-batches+pp-1) of a step, "
+              "V the virtual stages (1 but for interleaved): (pp-1)/(V·m) of the ideal time\n");
   // Exposed: the trainer waited (the table's times); spent: the ops ran, start to end (the library's own
   // times) — the difference ran behind compute.
   for (const auto& r : runs) {
@@ -216,7 +218,11 @@ Runner add_train(CLI::App& app) {
   app.add_option("--backend", o->backends, "backend, a comma list to train once on each, or all")->capture_default_str();
   auto* hosts_opt = app.add_option("--hosts", o->hosts, "emulated hosts the ranks are spread over")->capture_default_str();
   app.add_option("--micro-batches", c.micro_batches, "micro-batches per step on each data-parallel rank")->capture_default_str();
-  app.add_option("--schedule", c.schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
+  app.add_option("--schedule", c.schedule, "pipeline schedule: 1f1b, gpipe or interleaved (with --virtual-stages)")
+      ->capture_default_str();
+  app.add_option("--virtual-stages", c.virtual_stages,
+                 "interleaved: model chunks per pipeline rank (Megatron's virtual pipeline)")
+      ->capture_default_str();
   app.add_option("--layers", c.layers, "transformer blocks (default 4, or the checkpoint's)");
   app.add_option("--hidden", c.hidden, "hidden size C (default 128, or the checkpoint's)");
   app.add_option("--heads", c.heads, "attention heads (default 4, or the checkpoint's n_head)");
