@@ -72,9 +72,15 @@ TEST(TuneAuto, CheckFailsATableThatChoosesTheSlowBackend) {
   auto bad = testing::run_command("MPCOMM_TUNING=" + path + " " + cmd);
   EXPECT_EQ(bad.status, 1) << bad.output;
   EXPECT_TRUE(contains(bad.output, "DRIFT") && contains(bad.output, "2 of 2 points")) << bad.output;
-  // Native is within 50× of the fastest at these sizes (gloo takes ~100× there).
+  // Native is within 50× of the fastest at these sizes (gloo takes ~100× there). Under ctest -j2 another test can
+  // hold a CPU for a whole row, and two spinning ranks on the one left take a scheduler slice per call (native's
+  // 8 B row at 4–6 ms): a drift on the good table is measured again, up to three times.
   std::ofstream(path) << "mpcomm-tuning 1 backend=auto\nallreduce -> native\n";
-  auto good = testing::run_command("MPCOMM_TUNING=" + path + " " + cmd + " --limit 50");
+  testing::RunResult good;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    good = testing::run_command("MPCOMM_TUNING=" + path + " " + cmd + " --limit 50");
+    if (good.status == 0) break;
+  }
   EXPECT_EQ(good.status, 0) << good.output;
   EXPECT_TRUE(contains(good.output, "0 of 2 points")) << good.output;
   std::filesystem::remove(path);
