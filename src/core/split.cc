@@ -52,7 +52,7 @@ std::unique_ptr<Communicator> FrontDoor::split(int color, int key) {
   if (!child) return nullptr;
   auto comm = make_communicator(std::move(child), recreate_);
   if (Timeline* t = timeline()) {  // traced: so is the group, on a track of its own
-    const std::vector<int>& mine = t->world_ranks(track_);
+    const std::vector<int> mine = t->world_ranks(track_);
     std::vector<int> world;
     for (int m : plan.members) world.push_back(static_cast<size_t>(m) < mine.size() ? mine[static_cast<size_t>(m)] : m);
     of(*comm).attach_timeline(timeline_, t->add_track("group", std::move(world)));

@@ -69,9 +69,9 @@ uint16_t Timeline::span_track(const std::string& name) {
   return static_cast<uint16_t>(tracks_.size() - 1);
 }
 
-const std::vector<int>& Timeline::world_ranks(uint16_t track) const {
+std::vector<int> Timeline::world_ranks(uint16_t track) const {
   std::lock_guard<std::mutex> lk(mu_);
-  return tracks_.at(track).world_ranks;  // tracks are never removed; the vector is never changed
+  return tracks_.at(track).world_ranks;
 }
 
 void Timeline::op(uint16_t track, const Op& o, const char* backend, uint64_t ended, bool failed) {

@@ -33,7 +33,8 @@ class Timeline {
   void rename_track(uint16_t track, const std::string& name);
   // The track of spans named `name`, added on first use.
   uint16_t span_track(const std::string& name);
-  const std::vector<int>& world_ranks(uint16_t track) const;
+  // A copy: another communicator sharing the timeline may add a track (and move the tracks) meanwhile.
+  std::vector<int> world_ranks(uint16_t track) const;
 
   // An op that ended at `ended` (OpClock), issued and started at op.issued and op.started.
   void op(uint16_t track, const Op& op, const char* backend, uint64_t ended, bool failed);
