@@ -9,9 +9,11 @@ Train:  gpt_reference.py --init-from W.safetensors (--data FILE | --tokens FILE)
                          --steps S [--heads H] [--lr 1e-3] [--beta1 0.9] [--beta2 0.999] [--eps 1e-8]
                          [--weight-decay 0.01] --loss-log OUT.jsonl [--save FINAL.safetensors]
                          [--comm-dtype bfloat16 --pp P]   (mpcomm train's bfloat16 casts between P stages)
+                         [--dp D]                         (D replicas' gradients summed as mpcomm sums them)
+                         [--top-k K] [--aux-loss-coef A]  (a mixture-of-experts checkpoint: mpcomm train's routing)
 Make a random checkpoint:
         gpt_reference.py --make-init OUT.safetensors --layers L --hidden C --heads H --vocab V
-                         --positions P --seed S
+                         --positions P --seed S [--experts E [--moe-every N]]
 
 Run with /usr/bin/python3 (the interpreter with torch). Errors: one line on stderr, exit code 2.
 """
@@ -139,13 +141,50 @@ class MLP(nn.Module):
         return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
 
 
+class Router(nn.Module):
+    def __init__(self, C, E):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(C, E))
+
+
+class MoE(nn.Module):
+    """mpcomm train --experts E --top-k K: a router, top-k experts per token weighted by their (not renormalized)
+    probabilities, no capacity limit; and Switch's load-balancing loss per sequence, averaged over the batch."""
+    def __init__(self, C, E):
+        super().__init__()
+        self.router = Router(C, E)
+        self.experts = nn.ModuleList(MLP(C) for _ in range(E))
+        self.top_k, self.aux_coef = 1, 0.0
+        self.bf16 = False                                              # --comm-dtype bfloat16: rows to and from
+                                                                       # the experts (and their gradients) rounded
+        self.aux = None                                                # the last forward's load-balancing loss
+
+    def forward(self, x):
+        B, T, C = x.shape
+        E, K = len(self.experts), self.top_k
+        flat = x.reshape(B * T, C)
+        probs = F.softmax(flat @ self.router.weight, dim=-1)           # [N, E]
+        chosen = torch.topk(probs, K, dim=-1).indices                  # [N, K]
+        y = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            rows = (chosen == e).any(dim=-1).nonzero().flatten()
+            if len(rows):
+                wire = BF16Wire.apply if self.bf16 else (lambda t: t)
+                y = y.index_add(0, rows, probs[rows, e:e + 1] * wire(expert(wire(flat[rows]))))
+        counts = torch.zeros(B * T, E).scatter_add(1, chosen, torch.ones(B * T, K))
+        f = counts.view(B, T, E).sum(1) / (T * K)                      # no gradient through f
+        P = probs.view(B, T, E).mean(1)
+        self.aux = self.aux_coef * E * (f * P).sum(-1).mean()
+        return y.view(B, T, C)
+
+
 class Block(nn.Module):
-    def __init__(self, C, H):
+    def __init__(self, C, H, E=0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(C, eps=1e-5)
         self.attn = Attention(C, H)
         self.ln_2 = nn.LayerNorm(C, eps=1e-5)
-        self.mlp = MLP(C)
+        self.mlp = MoE(C, E) if E else MLP(C)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -175,11 +214,11 @@ def stage_ends(L, pp):
 
 class GPT2(nn.Module):
     """state_dict() names are exactly Hugging Face GPT-2's (without the `transformer.` prefix)."""
-    def __init__(self, L, C, H, V, P):
+    def __init__(self, L, C, H, V, P, E=0, every=1):
         super().__init__()
         self.wte = nn.Embedding(V, C)
         self.wpe = nn.Embedding(P, C)
-        self.h = nn.ModuleList(Block(C, H) for _ in range(L))
+        self.h = nn.ModuleList(Block(C, H, E if E and (i + 1) % every == 0 else 0) for i in range(L))
         self.ln_f = nn.LayerNorm(C, eps=1e-5)
         self.wire_after = set()   # blocks after which a bfloat16 stage boundary lies (emulate_pipeline)
         self.wte_out = None       # the last stage's copy of wte (emulate_pipeline)
@@ -211,7 +250,11 @@ class GPT2(nn.Module):
         return self.ln_f(x) @ head.t()                                 # tied: the same parameter
 
 
-def expected_shapes(L, C, V, P):
+def moe_layers(model):
+    return [b.mlp for b in model.h if isinstance(b.mlp, MoE)]
+
+
+def expected_shapes(L, C, V, P, E=0, every=1):
     shapes = {"wte.weight": [V, C], "wpe.weight": [P, C], "ln_f.weight": [C], "ln_f.bias": [C]}
     for i in range(L):
         p = f"h.{i}."
@@ -219,9 +262,14 @@ def expected_shapes(L, C, V, P):
             shapes[p + ln + ".weight"] = [C]
             shapes[p + ln + ".bias"] = [C]
         shapes.update({p + "attn.c_attn.weight": [C, 3 * C], p + "attn.c_attn.bias": [3 * C],
-                       p + "attn.c_proj.weight": [C, C], p + "attn.c_proj.bias": [C],
-                       p + "mlp.c_fc.weight": [C, 4 * C], p + "mlp.c_fc.bias": [4 * C],
-                       p + "mlp.c_proj.weight": [4 * C, C], p + "mlp.c_proj.bias": [C]})
+                       p + "attn.c_proj.weight": [C, C], p + "attn.c_proj.bias": [C]})
+        mlps = [p + "mlp."]
+        if E and (i + 1) % every == 0:
+            shapes[p + "mlp.router.weight"] = [C, E]
+            mlps = [f"{p}mlp.experts.{e}." for e in range(E)]
+        for m in mlps:
+            shapes.update({m + "c_fc.weight": [C, 4 * C], m + "c_fc.bias": [4 * C],
+                           m + "c_proj.weight": [4 * C, C], m + "c_proj.bias": [C]})
     return shapes
 
 
@@ -249,7 +297,10 @@ def load_model(path, heads):
             raise RefError(f"{path}: __metadata__ n_head {meta['n_head']!r} is not an integer")
     if heads <= 0 or C % heads:
         raise RefError(f"{path}: hidden size {C} is not divisible by {heads} heads")
-    want = expected_shapes(L, C, V, P)
+    routers = sorted(int(m.group(1)) for n in tensors for m in [re.fullmatch(r"h\.(\d+)\.mlp\.router\.weight", n)] if m)
+    E = tensors[f"h.{routers[0]}.mlp.router.weight"].shape[1] if routers else 0
+    every = routers[0] + 1 if routers else 1
+    want = expected_shapes(L, C, V, P, E, every)
     for name, shape in want.items():
         if name not in tensors:
             raise RefError(f"{path}: tensor {name} is missing")
@@ -258,7 +309,7 @@ def load_model(path, heads):
     extra = sorted(set(tensors) - set(want))
     if extra:
         raise RefError(f"{path}: unexpected tensor {extra[0]}")
-    model = GPT2(L, C, heads, V, P)
+    model = GPT2(L, C, heads, V, P, E, every)
     model.load_state_dict(tensors, strict=True)
     return model, heads
 
@@ -273,7 +324,8 @@ def make_init(a):
     g = torch.Generator().manual_seed(a.seed)
     normal = lambda shape, std, mean=0.0: torch.randn(shape, generator=g) * std + mean
     out = {}
-    for name, shape in expected_shapes(L, C, V, P).items():               # insertion order is fixed
+    E, every = a.experts or 0, a.moe_every or 1
+    for name, shape in expected_shapes(L, C, V, P, E, every).items():     # insertion order is fixed
         if re.search(r"ln_\d\.weight$|ln_f\.weight$", name):
             out[name] = normal(shape, 0.1, 1.0)
         elif name.endswith("c_proj.weight"):
@@ -313,6 +365,32 @@ def batch(tokens, k, B, T):
     return x, y
 
 
+def replica_gradients(model, x, y, a):
+    """--dp D: each data-parallel replica's gradient from its B/D sequences (mpcomm train's split of the batch),
+    then their sum as mpcomm's data-parallel reduction makes it: with --comm-dtype bfloat16, bf16(Σ_r bf16(g_r))
+    summed in float32 in replica order. Returns the batch's mean cross-entropy."""
+    if a.batch % a.dp:
+        raise RefError(f"--batch {a.batch} is not divisible by --dp {a.dp}")
+    per, V = a.batch // a.dp, model.wte.weight.shape[0]
+    bf16 = a.comm_dtype == "bfloat16"
+    wire = (lambda g: g.to(torch.bfloat16).float()) if bf16 else (lambda g: g)
+    summed, loss = {}, 0.0
+    for r in range(a.dp):
+        xs, ys = x[r * per:(r + 1) * per], y[r * per:(r + 1) * per]
+        logits = model(xs)
+        ce = F.cross_entropy(logits.view(-1, V), ys.view(-1), reduction="sum") / (a.batch * a.seq)
+        aux = sum(moe.aux for moe in moe_layers(model)) * (per / a.batch)  # the replica's share of the mean
+        (ce + aux).backward()
+        loss += ce.item()
+        for name, param in model.named_parameters():
+            g = wire(param.grad if param.grad is not None else torch.zeros_like(param))
+            summed[name] = g.clone() if r == 0 else summed[name] + g
+            param.grad = None
+    for name, param in model.named_parameters():
+        param.grad = wire(summed[name])
+    return loss
+
+
 def train(a):
     model, heads = load_model(a.init_from, a.heads)
     V, P = model.wte.weight.shape[0], model.wpe.weight.shape[0]
@@ -336,17 +414,27 @@ def train(a):
         model.emulate_pipeline(a.pp)
     elif a.pp != 1:
         raise RefError("--pp only says where the bfloat16 casts go: give it with --comm-dtype bfloat16")
+    for moe in moe_layers(model):
+        moe.top_k, moe.aux_coef, moe.bf16 = a.top_k, a.aux_loss_coef, a.comm_dtype == "bfloat16"
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps,
                             weight_decay=a.weight_decay)
     for k in range(a.steps):
         x, y = batch(tokens, k, a.batch, a.seq)
         opt.zero_grad()
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, V), y.view(-1))
+        if a.dp == 1:
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, V), y.view(-1)).item()
+            objective = F.cross_entropy(logits.view(-1, V), y.view(-1))
+            objective = objective + sum(moe.aux for moe in moe_layers(model))  # the log shows the cross-entropy
+            objective.backward()
+            for param in model.parameters():                           # an expert no token reached: a zero
+                if param.grad is None:                                 # gradient, stepped like mpcomm's (not
+                    param.grad = torch.zeros_like(param)               # skipped, as AdamW skips None)
+        else:
+            loss = replica_gradients(model, x, y, a)
         if log is not None:
-            log.write(f'{{"step": {k}, "loss": {loss.item()!r}}}\n')
+            log.write(f'{{"step": {k}, "loss": {loss!r}}}\n')
             log.flush()
-        loss.backward()
         model.tie_gradients()
         opt.step()
     if log is not None:
@@ -373,10 +461,14 @@ def main():
     p.add_argument("--comm-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="bfloat16: the casts of mpcomm train --comm-dtype bfloat16 at the stage boundaries of --pp")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages whose boundaries carry bfloat16")
+    p.add_argument("--dp", type=int, default=1,
+                   help="data-parallel replicas: gradients per replica, summed as mpcomm's reduction (bfloat16 too)")
+    p.add_argument("--top-k", type=int, default=1, help="mixture of experts: experts per token")
+    p.add_argument("--aux-loss-coef", type=float, default=0.01, help="mixture of experts: load-balancing loss α")
     p.add_argument("--loss-log")
     p.add_argument("--save")
     p.add_argument("--make-init", metavar="OUT")
-    for name in ("--layers", "--hidden", "--vocab", "--positions", "--seed"):
+    for name in ("--layers", "--hidden", "--vocab", "--positions", "--seed", "--experts", "--moe-every"):
         p.add_argument(name, type=int)
     a = p.parse_args()                                                 # usage errors exit 2 too
     torch.set_num_threads(1)

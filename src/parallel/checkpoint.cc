@@ -51,6 +51,22 @@ GPTConfig checkpoint_config(const SafetensorsFile& file) {
     if (std::regex_match(n, m, layer)) layers.insert(std::stoi(m[1]));
   }
   c.layers = static_cast<int>(layers.size());
+  // Mixture of experts: the layers with a router; its columns are the experts. The first such layer gives the
+  // period (check_checkpoint then finds any layer out of it).
+  static const std::regex router(R"(h\.(\d+)\.mlp\.router\.weight)");
+  int first_moe = -1;
+  for (const auto& [n, name] : names) {
+    std::smatch m;
+    if (!std::regex_match(n, m, router)) continue;
+    const int layer = std::stoi(m[1]);
+    if (first_moe < 0 || layer < first_moe) first_moe = layer;
+    const auto& s = file.info(name).shape;
+    if (s.size() != 2)
+      throw InvalidArgument("checkpoint " + file.path() + ": '" + n + "' has shape " + shape_str(s) +
+                            ", want [hidden, experts]");
+    c.experts = static_cast<int>(s[1]);
+  }
+  if (first_moe >= 0) c.moe_every = first_moe + 1;
   auto it = file.metadata().find("n_head");
   c.heads = 0;
   if (it != file.metadata().end()) {
@@ -101,7 +117,11 @@ void save_model(ParallelGroups& g, const std::vector<ShardLayout>& chunks, const
   const int V = static_cast<int>(chunks.size());
   size_t mine = 0;
   for (const auto& l : chunks) mine += l.total();
-  if (g.me.dp == 0 && world.rank() != 0) world.send(params, mine, DataType::float32, 0, kTag);
+  // Replica 0 sends everything; with expert parallelism the other expert-parallel ranks of its expert group (the
+  // next ep - 1 data-parallel ranks) send their experts too (the tensor-parallel ranks hold the same experts).
+  const int ep = chunks.front().ep();
+  const bool sends_experts = g.me.dp > 0 && g.me.dp < ep && g.me.tp == 0;
+  if ((g.me.dp == 0 || sends_experts) && world.rank() != 0) world.send(params, mine, DataType::float32, 0, kTag);
   if (world.rank() != 0) return;
   const GPTConfig& cfg = chunks.front().config();
   std::map<std::string, std::vector<float>> full;
@@ -111,37 +131,41 @@ void save_model(ParallelGroups& g, const std::vector<ShardLayout>& chunks, const
     full[name].resize(n);
   }
   for (int pp = 0; pp < g.dims.pp; ++pp)
-    for (int tp = 0; tp < g.dims.tp; ++tp) {
-      int src = rank_of({tp, pp, 0}, g.dims);
-      std::vector<ShardLayout> theirs;
-      size_t total = 0;
-      for (int v = 0; v < V; ++v) {
-        theirs.emplace_back(cfg, g.dims.tp, tp, g.dims.pp * V, v * g.dims.pp + pp);
-        total += theirs.back().total();
+    for (int tp = 0; tp < g.dims.tp; ++tp)
+      for (int e = 0; e < (tp == 0 ? ep : 1); ++e) {
+        int src = rank_of({tp, pp, e}, g.dims);
+        std::vector<ShardLayout> theirs;
+        size_t total = 0;
+        for (int v = 0; v < V; ++v) {
+          theirs.emplace_back(cfg, g.dims.tp, tp, g.dims.pp * V, v * g.dims.pp + pp, ep, e);
+          total += theirs.back().total();
+        }
+        std::vector<float> buf;
+        const float* shard = params;
+        if (src != 0) {
+          buf.resize(total);
+          world.recv(buf.data(), buf.size(), DataType::float32, src, kTag);
+          shard = buf.data();
+        }
+        for (const auto& chunk : theirs) {
+          for (const auto& p : chunk.params())
+            if (e == 0 || p.expert)
+              for (const auto& s : chunk.segments(p))
+                std::copy_n(shard + p.offset + s.local_offset, s.len, full[p.name].data() + s.full_offset);
+          shard += chunk.total();
+        }
       }
-      std::vector<float> buf;
-      const float* shard = params;
-      if (src != 0) {
-        buf.resize(total);
-        world.recv(buf.data(), buf.size(), DataType::float32, src, kTag);
-        shard = buf.data();
-      }
-      for (const auto& chunk : theirs) {
-        for (const auto& p : chunk.params())
-          for (const auto& s : chunk.segments(p))
-            std::copy_n(shard + p.offset + s.local_offset, s.len, full[p.name].data() + s.full_offset);
-        shard += chunk.total();
-      }
-    }
   std::vector<TensorToWrite> tensors;
   for (const auto& [name, shape] : full_model_tensors(cfg)) tensors.push_back({name, shape, full[name].data()});
-  write_safetensors(path, tensors,
-                    {{"format", "pt"},
-                     {"n_head", std::to_string(cfg.heads)},
-                     {"n_layer", std::to_string(cfg.layers)},
-                     {"n_embd", std::to_string(cfg.hidden)},
-                     {"n_positions", std::to_string(cfg.positions)},
-                     {"vocab_size", std::to_string(cfg.vocab)}});
+  std::map<std::string, std::string> meta{{"format", "pt"},
+                                          {"n_head", std::to_string(cfg.heads)},
+                                          {"n_layer", std::to_string(cfg.layers)},
+                                          {"n_embd", std::to_string(cfg.hidden)},
+                                          {"n_positions", std::to_string(cfg.positions)},
+                                          {"vocab_size", std::to_string(cfg.vocab)}};
+  if (cfg.experts > 0)
+    meta["n_experts"] = std::to_string(cfg.experts), meta["moe_every"] = std::to_string(cfg.moe_every);
+  write_safetensors(path, tensors, meta);
 }
 
 }  // namespace mpcomm::parallel

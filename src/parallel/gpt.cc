@@ -28,6 +28,7 @@ struct GPTStage::Activations {
     std::vector<float> ln2, ln2_mean, ln2_rstd;  // [R,C], [R], [R]
     std::vector<float> fch, fch_gelu;            // [N,4Cl]
     std::vector<float> res3;                     // [R,C] the block's output
+    MoELayer::Saved moe;                         // mixture of experts, in place of fch
   };
   std::vector<Layer> layers;
   std::vector<float> lnf, lnf_mean, lnf_rstd;  // last stage, [R,C], [R], [R]
@@ -36,7 +37,7 @@ struct GPTStage::Activations {
 };
 
 GPTStage::GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* params, float* grads, size_t B, size_t T,
-                   bool sequence_parallel)
+                   bool sequence_parallel, const MoEConfig& moe)
     : layout_(layout),
       tp_(tp),
       B_(B),
@@ -58,6 +59,44 @@ GPTStage::GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* p
   auto g = [&](const std::string& n) { return grads + layout.at(n).offset; };
   for (int i = st.first_layer; i < st.end_layer; ++i) {
     std::string h = "h." + std::to_string(i) + ".";
+    if (cfg.is_moe(i)) {
+      std::vector<ExpertWeights> experts;
+      for (int e = layout.first_expert(); e < layout.first_expert() + layout.local_experts(); ++e) {
+        const std::string x = expert_prefix(i, e);
+        experts.push_back({p(x + "c_fc.weight"), p(x + "c_fc.bias"), p(x + "c_proj.weight"), p(x + "c_proj.bias"),
+                           g(x + "c_fc.weight"), g(x + "c_fc.bias"), g(x + "c_proj.weight"), g(x + "c_proj.bias")});
+      }
+      MoEConfig mc = moe;
+      mc.rows_tp = sp_ ? &tp_ : nullptr;
+      moe_.push_back(std::make_unique<MoELayer>(mc, C_, p(router_name(i)), g(router_name(i)), std::move(experts)));
+      Block b{p(h + "ln_1.weight"),
+              p(h + "ln_1.bias"),
+              p(h + "attn.c_attn.weight"),
+              p(h + "attn.c_attn.bias"),
+              p(h + "attn.c_proj.weight"),
+              p(h + "attn.c_proj.bias"),
+              p(h + "ln_2.weight"),
+              p(h + "ln_2.bias"),
+              nullptr,
+              nullptr,
+              nullptr,
+              nullptr,
+              g(h + "ln_1.weight"),
+              g(h + "ln_1.bias"),
+              g(h + "attn.c_attn.weight"),
+              g(h + "attn.c_attn.bias"),
+              g(h + "attn.c_proj.weight"),
+              g(h + "attn.c_proj.bias"),
+              g(h + "ln_2.weight"),
+              g(h + "ln_2.bias"),
+              nullptr,
+              nullptr,
+              nullptr,
+              nullptr};
+      blocks_.push_back(b);
+      continue;
+    }
+    moe_.push_back(nullptr);
     Block b{p(h + "ln_1.weight"), p(h + "ln_1.bias"), p(h + "attn.c_attn.weight"), p(h + "attn.c_attn.bias"),
             p(h + "attn.c_proj.weight"), p(h + "attn.c_proj.bias"), p(h + "ln_2.weight"), p(h + "ln_2.bias"),
             p(h + "mlp.c_fc.weight"), p(h + "mlp.c_fc.bias"), p(h + "mlp.c_proj.weight"), p(h + "mlp.c_proj.bias"),
@@ -100,9 +139,17 @@ std::vector<std::string> GPTStage::partial_gradient_params() const {
   const auto& st = layout_.stage();
   for (int i = st.first_layer; i < st.end_layer; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
-    for (const char* n :
-         {"ln_1.weight", "ln_1.bias", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_proj.bias"})
+    for (const char* n : {"ln_1.weight", "ln_1.bias", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias"})
       out.push_back(h + n);
+    if (!layout_.config().is_moe(i)) {
+      out.push_back(h + "mlp.c_proj.bias");
+      continue;
+    }
+    // a mixture of experts works on the rank's rows only: every one of its gradients is partial
+    out.push_back(router_name(i));
+    for (int e = layout_.first_expert(); e < layout_.first_expert() + layout_.local_experts(); ++e)
+      for (const char* n : {"c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias"})
+        out.push_back(expert_prefix(i, e) + n);
   }
   if (st.last) out.insert(out.end(), {"ln_f.weight", "ln_f.bias"});
   return out;
@@ -161,6 +208,14 @@ void GPTStage::block_forward(const Block& b, Activations& a, size_t l, const flo
   accumulate(L.res2.data(), x, R * C);
   // MLP
   layernorm_forward(L.ln2.data(), L.ln2_mean.data(), L.ln2_rstd.data(), L.res2.data(), b.ln2_w, b.ln2_b, R, C);
+  if (moe_[l]) {  // on the rows this rank holds: no tensor-parallel traffic
+    const double aux = moe_[l]->forward(L.moe, L.res3.data(), L.ln2.data(), R, row0_, T_);
+    if (tp_.rank() == 0) aux_loss_ += aux;  // the same on every tensor-parallel rank
+    routing_.push_back(L.moe.expert_tokens);
+    L.fch.clear(), L.fch_gelu.clear();
+    accumulate(L.res3.data(), L.res2.data(), R * C);
+    return;
+  }
   ColumnParallelLinear::forward(L.fch.data(), column_input(L.ln2, L.ln2_full), b.fc_w, b.fc_b, N, C, 4 * Cl);
   gelu_forward(L.fch_gelu.data(), L.fch.data(), N * 4 * Cl);
   row_forward(L.res3.data(), L.fch_gelu.data(), b.fcproj_w, b.fcproj_b, 4 * Cl);
@@ -177,9 +232,13 @@ void GPTStage::block_backward(const Block& b, Activations& a, size_t l, const fl
   const float* ln1_in = sp_ ? L.ln1_full.data() : L.ln1.data();
   const float* ln2_in = sp_ ? L.ln2_full.data() : L.ln2.data();
   // MLP: res3 = res2 + mlp(ln_2(res2)); the residual passes dx through unchanged
-  row_backward(dfch_gelu, b.dfcproj_w, b.dfcproj_b, dx, L.fch_gelu.data(), b.fcproj_w, 4 * Cl);
-  gelu_backward(dfch, L.fch.data(), dfch_gelu, N * 4 * Cl);
-  column_backward(dln, b.dfc_w, b.dfc_b, dfch, ln2_in, b.fc_w, 4 * Cl);
+  if (moe_[l]) {
+    moe_[l]->backward(L.moe, dln, dx, L.ln2.data(), moe_loss_scale_);
+  } else {
+    row_backward(dfch_gelu, b.dfcproj_w, b.dfcproj_b, dx, L.fch_gelu.data(), b.fcproj_w, 4 * Cl);
+    gelu_backward(dfch, L.fch.data(), dfch_gelu, N * 4 * Cl);
+    column_backward(dln, b.dfc_w, b.dfc_b, dfch, ln2_in, b.fc_w, 4 * Cl);
+  }
   layernorm_backward(dx, b.dln2_w, b.dln2_b, dln, L.res2.data(), b.ln2_w, L.ln2_mean.data(), L.ln2_rstd.data(), R, C);
   // attention: res2 = x + attn(ln_1(x))
   float* datty = dbuf_ncl_.data();
@@ -244,6 +303,7 @@ const float* GPTStage::backward(int micro, const float* dout, float loss_scale,
   Activations& a = *it->second;
   const size_t N = N_, R = R_, C = C_;
   float* dx = dx_.data();
+  moe_loss_scale_ = loss_scale;
   const float* stage_out = a.layers.empty() ? a.input.data() : a.layers.back().res3.data();
   if (st.last) {
     const size_t Vl = static_cast<size_t>(vocab_.rows);

@@ -5,6 +5,7 @@
 //   every stage:  for each of its blocks:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
 //                   attn = RowParallel(c_proj, attention(ColumnParallel(c_attn, ·)))
 //                   mlp  = RowParallel(c_proj, gelu(ColumnParallel(c_fc, ·)))
+//                          or, in a mixture-of-experts layer, MoELayer (moe.h) on the rows this rank holds
 //   last stage:   loss = VocabParallelCrossEntropy(ParallelLMHead(ln_f(x)), targets)
 // B is the micro-batch (sequences), T the sequence length, N = B*T rows.
 // With sequence parallelism (tp_layers.h) the stage's input and output, the LayerNorms and the residual
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "parallel/layout.h"
+#include "parallel/moe.h"
 #include "parallel/tp_layers.h"
 
 namespace mpcomm::parallel {
@@ -28,7 +30,7 @@ class GPTStage {
   // params and grads are this rank's flat buffers (layout.total() floats each); the stage reads and
   // accumulates into them but does not own them.
   GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* params, float* grads, size_t B, size_t T,
-           bool sequence_parallel = false);
+           bool sequence_parallel = false, const MoEConfig& moe = {});
   ~GPTStage();
 
   // Forward of micro-batch `micro`. `input` is the previous stage's output [N,C] (ignored on the first
@@ -56,6 +58,10 @@ class GPTStage {
   // Parameters replicated across the tensor-parallel ranks whose gradient, under sequence parallelism, each
   // rank has from its own rows only: the trainer sums them over the tensor-parallel group.
   std::vector<std::string> partial_gradient_params() const;
+  // Mixture of experts: the load-balancing loss of the forwards so far (this rank's sequences), and for each
+  // MoE layer's forward, in the order they ran, how many of this rank's token assignments went to each expert.
+  double aux_loss() const { return aux_loss_; }
+  const std::vector<std::vector<int64_t>>& routing() const { return routing_; }
 
  private:
   struct Activations;
@@ -75,6 +81,10 @@ class GPTStage {
   size_t R_, row0_;  // rows this rank holds between layers, and the first of them
   VocabShard vocab_;
   std::vector<Block> blocks_;
+  std::vector<std::unique_ptr<MoELayer>> moe_;  // per block: its mixture of experts, or null
+  double aux_loss_ = 0;
+  float moe_loss_scale_ = 0;  // the running backward's
+  std::vector<std::vector<int64_t>> routing_;
   const float *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   float *dwte_ = nullptr, *dwpe_ = nullptr, *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
   std::map<int, std::unique_ptr<Activations>> acts_;

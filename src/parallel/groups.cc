@@ -27,6 +27,14 @@ ParallelGroups ParallelGroups::create(Communicator& world, const ParallelDims& d
   g.tp = world.split(g.me.dp + dims.dp * g.me.pp, g.me.tp);
   g.pp = world.split(g.me.tp + dims.tp * g.me.dp, g.me.pp);
   g.dp = world.split(g.me.tp + dims.tp * g.me.pp, g.me.dp);
+  if (dims.ep > 1) {
+    if (dims.dp % dims.ep != 0)
+      throw InvalidArgument("parallel groups: expert parallelism " + std::to_string(dims.ep) +
+                            " does not divide data parallelism " + std::to_string(dims.dp));
+    const int blocks = dims.dp / dims.ep, block = g.me.dp / dims.ep, slot = g.me.dp % dims.ep;
+    g.ep = world.split(g.me.tp + dims.tp * (block + blocks * g.me.pp), slot);
+    g.edp = world.split(g.me.tp + dims.tp * (slot + dims.ep * g.me.pp), block);
+  }
   return g;
 }
 

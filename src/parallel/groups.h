@@ -12,8 +12,10 @@
 
 namespace mpcomm::parallel {
 
+// ep: expert parallelism, carved out of data parallelism: the data-parallel ranks form groups of ep consecutive
+// ranks, which share their experts (expert-parallel rank = dp rank % ep); ep divides dp.
 struct ParallelDims {
-  int tp = 1, pp = 1, dp = 1;
+  int tp = 1, pp = 1, dp = 1, ep = 1;
   int world() const { return tp * pp * dp; }
 };
 
@@ -39,6 +41,9 @@ struct ParallelGroups {
   std::unique_ptr<Communicator> tp;  // same pp and dp: all-reduces inside layers
   std::unique_ptr<Communicator> pp;  // same tp and dp: activations and gradients between stages
   std::unique_ptr<Communicator> dp;  // same tp and pp: gradient all-reduce
+  // With ep > 1 (else null): the expert-parallel group (same tp, pp and dp / ep: tokens to their experts by
+  // all-to-all), and the ranks holding the same experts (same tp, pp and dp % ep: the experts' gradient sum).
+  std::unique_ptr<Communicator> ep, edp;
 
   // Collective over `world`: every rank calls it with the same dims. Throws InvalidArgument when
   // tp*pp*dp differs from the world's size.

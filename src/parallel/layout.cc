@@ -35,17 +35,39 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> full_model_tensors(con
     t.push_back({h + "attn.c_proj.bias", {C}});
     t.push_back({h + "ln_2.weight", {C}});
     t.push_back({h + "ln_2.bias", {C}});
-    t.push_back({h + "mlp.c_fc.weight", {C, 4 * C}});
-    t.push_back({h + "mlp.c_fc.bias", {4 * C}});
-    t.push_back({h + "mlp.c_proj.weight", {4 * C, C}});
-    t.push_back({h + "mlp.c_proj.bias", {C}});
+    if (!c.is_moe(i)) {
+      t.push_back({h + "mlp.c_fc.weight", {C, 4 * C}});
+      t.push_back({h + "mlp.c_fc.bias", {4 * C}});
+      t.push_back({h + "mlp.c_proj.weight", {4 * C, C}});
+      t.push_back({h + "mlp.c_proj.bias", {C}});
+      continue;
+    }
+    t.push_back({router_name(i), {C, c.experts}});
+    for (int e = 0; e < c.experts; ++e) {
+      const std::string x = expert_prefix(i, e);
+      t.push_back({x + "c_fc.weight", {C, 4 * C}});
+      t.push_back({x + "c_fc.bias", {4 * C}});
+      t.push_back({x + "c_proj.weight", {4 * C, C}});
+      t.push_back({x + "c_proj.bias", {C}});
+    }
   }
   t.push_back({"ln_f.weight", {C}});
   t.push_back({"ln_f.bias", {C}});
   return t;
 }
 
+std::string router_name(int layer) { return "h." + std::to_string(layer) + ".mlp.router.weight"; }
+std::string expert_prefix(int layer, int expert) {
+  return "h." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) + ".";
+}
+
 namespace {
+
+// The expert of "h.<i>.mlp.experts.<e>.…", or -1.
+int expert_of(const std::string& name) {
+  const auto at = name.find(".mlp.experts.");
+  return at == std::string::npos ? -1 : std::stoi(name.substr(at + 13));
+}
 
 Split split_of(const std::string& name) {
   auto ends = [&](const char* s) {
@@ -53,6 +75,7 @@ Split split_of(const std::string& name) {
     return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
   };
   if (name == "wte.weight") return Split::vocab_rows;
+  if (expert_of(name) >= 0 || ends(".mlp.router.weight")) return Split::replicated;
   if (ends("attn.c_attn.weight") || ends("attn.c_attn.bias")) return Split::qkv_cols;
   if (ends("mlp.c_fc.weight") || ends("mlp.c_fc.bias")) return Split::cols;
   if (ends("attn.c_proj.weight") || ends("mlp.c_proj.weight")) return Split::rows;
@@ -67,15 +90,22 @@ int layer_of(const std::string& name) {
 
 }  // namespace
 
-ShardLayout::ShardLayout(const GPTConfig& cfg, int tp, int tp_rank, int pp, int pp_rank)
-    : cfg_(cfg), tp_(tp), tp_rank_(tp_rank), stage_(stage_range(cfg.layers, pp, pp_rank)) {
-  for (auto& [name, shape] : full_model_tensors(cfg)) {
-    int layer = layer_of(name);
-    bool held = layer >= 0 ? (layer >= stage_.first_layer && layer < stage_.end_layer)
-                : name == "wte.weight" ? (stage_.first || stage_.last)
-                : name == "wpe.weight" ? stage_.first
-                                       : stage_.last;  // ln_f
-    if (held) add(name, shape, split_of(name));
+ShardLayout::ShardLayout(const GPTConfig& cfg, int tp, int tp_rank, int pp, int pp_rank, int ep, int ep_rank)
+    : cfg_(cfg), tp_(tp), tp_rank_(tp_rank), ep_(ep), ep_rank_(ep_rank), stage_(stage_range(cfg.layers, pp, pp_rank)) {
+  const auto all = full_model_tensors(cfg);
+  for (bool experts : {false, true}) {
+    for (auto& [name, shape] : all) {
+      const int layer = layer_of(name), expert = expert_of(name);
+      if ((expert >= 0) != experts) continue;
+      bool held = layer >= 0             ? (layer >= stage_.first_layer && layer < stage_.end_layer)
+                  : name == "wte.weight" ? (stage_.first || stage_.last)
+                  : name == "wpe.weight" ? stage_.first
+                                         : stage_.last;  // ln_f
+      if (expert >= 0) held = held && expert >= first_expert() && expert < first_expert() + local_experts();
+      if (held) add(name, shape, split_of(name));
+      if (held && experts) params_.back().expert = true;
+    }
+    if (!experts) dense_total_ = total_;
   }
 }
 

@@ -58,6 +58,8 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
   if (c.sequence_parallel && (c.batch / (d.dp * c.micro_batches) * c.seq) % d.tp != 0)
     bad("--sequence-parallel: a micro-batch's " + std::to_string(c.batch / (d.dp * c.micro_batches) * c.seq) +
         " tokens (--batch / (--dp × --micro-batches) × --seq) do not split evenly over --tp " + std::to_string(d.tp));
+  if (c.experts < 0 || c.moe_every < 1 || d.ep < 1)
+    bad("--experts must not be negative, --moe-every and --expert-parallel at least 1");
   if (c.zero == 1 && d.dp == 1)
     bad("--zero 1 shards the optimizer over the data-parallel ranks, and --dp is 1: give --dp 2 or more");
 
@@ -86,13 +88,21 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
     if (m.heads == 0) m.heads = c.heads;
     if (m.heads == 0) bad("the checkpoint " + c.init_from + " does not say its heads (metadata n_head): give --heads");
     if (c.vocab != 0) agree(c.vocab, m.vocab, "vocab");
+    agree(c.experts, m.experts, "experts");
+    if (m.experts > 0 && c.moe_every != 1) agree(c.moe_every, m.moe_every, "moe-every");
+    c.experts = m.experts;  // a mixture-of-experts checkpoint: its experts, the flags' routing
   } else {
     m.layers = c.layers ? c.layers : 4;
     m.hidden = c.hidden ? c.hidden : 128;
     m.heads = c.heads ? c.heads : 4;
     m.vocab = c.vocab ? c.vocab : r.data->vocab_needed();
     m.positions = c.seq;
+    m.experts = c.experts;
+    m.moe_every = c.moe_every;
   }
+  if (m.experts > 0 && m.moe_every > m.layers)
+    bad("--moe-every " + std::to_string(m.moe_every) + " leaves none of the " + std::to_string(m.layers) +
+        " layers a mixture of experts");
   if (m.layers < 1 || m.hidden < 1 || m.heads < 1) bad("--layers, --hidden and --heads must be at least 1");
   if (m.hidden % m.heads != 0)
     bad("--hidden " + std::to_string(m.hidden) + " is not divisible by --heads " + std::to_string(m.heads));
@@ -113,7 +123,22 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
     bad("training data " + r.data->path() + " has " + std::to_string(r.data->size()) + " tokens; --seq " +
         std::to_string(c.seq) + " needs at least " + std::to_string(c.seq + 2));
   if (r.checkpoint) check_checkpoint(*r.checkpoint, m);
-  c.layers = m.layers, c.hidden = m.hidden, c.heads = m.heads;
+  // mixture of experts
+  if (c.experts == 0 && d.ep != 1) bad("--expert-parallel " + std::to_string(d.ep) + " needs --experts");
+  if (c.experts > 0) {
+    if (c.top_k < 1 || c.top_k > c.experts)
+      bad("--top-k " + std::to_string(c.top_k) + " must be in 1..--experts " + std::to_string(c.experts));
+    if (d.dp % d.ep != 0)
+      bad("--expert-parallel " + std::to_string(d.ep) +
+          " takes its ranks from the data-parallel ones: it must divide --dp " + std::to_string(d.dp));
+    if (c.experts % d.ep != 0)
+      bad("--experts " + std::to_string(c.experts) + " is not divisible by --expert-parallel " + std::to_string(d.ep) +
+          " ranks");
+    if (c.zero != 0) bad("--zero 1 with --experts is not supported: the experts' optimizer state is not sharded yet");
+    if (!(c.aux_loss_coef >= 0)) bad("--aux-loss-coef must not be negative");
+  }
+
+  c.layers = m.layers, c.hidden = m.hidden, c.heads = m.heads, c.moe_every = m.moe_every;
   return r;
 }
 
@@ -139,7 +164,11 @@ std::vector<double> RankStats::to_vector() const {
           params,
           tp_spent,
           pp_spent,
-          dp_spent};
+          dp_spent,
+          ep.seconds,
+          double(ep.bytes),
+          double(ep.calls),
+          aux_loss};
 }
 
 RankStats RankStats::from_vector(const double* v) {
@@ -148,6 +177,7 @@ RankStats RankStats::from_vector(const double* v) {
   s.tp = meter(v), s.pp = meter(v + 3), s.dp = meter(v + 6), s.embedding = meter(v + 9);
   s.pp_wait_s = v[12], s.step_s = v[13], s.optimizer_bytes = v[14], s.params = v[15];
   s.tp_spent = v[16], s.pp_spent = v[17], s.dp_spent = v[18];
+  s.ep = meter(v + 19), s.aux_loss = v[22];
   return s;
 }
 

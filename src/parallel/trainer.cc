@@ -44,7 +44,9 @@ int chunks_of(const TrainConfig& c) {
 std::vector<ShardLayout> make_layouts(const ResolvedRun& run, const ParallelGroups& g) {
   const int V = chunks_of(run.cfg);
   std::vector<ShardLayout> out;
-  for (int v = 0; v < V; ++v) out.emplace_back(run.model, g.dims.tp, g.me.tp, g.dims.pp * V, v * g.dims.pp + g.me.pp);
+  for (int v = 0; v < V; ++v)
+    out.emplace_back(run.model, g.dims.tp, g.me.tp, g.dims.pp * V, v * g.dims.pp + g.me.pp, g.dims.ep,
+                     g.me.dp % g.dims.ep);
   return out;
 }
 
@@ -56,15 +58,36 @@ std::vector<size_t> make_bases(const std::vector<ShardLayout>& layouts) {
   return out;
 }
 
-std::vector<std::pair<size_t, size_t>> make_buckets(size_t n, const TrainConfig& c) {
+using Ranges = std::vector<std::pair<size_t, size_t>>;
+
+// The parts of the flat buffers summed over all data-parallel ranks (dense: every parameter but the experts,
+// and ZeRO's padding) and those summed over the ranks holding the same experts.
+Ranges dense_ranges(const std::vector<ShardLayout>& layouts, const std::vector<size_t>& bases, size_t n) {
+  if (layouts.front().config().experts == 0) return {{0, n}};
+  Ranges out;
+  for (size_t v = 0; v < layouts.size(); ++v) out.push_back({bases[v], bases[v] + layouts[v].dense_total()});
+  return out;
+}
+
+Ranges expert_ranges(const std::vector<ShardLayout>& layouts, const std::vector<size_t>& bases) {
+  Ranges out;
+  for (size_t v = 0; v < layouts.size(); ++v)
+    if (layouts[v].dense_total() < layouts[v].total())
+      out.push_back({bases[v] + layouts[v].dense_total(), bases[v + 1]});
+  return out;
+}
+
+// Buckets over the dense ranges, from the end of the buffer back (the last layers' gradients are final first).
+Ranges make_buckets(const Ranges& dense, const TrainConfig& c) {
   size_t bucket = std::max<size_t>(1, static_cast<size_t>(c.bucket_mb * 1048576.0 / sizeof(float)));
   if (c.zero) bucket = round_up(bucket, static_cast<size_t>(c.dims.dp));
-  std::vector<std::pair<size_t, size_t>> out;
-  for (size_t end = n; end > 0;) {
-    const size_t begin = end > bucket ? end - bucket : 0;
-    out.push_back({begin, end});
-    end = begin;
-  }
+  Ranges out;
+  for (size_t r = dense.size(); r-- > 0;)
+    for (size_t end = dense[r].second; end > dense[r].first;) {
+      const size_t begin = end - dense[r].first > bucket ? end - bucket : dense[r].first;
+      out.push_back({begin, end});
+      end = begin;
+    }
   return out;
 }
 
@@ -77,7 +100,8 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
       bases_(make_bases(layouts_)),
       params_(buffer_length(bases_.back(), run.cfg)),
       grads_(params_.size()),
-      buckets_(make_buckets(params_.size(), run.cfg)),
+      buckets_(make_buckets(dense_ranges(layouts_, bases_, params_.size()), run.cfg)),
+      expert_ranges_(expert_ranges(layouts_, bases_)),
       adamw_(run.cfg.zero ? params_.size() / static_cast<size_t>(groups.dims.dp) : params_.size(), run.cfg.adamw),
       tp_(groups.tp.get()) {
   const auto& c = run_.cfg;
@@ -86,6 +110,7 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
   stats_.optimizer_bytes = static_cast<double>(adamw_.state_bytes());
   stats_.params = static_cast<double>(bases_.back());
   micro_seqs_ = static_cast<size_t>(c.batch / (c.dims.dp * c.micro_batches));
+  const MoEConfig moe{c.experts, c.top_k, static_cast<float>(c.aux_loss_coef), g_.ep.get(), &stats_.ep, wire_};
   for (size_t v = 0; v < layouts_.size(); ++v) {
     if (run_.checkpoint)
       load_shard(*run_.checkpoint, layouts_[v], params_.data() + bases_[v]);
@@ -93,7 +118,7 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
       init_params(layouts_[v], c.seed, params_.data() + bases_[v]);
     stages_.push_back(std::make_unique<GPTStage>(layouts_[v], tp_, params_.data() + bases_[v],
                                                  grads_.data() + bases_[v], micro_seqs_, static_cast<size_t>(c.seq),
-                                                 c.sequence_parallel));
+                                                 c.sequence_parallel, moe));
   }
   schedule_ = pipeline_schedule(parse_schedule(c.schedule), g_.me.pp, g_.dims.pp, c.micro_batches,
                                 static_cast<int>(layouts_.size()));
@@ -202,7 +227,8 @@ void Trainer::run_schedule(int k, double* loss_sum) {
                          traced ? "\"micro\":" + std::to_string(m) + ",\"chunk\":" + std::to_string(v) : "");
         const float* dout = received_grad.count(key) ? received_grad[key].data() : nullptr;
         // The frontier of final gradients is one buffer's: with several chunks every bucket waits for the end.
-        const bool hook = c.overlap && V == 1 && m == last_micro;
+        // The experts sit at the buffer's end, apart from their layers: with experts too.
+        const bool hook = c.overlap && V == 1 && c.experts == 0 && m == last_micro;
         const float* din = stage.backward(m, dout, loss_scale, hook ? &on_final : nullptr);
         received_grad.erase(key);
         if (din != nullptr) sending_grad[key].assign(din, din + R * C);
@@ -300,6 +326,24 @@ void Trainer::update_and_gather() {
   }
 }
 
+void Trainer::reduce_experts() {
+  Communicator* holders = g_.edp ? g_.edp.get() : g_.dp.get();
+  for (auto [begin, end] : expert_ranges_) {
+    if (holders->size() > 1) {
+      auto t0 = Clock::now();
+      wire_.allreduce_sum(*holders, grads_.data() + begin, end - begin);  // as the other gradients travel
+      stats_.dp.seconds += since(t0), stats_.dp.bytes += wire_.bytes(end - begin), stats_.dp.calls++;
+    }
+    if (g_.dims.dp > 1) owned_.push_back({begin, end});  // with dp 1, finish_buckets owns the whole buffer
+  }
+}
+
+std::vector<std::vector<int64_t>> Trainer::routing() const {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& st : stages_) out.insert(out.end(), st->routing().begin(), st->routing().end());
+  return out;
+}
+
 void Trainer::sync_sequence_parallel_gradients() {
   std::vector<std::string> names;
   for (const auto& st : stages_) {
@@ -366,6 +410,7 @@ double Trainer::step(int k) {
   }
   launch_buckets(0);
   finish_buckets();
+  reduce_experts();
   sync_sequence_parallel_gradients();
   if (!c.zero) sync_tied_embedding();
   // The loss lives on the last stage; its data-parallel ranks each hold their sequences' share.
@@ -382,6 +427,8 @@ double Trainer::step(int k) {
     adamw_.step(params_.data(), grads_.data());
   }
   stats_.tp = tp_.meter;
+  stats_.aux_loss = 0;
+  for (const auto& st : stages_) stats_.aux_loss += st->aux_loss();
   stats_.step_s += since(t0);
   return loss_sum / (static_cast<double>(c.batch) * c.seq);
 }

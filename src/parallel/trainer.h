@@ -60,6 +60,11 @@ struct TrainConfig {
   std::string comm_dtype = "float32";
   // --schedule interleaved: the model chunks each rank holds (virtual stage v·pp + rank for chunk v).
   int virtual_stages = 1;
+  // Mixture of experts (moe.h): 0, or the experts of every moe_every-th layer's MLP, each token going to its
+  // top_k; the experts are spread over dims.ep ranks taken from the data-parallel ones. aux_loss_coef: α of the
+  // load-balancing loss.
+  int experts = 0, top_k = 1, moe_every = 1;
+  double aux_loss_coef = 0.01;
   // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
   // steps, written here by world rank 0 at the end. Empty: none.
   std::string trace;
@@ -84,7 +89,7 @@ ResolvedRun resolve(const TrainConfig& cfg, int world_size);
 struct RankStats {
   // Time the trainer waited (exposed), bytes and calls: tensor-parallel collectives, pipeline p2p,
   // data-parallel reductions, tied wte.
-  CommMeter tp, pp, dp, embedding;
+  CommMeter tp, pp, dp, embedding, ep;  // ep: the mixture of experts' all-to-alls
   // Time the ops of each group ran, start to end, as the library measured them (Communicator::stats):
   // more than the exposed time where ops ran behind compute. Pipeline: its sends only (its receives are
   // posted at the start of the step and mostly wait for the neighbour).
@@ -95,7 +100,8 @@ struct RankStats {
   double params = 0;                // the rank's parameters (its tp and pp shard)
   std::vector<double> to_vector() const;
   static RankStats from_vector(const double* v);
-  static constexpr int kFields = 19;
+  double aux_loss = 0;  // the load-balancing loss of the rank's sequences, all steps
+  static constexpr int kFields = 23;
 };
 
 class Trainer {
@@ -112,6 +118,9 @@ class Trainer {
   void set_spent(double tp, double pp, double dp) { stats_.tp_spent = tp, stats_.pp_spent = pp, stats_.dp_spent = dp; }
   // The rank's first model chunk (its only one unless the schedule is interleaved).
   const ShardLayout& layout() const { return layouts_.front(); }
+  // Mixture of experts: per MoE layer forward of every chunk, in the order they ran, this rank's assignments
+  // per expert (GPTStage::routing).
+  std::vector<std::vector<int64_t>> routing() const;
   const std::vector<float>& params() const { return params_; }
 
  private:
@@ -127,6 +136,8 @@ class Trainer {
   // Sequence parallelism: the gradients of the LayerNorms and the row-parallel biases summed over the
   // tensor-parallel ranks (each computed them from its own rows), where this rank holds reduced gradients.
   void sync_sequence_parallel_gradients();
+  // Mixture of experts: the rank's experts' gradients summed over the ranks holding the same experts.
+  void reduce_experts();
 
   ResolvedRun run_;
   ParallelGroups& g_;
@@ -137,6 +148,7 @@ class Trainer {
   // Data-parallel buckets [begin, end) of the flat buffers, the last layers' first (a backward finishes
   // them first); under ZeRO each a multiple of dp long.
   std::vector<std::pair<size_t, size_t>> buckets_;
+  std::vector<std::pair<size_t, size_t>> expert_ranges_;  // the rank's experts, per chunk
   size_t launched_ = 0;  // buckets started this step
   struct BucketOp {
     size_t begin = 0, end = 0;

@@ -41,6 +41,23 @@ TEST(MpiTraining, EverySplitEqualsTheSingleProcessRun) {
         "--tp 2 --pp 1 --dp 2 --sequence-parallel --zero 1"}) {
     auto got = losses_of(std::string("--backend mpi ") + split, log);  // ranks: tp*pp*dp
     ASSERT_EQ(got.size(), ref.size()) << split;
+    for (size_t k = 0; k < ref.size(); ++k)
+      EXPECT_LT(std::fabs(got[k] - ref[k]) / ref[k], 1e-5) << split << " step " << k;
+  }
+}
+
+// Mixture of experts: the tokens travel to their experts by the mpi backend's alltoallv.
+TEST(MpiTraining, MixtureOfExpertsEqualsTheSingleProcessRun) {
+  bool have = false;
+  for (const auto& b : available_backends()) have = have || b == "mpi";
+  if (!have) GTEST_SKIP() << "this build has no mpi backend";
+  const std::string log = "/tmp/mpcomm-mpi-train-moe-" + std::to_string(::getpid()) + ".jsonl";
+  const std::string moe = " --experts 4 --top-k 2 --aux-loss-coef 0.1 ";
+  auto ref = losses_of("-n 1" + moe, log);
+  ASSERT_EQ(ref.size(), 4u);
+  for (const char* split : {"--dp 2 --expert-parallel 2", "--tp 2 --dp 2 --expert-parallel 2 --sequence-parallel"}) {
+    auto got = losses_of(std::string("--backend mpi ") + split + moe, log);
+    ASSERT_EQ(got.size(), ref.size()) << split;
     for (size_t k = 0; k < ref.size(); ++k) EXPECT_LT(std::fabs(got[k] - ref[k]) / ref[k], 1e-5) << split << " step " << k;
   }
 }

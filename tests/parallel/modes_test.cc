@@ -398,7 +398,7 @@ TEST(TrainStats, EveryFieldSurvivesTheGatherToRankZero) {
   RankStats a;
   a.tp = {1, 2, 3}, a.pp = {4, 5, 6}, a.dp = {7, 8, 9}, a.embedding = {10, 11, 12};
   a.pp_wait_s = 13, a.step_s = 14, a.optimizer_bytes = 15, a.params = 16, a.tp_spent = 17, a.pp_spent = 18;
-  a.dp_spent = 19;
+  a.dp_spent = 19, a.ep = {20, 21, 22}, a.aux_loss = 23;
   const std::vector<double> v = a.to_vector();
   ASSERT_EQ(v.size(), static_cast<size_t>(RankStats::kFields));
   EXPECT_EQ(RankStats::from_vector(v.data()).to_vector(), v);

@@ -125,9 +125,59 @@ TEST(PyTorch, BFloat16OnTheWireEqualsTheReferenceDoingTheSameCasts) {
     ASSERT_EQ(r.status, 0) << r.output;
     expect_same_losses(read_losses(dir / "torch.jsonl"), read_losses(dir / "ours.jsonl"), 20);
   }
+  // With 2 data-parallel replicas too: the reference computes each replica's gradient and sums them as the wire
+  // does (bf16(Σ bf16(g_r))); ours is closer to it than to the reference summing in float32.
+  r = run_command(kReference + common + data + " --comm-dtype bfloat16 --pp 2 --dp 2 --loss-log " +
+                  (dir / "torch_dp.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_command(kCli + " train -n 4 --pp 2 --dp 2 --micro-batches 2 --comm-dtype bfloat16" + common + " --loss-log " +
+                  (dir / "ours_dp.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto ours_dp = read_losses(dir / "ours_dp.jsonl"), torch_dp = read_losses(dir / "torch_dp.jsonl");
+  expect_same_losses(torch_dp, ours_dp, 20);
+  double to_dp = 0, to_single = 0;
+  for (size_t k = 0; k < 20; ++k)
+    to_dp = std::max(to_dp, std::fabs(ours_dp[k] - torch_dp[k])),
+    to_single = std::max(to_single, std::fabs(ours_dp[k] - read_losses(dir / "torch.jsonl")[k]));
+  EXPECT_LT(to_dp, to_single) << "the replicas' rounded gradients are what the reference sums";
   const auto bf16 = read_losses(dir / "torch.jsonl"), fp32 = read_losses(dir / "torch32.jsonl");
   EXPECT_LT(std::fabs(bf16.back() - fp32.back()) / fp32.back(), 1e-2);
   EXPECT_NE(bf16.back(), fp32.back()) << "the casts change something";
+}
+
+// Mixture of experts: the reference's router, top-k and per-sequence load-balancing loss written plainly in
+// PyTorch (every expert a loop over its tokens); ours with the experts over 2 expert-parallel ranks, tensor
+// parallelism with sequence parallelism, and over 2 pipeline stages. From the same safetensors weights.
+TEST(PyTorch, MixtureOfExpertsEqualsTorch) {
+  TempDir dir;
+  auto r =
+      run_command(kReference + " --make-init " + (dir / "init.safetensors") +
+                  " --layers 4 --hidden 32 --heads 4 --vocab 256 --positions 16 --seed 4 --experts 4 --moe-every 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string common = " --seq 16 --batch 8 --steps 10 --lr 0.003 --top-k 2 --aux-loss-coef 0.5 --init-from " +
+                             (dir / "init.safetensors") + " --data /usr/share/common-licenses/GPL-3";
+  r = run_command(kReference + common + " --loss-log " + (dir / "torch.jsonl") + " --save " +
+                  (dir / "torch.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const std::string split : {"-n 4 --tp 2 --dp 2 --expert-parallel 2 --sequence-parallel --micro-batches 2",
+                                  "-n 4 --pp 2 --dp 2 --expert-parallel 2 --micro-batches 2"}) {
+    r = run_command(kCli + " train " + split + common + " --loss-log " + (dir / "ours.jsonl") + " --save " +
+                    (dir / "ours.safetensors"));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("mixture of experts (4 experts, top-2, over 2 expert-parallel ranks)"), std::string::npos)
+        << r.output;
+    expect_same_losses(read_losses(dir / "torch.jsonl"), read_losses(dir / "ours.jsonl"), 10);
+    EXPECT_LT(max_weight_difference(dir / "torch.safetensors", dir / "ours.safetensors"), 1e-3) << split;
+  }
+  // bfloat16 on the wire: the rows to and from the experts rounded as the reference rounds them, and the pipeline
+  // boundary's casts.
+  r = run_command(kReference + common + " --comm-dtype bfloat16 --pp 2 --loss-log " + (dir / "torch16.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_command(kCli + " train -n 2 --pp 2 --micro-batches 2 --comm-dtype bfloat16" + common + " --loss-log " +
+                  (dir / "ours16.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_same_losses(read_losses(dir / "torch16.jsonl"), read_losses(dir / "ours16.jsonl"), 10);
+  EXPECT_NE(read_losses(dir / "torch16.jsonl"), read_losses(dir / "torch.jsonl")) << "the casts change something";
 }
 
 TEST(TrainCli, BadInputFailsBeforeTrainingWithANonZeroExit) {
@@ -154,6 +204,9 @@ TEST(TrainCli, BadInputFailsBeforeTrainingWithANonZeroExit) {
   r = run_command(kCli + " train -n 2 --dp 2 --zero 3 2>&1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--zero 3: stage 0 or 1"), std::string::npos) << r.output;
+  r = run_command(kCli + " train -n 6 --dp 6 --batch 12 --experts 4 --expert-parallel 3 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--experts 4 is not divisible by --expert-parallel 3 ranks"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ class RecordingCommunicator : public detail::Backend {
     OpKind kind;
     size_t count;
     ReduceOp redop;
+    std::vector<size_t> send_counts = {};  // alltoallv
     bool operator==(const Call&) const = default;
   };
   friend std::ostream& operator<<(std::ostream& os, const Call& c) {
@@ -74,6 +75,8 @@ class RecordingCommunicator : public detail::Backend {
 
   void run(const detail::Op& op) override {
     calls.push_back({op.kind, op.count, op.reduces() ? op.redop : ReduceOp::sum});
+    if (op.kind == OpKind::alltoallv)
+      calls.back().send_counts.assign(op.v->send_counts.begin(), op.v->send_counts.end());
     switch (op.kind) {
       case OpKind::allreduce:
         inner_->allreduce(op.send, op.recv, op.count, op.dtype, op.redop);
@@ -86,6 +89,13 @@ class RecordingCommunicator : public detail::Backend {
         break;
       case OpKind::allgather:
         inner_->allgather(op.send, op.recv, op.count, op.dtype);
+        break;
+      case OpKind::alltoall:
+        inner_->alltoall(op.send, op.recv, op.count, op.dtype);
+        break;
+      case OpKind::alltoallv:
+        inner_->alltoallv(op.send, op.v->send_counts, op.v->send_displs, op.recv, op.v->recv_counts, op.v->recv_displs,
+                          op.dtype);
         break;
       default:
         throw Internal("recording communicator: the trainer is not expected to call " + detail::describe(op));

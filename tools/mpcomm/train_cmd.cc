@@ -56,7 +56,13 @@ json to_json(const TrainConfig& c) {
           {"zero", c.zero},
           {"sequence_parallel", c.sequence_parallel},
           {"overlap", c.overlap},
-          {"comm_dtype", c.comm_dtype}, {"virtual_stages", c.virtual_stages}};
+          {"comm_dtype", c.comm_dtype},
+          {"virtual_stages", c.virtual_stages},
+          {"experts", c.experts},
+          {"top_k", c.top_k},
+          {"ep", c.dims.ep},
+          {"moe_every", c.moe_every},
+          {"aux_loss_coef", c.aux_loss_coef}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -73,6 +79,8 @@ TrainConfig from_json(const json& j) {
   c.overlap = j.at("overlap");
   c.comm_dtype = j.at("comm_dtype");
   c.virtual_stages = j.at("virtual_stages");
+  c.experts = j.at("experts"), c.top_k = j.at("top_k"), c.dims.ep = j.at("ep"), c.moe_every = j.at("moe_every");
+  c.aux_loss_coef = j.at("aux_loss_coef");
   return c;
 }
 
@@ -154,6 +162,18 @@ void print_summary(const std::vector<BackendRun>& runs, const TrainConfig& c, do
         "# %s: per step, exposed / spent (the ops ran, start to end): tensor-parallel %.2f / %.2f ms, "
         "pipeline %.2f / %.2f ms (sends), data-parallel %.2f / %.2f ms\n",
         r.backend.c_str(), e[0] / n, sp[0] / n, e[1] / n, sp[1] / n, e[2] / n, sp[2] / n);
+  }
+  for (const auto& r : runs) {
+    if (r.ranks.empty() || c.experts == 0 || c.steps == 0) continue;
+    double ep = 0, bytes = 0, aux = 0;
+    for (const auto& x : r.ranks) ep += x.ep.seconds, bytes += double(x.ep.bytes), aux += x.aux_loss;
+    const double n = static_cast<double>(r.ranks.size()) * c.steps;
+    // aux: per sequence, summed over the MoE layers (tensor-parallel rank 0 of each group counts it)
+    std::printf(
+        "# %s: mixture of experts (%d experts, top-%d, over %d expert-parallel ranks): all-to-alls %.2f ms and %s per "
+        "step per rank; load-balancing loss %.4f per sequence (α × MoE layers when balanced)\n",
+        r.backend.c_str(), c.experts, c.top_k, c.dims.ep, ep / n * 1e3, human_bytes(bytes / n).c_str(),
+        aux / c.steps / static_cast<double>(c.batch));
   }
   for (const auto& r : runs) {
     if (r.ranks.empty()) continue;
@@ -256,6 +276,19 @@ Runner add_train(CLI::App& app) {
   app.add_option("--zero", c.zero,
                  "1: ZeRO-1 distributed optimizer (gradients reduce-scattered, AdamW state sharded over dp, parameters "
                  "all-gathered)")
+      ->capture_default_str();
+  app.add_option("--experts", c.experts,
+                 "mixture of experts: the MLP of every --moe-every-th layer becomes this many experts behind a learned "
+                 "router (default 0: none)")
+      ->capture_default_str();
+  app.add_option("--top-k", c.top_k, "mixture of experts: experts per token")->capture_default_str();
+  app.add_option("--expert-parallel", c.dims.ep,
+                 "mixture of experts: ranks the experts are spread over (taken from the data-parallel ranks; tokens "
+                 "travel by alltoallv)")
+      ->capture_default_str();
+  app.add_option("--moe-every", c.moe_every, "mixture of experts: every n-th layer (2: Switch's every other)")
+      ->capture_default_str();
+  app.add_option("--aux-loss-coef", c.aux_loss_coef, "mixture of experts: α of the load-balancing loss")
       ->capture_default_str();
   app.add_option("--bucket-mb", c.bucket_mb, "data-parallel all-reduce bucket size in MiB")->capture_default_str();
   auto* timeout_opt = app.add_option("--timeout", o->timeout_s, "seconds any rank may wait for another")->capture_default_str();
@@ -372,7 +405,7 @@ Runner add_train(CLI::App& app) {
       runs.push_back(std::move(run));
     }
     if (!lead) return 0;
-    print_summary(runs, c, tokens_per_step);
+    print_summary(runs, resolved.cfg, tokens_per_step);  // resolved: a checkpoint's experts too
     // The backends must agree: the same model, data and order of operations on every one.
     for (size_t i = 1; i < runs.size(); ++i) {
       if (runs[i].status != 0 || runs[0].status != 0) continue;
