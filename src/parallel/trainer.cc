@@ -444,6 +444,7 @@ TrainResult train(const TrainConfig& cfg, Communicator& world, const std::functi
   if (!run.cfg.trace.empty()) trace::start(world);  // before the groups, so that they are traced too
   ParallelGroups groups = ParallelGroups::create(world, run.cfg.dims);
   trace::name(*groups.tp, "tp"), trace::name(*groups.pp, "pp"), trace::name(*groups.dp, "dp");
+  if (groups.ep) trace::name(*groups.ep, "ep"), trace::name(*groups.edp, "expert dp");
   Trainer trainer(run, groups);
   TrainResult result;
   auto t0 = Clock::now();
