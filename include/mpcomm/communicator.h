@@ -101,6 +101,11 @@ struct MPCOMM_API Options {
   // 1: the CPU backends copy host buffers through their staging buffer, exactly as they do cuda buffers,
   // so the staging path is tested without a GPU. -1: MPCOMM_STAGING (default 0).
   int staging = -1;
+  // 1: sums and averages of floating-point values (allreduce, reduce_scatter, reduce; blocking or not) give the
+  // same bits whatever the algorithm, backend, host layout, chunking, rank order or number of ranks
+  // (docs/reproducible.md: exact integer sums of each value's bits in a window under the largest). Costs an extra
+  // max all-reduce of one byte per element and int64 traffic. -1: MPCOMM_REPRODUCIBLE (default 0).
+  int reproducible = -1;
   // MPCOMM_* knobs for this communicator (and those split from it) only, over the environment's:
   // {"MPCOMM_SINGLE_COPY", "0"}. `mpcomm info` lists the knobs; an unknown name is an InvalidArgument.
   std::map<std::string, std::string> params;

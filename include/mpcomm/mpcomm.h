@@ -3,6 +3,7 @@
 
 #include "mpcomm/communicator.h"
 #include "mpcomm/error.h"
+#include "mpcomm/reproducible.h"
 #include "mpcomm/store.h"
 #include "mpcomm/trace.h"
 #include "mpcomm/types.h"

@@ -27,6 +27,7 @@ FrontDoor::FrontDoor(std::unique_ptr<Backend> backend, BackendFactory recreate)
       cheap_test_(backend_->cheap_test()),
       check_(backend_->options().check > 0 && backend_->size() > 1),
       check_counts_(backend_->size() > 1 && (check_ || !backend_->checks_sizes())),
+      reproducible_(backend_->options().reproducible > 0),
       recorder_([this] {
         OpClock::init();
         const long entries = param_int(backend_->options(), "MPCOMM_TRACE_ENTRIES");
@@ -168,7 +169,10 @@ void FrontDoor::execute(const Op& op, const BufferSpans& spans, uint64_t ticket,
   try {
     if (check_) verify_fingerprints(op);
     if (op.v != nullptr && check_counts_) verify_counts(op);
-    run_on_backend(op, spans);
+    if (op.reproducible)
+      run_reproducible(op);
+    else
+      run_on_backend(op, spans);
   } catch (const Error& e) {
     failed(op, ticket, e);
     throw;
@@ -268,7 +272,8 @@ void FrontDoor::collective(Op& op) {
   op.seq = seq_;  // a refusal names the number the op would have had
   throw_if_aborted(op);
   const BufferSpans spans = check_arguments(op, *backend_);
-  ++seq_;
+  op.reproducible = reproducible(op);
+  seq_ += sequence_numbers(op);
   Driving driving(*this, op);
   const uint64_t t0 = OpClock::now();
   op.issued = op.started = t0;

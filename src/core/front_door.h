@@ -120,6 +120,12 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   void run_on_backend(const Op& op, const BufferSpans& spans);
   void verify_fingerprints(const Op& op);
   void verify_counts(const Op& op);
+  // Reproducible sums (core/reproducible/): whether `op` is one, how many sequence numbers it takes, and
+  // running it as exact integer collectives on the backend (reproducible_ops.cc).
+  bool reproducible(const Op& op) const;
+  uint64_t sequence_numbers(const Op& op) const;
+  void run_reproducible(const Op& op);
+  void run_sub_op(Op sub, uint64_t seq);
   // Starts a send or receive (the driver only); on failure r ends failed (and the error is thrown).
   void start_now(OpRequest& r);
   // One test of a started send/receive, or a wait for it (the driver only); true when it ended.
@@ -164,6 +170,7 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   const bool cheap_test_;  // the progress thread tests sends and receives nobody waits for
   const bool check_;  // MPCOMM_CHECK
   const bool check_counts_;  // verify_counts() before every alltoallv and allgatherv
+  const bool reproducible_;  // Options::reproducible
   std::string recorder_who_, recorder_tag_;
   FlightRecorder recorder_;
   std::shared_ptr<Timeline> timeline_;  // set once (attach_timeline), read through timeline_raw_

@@ -67,6 +67,7 @@ Fingerprint fingerprint(const Op& op) {
   f.dtype = static_cast<uint8_t>(op.dtype);
   f.redop = op.reduces() ? static_cast<uint8_t>(op.redop) : 0xff;
   f.root = op.rooted() ? op.root : -1;
+  f.reproducible = op.reproducible ? 1 : 0;
   f.seq = op.seq;
   f.count = op.kind == OpKind::alltoallv ? 0 : op.kind == OpKind::allgatherv ? recv_total(op) : op.count;
   return f;
@@ -82,6 +83,7 @@ std::string describe(const Fingerprint& f) {
   s += " (count " + std::to_string(f.count) + ", " + dtype;
   if (f.redop != 0xff) s += ", " + std::string(to_string(static_cast<ReduceOp>(f.redop)));
   if (f.root >= 0) s += ", root " + std::to_string(f.root);
+  if (f.reproducible) s += ", reproducible";
   return s + ")";
 }
 

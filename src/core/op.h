@@ -33,6 +33,9 @@ struct Op {
   int peer = -1;              // send/recv (recv: kAnySource for any rank)
   int tag = 0;                // send/recv
   bool fingerprint_probe = false;  // MPCOMM_CHECK's allgather of fingerprints, which shares the op's seq
+  // A sum made reproducible (core/reproducible/exact.h): the front door runs it as several backend ops, numbered
+  // seq, seq + 1, ... (reproducible_steps()).
+  bool reproducible = false;
   const VCounts* v = nullptr;      // alltoallv, allgatherv
   // What the backend ran (its algorithm or library call, a static string), for the flight recorder; set
   // by the backend as it runs the op.
@@ -68,7 +71,7 @@ struct Fingerprint {
   uint8_t kind = 0;
   uint8_t dtype = 0;
   uint8_t redop = 0xff;  // 0xff: not a reduction
-  uint8_t pad = 0;
+  uint8_t reproducible = 0;
   int32_t root = -1;
   uint64_t seq = 0;
   uint64_t count = 0;

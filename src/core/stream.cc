@@ -262,7 +262,8 @@ std::shared_ptr<OpRequest> FrontDoor::issue(Op& op, uint64_t& counter) {
   op.seq = counter;  // a refusal names the number the op would have had
   throw_if_aborted(op);
   const BufferSpans spans = check_arguments(op, *backend_);
-  ++counter;
+  op.reproducible = reproducible(op);
+  counter += sequence_numbers(op);
   ensure_worker();
   op.issued = OpClock::now();
   auto r = std::make_shared<OpRequest>(shared_from_this(), op, spans);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "mpcomm/reproducible.h"
 #include "parallel/kernels.h"
 
 namespace mpcomm::parallel {
@@ -29,11 +30,20 @@ void timed(CommMeter& meter, size_t bytes, F&& f) {
 
 void TensorParallel::allreduce(float* x, size_t n, ReduceOp op) {
   if (size() == 1) return;
-  timed(meter, n * sizeof(float), [&] { comm_->allreduce(x, x, n, DataType::float32, op); });
+  timed(meter, n * sizeof(float), [&] {
+    if (reproducible && op == ReduceOp::sum) {
+      ReproducibleSum acc(DataType::float32, n);
+      acc.add(x);
+      acc.allreduce(*comm_, x);
+    } else {
+      comm_->allreduce(x, x, n, DataType::float32, op);
+    }
+  });
 }
 
 void TensorParallel::allreduce_sum(float* x, size_t n) {
   if (size() == 1) return;
+  if (reproducible && !wire.bf16()) return allreduce(x, n, ReduceOp::sum);
   timed(meter, wire.bytes(n), [&] { wire.allreduce_sum(*comm_, x, n); });
 }
 
@@ -53,7 +63,15 @@ void TensorParallel::reduce_scatter_sum(const float* in, float* out, size_t n) {
     std::copy_n(in, n, out);
     return;
   }
-  timed(meter, wire.bytes(n * static_cast<size_t>(size())), [&] { wire.reduce_scatter_sum(*comm_, in, out, n); });
+  timed(meter, wire.bytes(n * static_cast<size_t>(size())), [&] {
+    if (reproducible && !wire.bf16()) {
+      ReproducibleSum acc(DataType::float32, n * static_cast<size_t>(size()));
+      acc.add(in);
+      acc.reduce_scatter(*comm_, out);
+    } else {
+      wire.reduce_scatter_sum(*comm_, in, out, n);
+    }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------

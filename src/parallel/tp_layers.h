@@ -41,6 +41,8 @@ class TensorParallel {
   void reduce_scatter_sum(const float* in, float* out, size_t n);
   CommMeter meter;
   Wire wire;
+  // Sums (all-reduce, reduce-scatter) reproducible (mpcomm/reproducible.h): the same bits on any backend.
+  bool reproducible = false;
 
  private:
   void allreduce(float* x, size_t n, ReduceOp op);

@@ -60,6 +60,8 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
         " tokens (--batch / (--dp × --micro-batches) × --seq) do not split evenly over --tp " + std::to_string(d.tp));
   if (c.experts < 0 || c.moe_every < 1 || d.ep < 1)
     bad("--experts must not be negative, --moe-every and --expert-parallel at least 1");
+  if (c.reproducible && (c.zero != 0 || c.comm_dtype != "float32"))
+    bad("--reproducible with --zero 1 or --comm-dtype bfloat16 is not supported yet");
   if (c.zero == 1 && d.dp == 1)
     bad("--zero 1 shards the optimizer over the data-parallel ranks, and --dp is 1: give --dp 2 or more");
 
@@ -135,6 +137,7 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
       bad("--experts " + std::to_string(c.experts) + " is not divisible by --expert-parallel " + std::to_string(d.ep) +
           " ranks");
     if (c.zero != 0) bad("--zero 1 with --experts is not supported: the experts' optimizer state is not sharded yet");
+    if (c.reproducible) bad("--reproducible with --experts is not supported yet");
     if (!(c.aux_loss_coef >= 0)) bad("--aux-loss-coef must not be negative");
   }
 

@@ -107,6 +107,11 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
   const auto& c = run_.cfg;
   wire_.type = parse_wire(c.comm_dtype);
   tp_.wire = wire_;
+  tp_.reproducible = c.reproducible;
+  if (c.reproducible) {
+    grad_sum_ = std::make_unique<ReproducibleSum>(DataType::float32, params_.size());
+    loss_sum_ = std::make_unique<ReproducibleSum>(DataType::float64, 1);
+  }
   stats_.optimizer_bytes = static_cast<double>(adamw_.state_bytes());
   stats_.params = static_cast<double>(bases_.back());
   micro_seqs_ = static_cast<size_t>(c.batch / (c.dims.dp * c.micro_batches));
@@ -213,7 +218,10 @@ void Trainer::run_schedule(int k, double* loss_sum) {
                        static_cast<size_t>(m) * micro_seqs_;
         run_.data->batch(static_cast<uint64_t>(k), first, micro_seqs_, B, T, inputs.data(), targets.data());
         const float* in = received.count(key) ? received[key].data() : nullptr;
-        const float* out = stage.forward(m, in, inputs.data(), targets.data(), loss_sum);
+        double micro_loss = 0;
+        const float* out = stage.forward(m, in, inputs.data(), targets.data(), &micro_loss);
+        *loss_sum += micro_loss;
+        if (loss_sum_ && out == nullptr) loss_sum_->add(&micro_loss);  // the last stage: a micro-batch's loss
         received.erase(key);
         if (out != nullptr) sending[key].assign(out, out + R * C);
         break;
@@ -228,8 +236,11 @@ void Trainer::run_schedule(int k, double* loss_sum) {
         const float* dout = received_grad.count(key) ? received_grad[key].data() : nullptr;
         // The frontier of final gradients is one buffer's: with several chunks every bucket waits for the end.
         // The experts sit at the buffer's end, apart from their layers: with experts too.
-        const bool hook = c.overlap && V == 1 && c.experts == 0 && m == last_micro;
+        const bool hook = c.overlap && V == 1 && c.experts == 0 && !grad_sum_ && m == last_micro;
+        // reproducible: each micro-batch's gradients alone, added to the accumulator
+        if (grad_sum_) std::fill(grads_.begin(), grads_.end(), 0.0f);
         const float* din = stage.backward(m, dout, loss_scale, hook ? &on_final : nullptr);
+        if (grad_sum_) grad_sum_->add(grads_.data());
         received_grad.erase(key);
         if (din != nullptr) sending_grad[key].assign(din, din + R * C);
         break;
@@ -399,6 +410,7 @@ double Trainer::step(int k) {
   auto t0 = Clock::now();
   const auto& c = run_.cfg;
   std::fill(grads_.begin(), grads_.end(), 0.0f);
+  if (grad_sum_) grad_sum_->clear(), loss_sum_->clear();
   double loss_sum = 0;
   // Under ZeRO the tied wte's two gradients are added before its bucket is reduce-scattered (which leaves each
   // rank a piece only); otherwise after the all-reduce, so that both copies add the same two sums.
@@ -408,13 +420,22 @@ double Trainer::step(int k) {
     sync_tied_embedding();
     tied_pending_ = false;
   }
-  launch_buckets(0);
-  finish_buckets();
+  if (grad_sum_) {  // every micro-batch's gradients, of every data-parallel rank, summed exactly
+    auto t1 = Clock::now();
+    grad_sum_->allreduce(*g_.dp, grads_.data());
+    stats_.dp.seconds += since(t1), stats_.dp.bytes += grads_.size() * sizeof(float), stats_.dp.calls++;
+    owned_.assign(1, {0, grads_.size()});
+  } else {
+    launch_buckets(0);
+    finish_buckets();
+  }
   reduce_experts();
   sync_sequence_parallel_gradients();
   if (!c.zero) sync_tied_embedding();
   // The loss lives on the last stage; its data-parallel ranks each hold their sequences' share.
-  if (holds_last() && g_.dims.dp > 1) {
+  if (holds_last() && loss_sum_) {
+    loss_sum_->allreduce(*g_.dp, &loss_sum);
+  } else if (holds_last() && g_.dims.dp > 1) {
     auto t1 = Clock::now();
     g_.dp->allreduce(&loss_sum, &loss_sum, 1, DataType::float64, ReduceOp::sum);
     stats_.dp.seconds += since(t1), stats_.dp.bytes += sizeof(double), stats_.dp.calls++;

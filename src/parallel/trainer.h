@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "mpcomm/reproducible.h"
 #include "parallel/adamw.h"
 #include "parallel/data.h"
 #include "parallel/gpt.h"
@@ -65,6 +66,10 @@ struct TrainConfig {
   // load-balancing loss.
   int experts = 0, top_k = 1, moe_every = 1;
   double aux_loss_coef = 0.01;
+  // Reproducible sums (mpcomm/reproducible.h) for the data-parallel gradients (each micro-batch's added to an
+  // accumulator), the loss and the tensor-parallel sums: with the micro-batch size, tp and pp fixed, the losses
+  // and the saved model are the same bits for any dp, backend or host layout.
+  bool reproducible = false;
   // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
   // steps, written here by world rank 0 at the end. Empty: none.
   std::string trace;
@@ -169,6 +174,8 @@ class Trainer {
   bool holds_first() const { return layouts_.front().stage().first; }  // virtual stage 0: the embedding
   bool holds_last() const { return layouts_.back().stage().last; }     // the last virtual stage: the loss
   std::vector<Action> schedule_;
+  // --reproducible: this step's micro-batch gradients and losses, summed exactly.
+  std::unique_ptr<ReproducibleSum> grad_sum_, loss_sum_;
   size_t micro_seqs_;  // sequences per micro-batch
   RankStats stats_;
 };

@@ -50,6 +50,10 @@ const std::vector<ParamInfo>& all_params() {
        Kind::flag},
       {"MPCOMM_DEVICE", "cpu", "where the caller's buffers live: cpu, cuda (the rank's local GPU) or cuda:N",
        Kind::device},
+      {"MPCOMM_REPRODUCIBLE", "0",
+       "1: floating-point sums and averages (allreduce, reduce_scatter, reduce) give the same bits on any backend, "
+       "algorithm, layout or number of ranks",
+       Kind::flag},
       {"MPCOMM_STAGING", "0",
        "1: the CPU backends copy host buffers through their staging buffer as they do device buffers (tests that path "
        "without a GPU)",

@@ -14,6 +14,11 @@
 //   testprog pattern N ITERS     ITERS allreduces (sum) of N floats holding a known pattern, 1000.25 +
 //                                (i % 4096) / 2 (exact sums); prints "pattern ok: ..." or where it is wrong
 //                                and exits 1. tests/cluster looks for the pattern in a capture of the link.
+//   testprog sums OUT [SHIFT]    reproducible sums (run with MPCOMM_REPRODUCIBLE=1): rank r holds input vector
+//                                (r + SHIFT) % size of values of mixed magnitude and sign; allreduce (sum, avg),
+//                                reduce_scatter and reduce of every floating type and several counts; rank 0
+//                                writes the results' bytes to OUT. The same OUT whatever backend, algorithm,
+//                                hosts or SHIFT.
 //   testprog hold FILE           checked allreduces of 64 Ki floats, one every 10 ms, until FILE exists (rank
 //                                0 looks and broadcasts the answer), at most 120 s; then prints "hold ok:
 //                                rank R, I allreduces" (exit 0), or where a sum was wrong (exit 1). A job that
@@ -22,6 +27,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +66,48 @@ int main(int argc, char** argv) {
         }
     }
     std::printf("pattern ok: rank %d of %d, %d allreduces of %zu floats\n", rank, comm->size(), iters, n);
+    return 0;
+  }
+  if (mode == "sums") {
+    const int n = comm->size(), mine = (rank + (argc > 3 ? std::atoi(argv[3]) : 0)) % n;
+    std::vector<char> out;
+    auto keep = [&](const std::vector<char>& v, size_t bytes) {
+      out.insert(out.end(), v.begin(), v.begin() + static_cast<long>(bytes));
+    };
+    using mpcomm::DataType;
+    for (DataType dt : {DataType::float16, DataType::bfloat16, DataType::float32, DataType::float64})
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{20000}, (size_t{1} << 20) + 3}) {
+        const size_t es = mpcomm::dtype_size(dt), total = count * static_cast<size_t>(n);
+        std::vector<char> x(total * es), y(total * es);
+        for (size_t i = 0; i < total; ++i) {  // a value from (vector, element): sign, 2^±24 magnitudes, mantissa
+          uint64_t h = (static_cast<uint64_t>(mine) * 0x9E3779B97F4A7C15ull) ^ (i * 0xC2B2AE3D27D4EB4Full);
+          h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29;
+          const double v = ((h & 1) ? -1.0 : 1.0) * std::ldexp(1.0 + static_cast<double>(h >> 12 & 0xFFFFF) / 1048576.0,
+                                                               static_cast<int>(h >> 40 & 31) - 16);
+          const float f = static_cast<float>(v);
+          if (dt == DataType::float64) std::memcpy(x.data() + i * 8, &v, 8);
+          if (dt == DataType::float32) std::memcpy(x.data() + i * 4, &f, 4);
+          const uint16_t half = dt == DataType::float16 ? mpcomm::float_to_half(f) : mpcomm::float_to_bf16(f);
+          if (es == 2) std::memcpy(x.data() + i * 2, &half, 2);
+        }
+        for (auto op : {mpcomm::ReduceOp::sum, mpcomm::ReduceOp::avg}) {
+          comm->allreduce(x.data(), y.data(), count, dt, op);
+          keep(y, count * es);
+        }
+        comm->reduce_scatter(x.data(), y.data(), count, dt, mpcomm::ReduceOp::sum);
+        std::vector<char> all(total * es);
+        comm->allgather(y.data(), all.data(), count, dt);
+        keep(all, total * es);
+        comm->reduce(x.data(), y.data(), count, dt, mpcomm::ReduceOp::sum, n - 1);
+        if (rank == n - 1) comm->send(y.data(), count, dt, 0, 7);
+        if (rank == 0) comm->recv(y.data(), count, dt, n - 1, 7);
+        keep(y, count * es);
+      }
+    if (rank == 0) {
+      FILE* f = std::fopen(argv[2], "wb");
+      if (f == nullptr || std::fwrite(out.data(), 1, out.size(), f) != out.size() || std::fclose(f) != 0) return 1;
+    }
+    std::printf("sums ok: rank %d\n", rank);
     return 0;
   }
   if (mode == "hold") {

@@ -63,6 +63,15 @@ struct Config {
   bool as_rank = false;
 };
 
+// A backend measured with reproducible sums (mpcomm bench --reproducible): "<backend>+repro".
+inline constexpr const char* kReproducibleSuffix = "+repro";
+inline bool reproducible_backend(const std::string& b) {
+  return b.size() > 6 && b.compare(b.size() - 6, 6, kReproducibleSuffix) == 0;
+}
+inline std::string base_backend(const std::string& b) {
+  return reproducible_backend(b) ? b.substr(0, b.size() - 6) : b;
+}
+
 // One measured row (one backend, op, size and placement).
 struct Row {
   std::string backend, op, dtype, redop;

@@ -91,7 +91,7 @@ void validate(const Config& c) {
                             "reduce_scatter, gather, scatter, alltoall, sendrecv or all)");
   auto have = available_backends();
   for (const auto& b : c.backends)
-    if (std::find(have.begin(), have.end(), b) == have.end())
+    if (std::find(have.begin(), have.end(), base_backend(b)) == have.end())
       throw InvalidArgument("mpcomm bench: backend '" + b + "' is not available here (mpcomm info lists them)");
   for (const auto& b : c.backends)
     if (b == "nccl" && parse_device(c.device).kind != Device::cuda)
@@ -182,11 +182,11 @@ Job make_job(const Config& c, const std::string& exe, size_t slot, const std::st
   one.turn_slot = static_cast<int>(slot);
   one.turn_backends = turns.empty() ? 0 : static_cast<int>(c.backends.size());
   j.lo.nranks = c.ranks;
-  j.lo.hosts = nccl_hosts(c, j.backend);
+  j.lo.hosts = nccl_hosts(c, base_backend(j.backend));
   one.hosts = j.lo.hosts;
   j.lo.timeout_s = c.timeout_s;
-  j.lo.backend = j.backend;
-  j.lo.needs = launch_needs(j.backend);
+  j.lo.backend = base_backend(j.backend);
+  j.lo.needs = launch_needs(j.lo.backend);
   j.lo.grace_s = 5;
   j.lo.prefix_output = false;  // only rank 0 prints: its lines are the table
   j.lo.argv = {exe, c.worker, "--config", config_to_json(one).dump(), "--json-out", j.json_tmp};
@@ -394,7 +394,9 @@ std::vector<Row> run_in_this_job(const Config& in, bool keep_going, int* status)
     j.backend = backend;
     j.json_tmp = json_tmp;
     try {
-      auto comm = cli::rank_communicator(backend, in.device);
+      if (reproducible_backend(backend)) ::setenv("MPCOMM_REPRODUCIBLE", "1", 1);
+      auto comm = cli::rank_communicator(base_backend(backend), in.device);
+      ::unsetenv("MPCOMM_REPRODUCIBLE");
       one.ranks = comm->size();
       one.hosts = comm->topology().num_hosts();
       validate(one);
@@ -499,7 +501,7 @@ namespace {
 struct BenchCli {
   bench::Config c;
   std::string backends = "native", ops = "allreduce", b = "8", e = "64M", json, launcher = "auto";
-  bool keep_going = false;
+  bool keep_going = false, reproducible = false;
 };
 
 }  // namespace
@@ -531,6 +533,9 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--json", o->json, "write one JSON object per measured row to this file");
   app.add_option("--device", o->c.device, "where the buffers live: cpu, or cuda (each rank its local GPU; the CPU "
                                           "backends stage through pinned host memory)");
+  app.add_flag("--reproducible", o->reproducible,
+               "also measure each backend with reproducible sums (MPCOMM_REPRODUCIBLE=1), as <backend>+repro, in turns "
+               "with the plain one");
   app.add_flag("--keep-going", o->keep_going, "go on with the other backends when one fails");
   app.add_flag("--sequential", o->c.sequential,
                "run the backends one after the other, each its whole sweep (default: all at once, taking turns "
@@ -541,6 +546,11 @@ Runner add_bench(CLI::App& app) {
     c.as_rank = run_as_rank("mpcomm bench", o->launcher, {{"--ranks", ranks_opt->count() > 0}, {"--hosts", hosts_opt->count() > 0}});
     c.backends = o->backends == "all" ? bench::all_backends_for(o->c.device) : bench::split_list(o->backends);
     if (c.as_rank && o->backends == "all") c.backends = startable_backends(c.backends);
+    if (o->reproducible) {
+      std::vector<std::string> both;
+      for (const auto& b : c.backends) both.insert(both.end(), {b, b + bench::kReproducibleSuffix});
+      c.backends = both;
+    }
     c.ops = o->ops == "all" ? bench::all_ops() : bench::split_list(o->ops);
     c.min_bytes = bench::parse_bytes(o->b);
     c.max_bytes = bench::parse_bytes(o->e);
@@ -567,6 +577,7 @@ Runner add_bench_worker(CLI::App& app) {
   app.group("");  // internal: started by mpcomm bench
   return [config, json_out] {
     bench::Config c = bench::config_from_json(*config);
+    if (bench::reproducible_backend(c.backends.at(0))) ::setenv("MPCOMM_REPRODUCIBLE", "1", 1);
     auto comm = init_from_env();
     return bench::run_worker(*comm, c, *json_out);
   };

@@ -62,7 +62,8 @@ json to_json(const TrainConfig& c) {
           {"top_k", c.top_k},
           {"ep", c.dims.ep},
           {"moe_every", c.moe_every},
-          {"aux_loss_coef", c.aux_loss_coef}};
+          {"aux_loss_coef", c.aux_loss_coef},
+          {"reproducible", c.reproducible}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -80,7 +81,7 @@ TrainConfig from_json(const json& j) {
   c.comm_dtype = j.at("comm_dtype");
   c.virtual_stages = j.at("virtual_stages");
   c.experts = j.at("experts"), c.top_k = j.at("top_k"), c.dims.ep = j.at("ep"), c.moe_every = j.at("moe_every");
-  c.aux_loss_coef = j.at("aux_loss_coef");
+  c.aux_loss_coef = j.at("aux_loss_coef"), c.reproducible = j.at("reproducible");
   return c;
 }
 
@@ -277,6 +278,9 @@ Runner add_train(CLI::App& app) {
                  "1: ZeRO-1 distributed optimizer (gradients reduce-scattered, AdamW state sharded over dp, parameters "
                  "all-gathered)")
       ->capture_default_str();
+  app.add_flag("--reproducible", c.reproducible,
+               "reproducible sums: the same losses and saved model, bit for bit, for any --dp (the micro-batch size "
+               "--batch / (--dp × --micro-batches), --tp and --pp fixed), backend or host layout");
   app.add_option("--experts", c.experts,
                  "mixture of experts: the MLP of every --moe-every-th layer becomes this many experts behind a learned "
                  "router (default 0: none)")

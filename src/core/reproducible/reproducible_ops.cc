@@ -1,0 +1,136 @@
+// The front door's reproducible sums (Options::reproducible, MPCOMM_REPRODUCIBLE): a sum or average of
+// floating-point values is run as collectives of integers the backend adds exactly (exact.h), so the bits do
+// not depend on which algorithm or backend runs them, on the host layout, the chunking or the order of the
+// ranks. Every rank splits the op the same way, from facts they share (kind, count, dtype, size), and the
+// pieces run back to back on the backend with the sequence numbers the op reserved:
+//   allreduce, small (count · size · element ≤ kGatherBytes): allgather of the values; every rank encodes every
+//     rank's values under their common top bins and adds the integers (one collective);
+//   allreduce:       max all-reduce of the bins (1 byte per element), reduce-scatter of the int64 words, each
+//                    rank rounds its block, allgather of the rounded blocks (the bytes of a ring all-reduce
+//                    at 1/4 + 2 + 1 of the values' width in float32's case);
+//   reduce_scatter:  max all-reduce of the bins, reduce-scatter of the words, rounded where they land;
+//   reduce:          max all-reduce of the bins, reduce of the words to the root, rounded there.
+// avg is the exact sum divided by the ranks, in double, rounded once.
+#include <algorithm>
+#include <vector>
+
+#include "core/front_door.h"
+#include "core/reproducible/exact.h"
+#include "mpcomm/error.h"
+
+namespace mpcomm::detail {
+
+namespace {
+
+constexpr size_t kGatherBytes = 64 * 1024;
+
+bool gathers(const Op& op, int size) {
+  return op.kind == OpKind::allreduce && op.count * static_cast<size_t>(size) * dtype_size(op.dtype) <= kGatherBytes;
+}
+
+}  // namespace
+
+bool FrontDoor::reproducible(const Op& op) const {
+  return reproducible_ && is_floating(op.dtype) && (op.redop == ReduceOp::sum || op.redop == ReduceOp::avg) &&
+         (op.kind == OpKind::allreduce || op.kind == OpKind::reduce_scatter || op.kind == OpKind::reduce);
+}
+
+uint64_t FrontDoor::sequence_numbers(const Op& op) const {
+  if (!op.reproducible || backend_->size() == 1) return 1;
+  if (op.kind != OpKind::allreduce) return 2;
+  return gathers(op, backend_->size()) ? 1 : 3;
+}
+
+void FrontDoor::run_sub_op(Op sub, uint64_t seq) {
+  sub.seq = seq;
+  run_on_backend(sub, buffer_spans(sub, backend_->rank(), backend_->size()));
+}
+
+void FrontDoor::run_reproducible(const Op& op) {
+  namespace r = repro;
+  op.algorithm = "reproducible";
+  const int P = backend_->size(), me = backend_->rank();
+  const size_t np = static_cast<size_t>(P);
+  const DataType dt = op.dtype;
+  const size_t W = static_cast<size_t>(r::words(dt)), es = dtype_size(dt);
+  if (backend_->memory_type(op.send) != MemoryType::host || backend_->memory_type(op.recv) != MemoryType::host)
+    throw Unsupported("mpcomm: " + backend_->describe(op) +
+                      ": reproducible sums read and write host memory; this buffer is device memory");
+  if (np > r::kMaxValues)
+    throw Unsupported("mpcomm: " + backend_->describe(op) + ": reproducible sums add at most " +
+                      std::to_string(r::kMaxValues) + " ranks' values");
+  const bool avg = op.redop == ReduceOp::avg;
+  // n: the elements summed per rank (reduce_scatter: every rank's blocks)
+  const size_t n = op.kind == OpKind::reduce_scatter ? op.count * np : op.count;
+  const uint64_t s0 = op.seq;
+
+  if (P == 1) {  // one rank's values, rounded as any sum of them would be
+    std::vector<uint8_t> top(n);
+    std::vector<int64_t> words(n * W);
+    r::bins_of(op.send, n, dt, top.data());
+    r::encode(op.send, n, dt, top.data(), words.data());
+    r::decode(words.data(), n, dt, top.data(), op.recv, avg, 1);
+    return;
+  }
+  if (op.kind == OpKind::allreduce && gathers(op, P)) {
+    std::vector<char> all(n * np * es);
+    run_sub_op(Op{.kind = OpKind::allgather, .send = op.send, .recv = all.data(), .count = n, .dtype = dt}, s0);
+    std::vector<uint8_t> top(n, 0), bins(n);
+    for (size_t q = 0; q < np; ++q) {
+      r::bins_of(all.data() + q * n * es, n, dt, bins.data());
+      for (size_t i = 0; i < n; ++i) top[i] = std::max(top[i], bins[i]);
+    }
+    std::vector<int64_t> words(n * W, 0);
+    for (size_t q = 0; q < np; ++q) r::encode(all.data() + q * n * es, n, dt, top.data(), words.data(), true);
+    r::decode(words.data(), n, dt, top.data(), op.recv, avg, np);
+    return;
+  }
+
+  // the common top bins
+  std::vector<uint8_t> top(n);
+  r::bins_of(op.send, n, dt, top.data());
+  run_sub_op(Op{.kind = OpKind::allreduce,
+                .send = top.data(),
+                .recv = top.data(),
+                .count = n,
+                .dtype = DataType::uint8,
+                .redop = ReduceOp::max},
+             s0);
+  if (op.kind == OpKind::reduce) {
+    std::vector<int64_t> words(n * W), sum(me == op.root ? n * W : 0);
+    r::encode(op.send, n, dt, top.data(), words.data());
+    run_sub_op(Op{.kind = OpKind::reduce,
+                  .send = words.data(),
+                  .recv = sum.data(),
+                  .count = n * W,
+                  .dtype = DataType::int64,
+                  .redop = ReduceOp::sum,
+                  .root = op.root},
+               s0 + 1);
+    if (me == op.root) r::decode(sum.data(), n, dt, top.data(), op.recv, avg, np);
+    return;
+  }
+  // reduce_scatter's blocks, or allreduce's padded to a multiple of the ranks
+  const size_t block = op.kind == OpKind::reduce_scatter ? op.count : (n + np - 1) / np;
+  std::vector<int64_t> words(block * np * W, 0), mine(block * W);
+  r::encode(op.send, n, dt, top.data(), words.data());
+  run_sub_op(Op{.kind = OpKind::reduce_scatter,
+                .send = words.data(),
+                .recv = mine.data(),
+                .count = block * W,
+                .dtype = DataType::int64,
+                .redop = ReduceOp::sum},
+             s0 + 1);
+  const size_t first = static_cast<size_t>(me) * block, have = first >= n ? 0 : std::min(block, n - first);
+  if (op.kind == OpKind::reduce_scatter) {
+    r::decode(mine.data(), block, dt, top.data() + first, op.recv, avg, np);
+    return;
+  }
+  std::vector<char> rounded(block * es, 0), all(block * np * es);
+  r::decode(mine.data(), have, dt, top.data() + first, rounded.data(), avg, np);
+  run_sub_op(Op{.kind = OpKind::allgather, .send = rounded.data(), .recv = all.data(), .count = block, .dtype = dt},
+             s0 + 2);
+  std::copy_n(all.data(), n * es, static_cast<char*>(op.recv));
+}
+
+}  // namespace mpcomm::detail
