@@ -171,6 +171,12 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   const bool check_;  // MPCOMM_CHECK
   const bool check_counts_;  // verify_counts() before every alltoallv and allgatherv
   const bool reproducible_;  // Options::reproducible
+  // run_reproducible()'s buffers, kept between calls (the driver's): fresh pages cost more than the encoding.
+  struct ReproducibleScratch {
+    std::vector<uint8_t> top;
+    std::vector<int64_t> words, mine;
+    std::vector<char> rounded, all;
+  } repro_;
   std::string recorder_who_, recorder_tag_;
   FlightRecorder recorder_;
   std::shared_ptr<Timeline> timeline_;  // set once (attach_timeline), read through timeline_raw_

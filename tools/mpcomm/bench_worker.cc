@@ -117,11 +117,12 @@ double percentile(std::vector<double> v, double p) {
 }
 
 void print_header(const Config& c, const std::string& op, const std::string& dtype, const Communicator& comm) {
-  std::printf("#\n# mpcomm bench: backend %s, %d ranks on %d host(s), %s buffers, op %s, dtype %s, redop %s, root %d,"
-              " iters %d, warmup %d, check %d\n",
-              std::string(comm.backend()).c_str(), comm.size(), comm.topology().num_hosts(),
-              to_string(comm.options().device).c_str(), op.c_str(),
-              dtype.c_str(), c.redop.c_str(), c.root, c.iters, c.warmup, c.check);
+  std::printf(
+      "#\n# mpcomm bench: backend %s, %d ranks on %d host(s), %s buffers, op %s, dtype %s, redop %s, root %d,"
+      " iters %d, warmup %d, check %d\n",
+      (std::string(comm.backend()) + (comm.options().reproducible > 0 ? kReproducibleSuffix : "")).c_str(), comm.size(),
+      comm.topology().num_hosts(), to_string(comm.options().device).c_str(), op.c_str(), dtype.c_str(), c.redop.c_str(),
+      c.root, c.iters, c.warmup, c.check);
   std::printf("#%60s%34s\n", "out-of-place", "in-place");
   std::printf("#%11s %12s %8s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
               "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -188,7 +189,7 @@ void time_calls(Communicator& comm, Communicator& control, const Config& c, cons
 }
 
 void fill_shape(Row& row, const Communicator& comm, const std::string& op, DataType dt) {
-  row.backend = std::string(comm.backend());
+  row.backend = std::string(comm.backend()) + (comm.options().reproducible > 0 ? kReproducibleSuffix : "");
   row.op = op;
   row.dtype = std::string(to_string(dt));
   row.ranks = comm.size();

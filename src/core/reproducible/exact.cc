@@ -1,6 +1,7 @@
 #include "core/reproducible/exact.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -56,6 +57,20 @@ Parts parts(const void* x, size_t i) {
   return p;
 }
 
+// The value as a double (exactly).
+template <class F>
+double value_of(typename F::Bits r) {
+  if constexpr (std::is_same_v<F, F32>) {
+    float f;
+    std::memcpy(&f, &r, 4);
+    return f;
+  } else if constexpr (std::is_same_v<F, F16>) {
+    return half_to_float(r);
+  } else {
+    return bf16_to_float(r);
+  }
+}
+
 int64_t special_code(const Parts& p) { return !p.special ? 0 : p.nan ? kNaN : p.neg ? kNegInf : kPosInf; }
 
 // trunc(±m · 2^sh): toward zero, exactly.
@@ -81,11 +96,28 @@ int unit_exp(int top) {
   return kBinBits * top + kBinBits - F::kBias - kWordBits * F::kWords;
 }
 
+// 2^−unit_exp (inverse) or 2^unit_exp of every top bin, made once per type (0 or inf where a type has no such bin).
 template <class F>
-void bins_t(const void* x, size_t n, uint8_t* bins) {
+const double* scales(bool inverse) {
+  static const auto table = [] {
+    std::array<double, 512> t{};
+    for (int b = 0; b < 256; ++b) t[b] = std::ldexp(1.0, -unit_exp<F>(b)), t[256 + b] = std::ldexp(1.0, unit_exp<F>(b));
+    return t;
+  }();
+  return table.data() + (inverse ? 0 : 256);
+}
+
+// The caller's values read through a type that may alias them (so that the loops vectorize).
+template <class U>
+using Aliased __attribute__((may_alias, aligned(1))) = U;
+
+template <class F>
+void bins_t(const void* x, size_t n, uint8_t* __restrict bins) {
+  const auto* in = static_cast<const Aliased<typename F::Bits>*>(x);
   for (size_t i = 0; i < n; ++i) {
-    const Parts p = parts<F>(x, i);
-    bins[i] = p.special ? kSpecialBin : static_cast<uint8_t>(p.e / kBinBits);
+    const uint32_t e = static_cast<uint32_t>(in[i] >> F::kFrac) & F::kExpMax;
+    // a subnormal's (and zero's) exponent counts as 1: bin 0 all the same
+    bins[i] = static_cast<uint8_t>(e == F::kExpMax ? kSpecialBin : e / kBinBits);
   }
 }
 
@@ -103,27 +135,22 @@ void put_words(typename F::Wide q, int64_t* w, bool add) {
   }
 }
 
-// One word per element (float16, bfloat16, float32): a loop without branches but for the special bin, which the
-// compiler can vectorize.
+// One word per element (float16, bfloat16, float32): trunc(x · 2^−unit) in double — a power-of-two scaling, exact,
+// of a value whose window integer is below 2^48 — then truncated to int64; the special bin apart.
 template <class F>
 void encode_narrow(const void* x, size_t n, const uint8_t* top, int64_t* out, bool add) {
   using U = typename F::Bits;
-  const char* in = static_cast<const char*>(x);
+  const double* scale = scales<F>(true);
+  const auto* in = static_cast<const Aliased<U>*>(x);
   for (size_t i = 0; i < n; ++i) {
-    U r;
-    std::memcpy(&r, in + i * sizeof r, sizeof r);
-    const int e = static_cast<int>((r >> F::kFrac) & F::kExpMax);
-    const uint64_t frac = r & ((uint64_t{1} << F::kFrac) - 1);
-    const uint64_t m = e != 0 ? frac | (uint64_t{1} << F::kFrac) : frac;
-    const int sh = shift<F>(e != 0 ? e : 1, top[i]);
-    const int64_t up = static_cast<int64_t>(m << (sh > 0 ? sh : 0));
-    const int64_t down = static_cast<int64_t>(m >> (sh < 0 ? std::min(-sh, 63) : 0));
-    const bool neg = (r >> (F::kBits - 1)) != 0;
-    int64_t v = sh >= 0 ? up : down;
-    v = neg ? -v : v;
-    if (top[i] == kSpecialBin) {
-      const bool special = e == F::kExpMax;
-      v = !special ? 0 : frac != 0 ? kNaN : neg ? kNegInf : kPosInf;
+    const U r = in[i];
+    int64_t v;
+    if (top[i] != kSpecialBin) {
+      v = static_cast<int64_t>(value_of<F>(r) * scale[top[i]]);  // the conversion truncates toward zero
+    } else {
+      const int e = static_cast<int>((r >> F::kFrac) & F::kExpMax);
+      const bool neg = (r >> (F::kBits - 1)) != 0, nan = (r & ((U{1} << F::kFrac) - 1)) != 0;
+      v = e != F::kExpMax ? 0 : nan ? kNaN : neg ? kNegInf : kPosInf;
     }
     out[i] = add ? out[i] + v : v;
   }
@@ -181,10 +208,7 @@ void store(double d, float f, bool use_double, void* out, size_t i) {
 template <class F>
 void decode_t(const int64_t* words, size_t n, const uint8_t* top, void* out, bool average, uint64_t divisor) {
   constexpr int W = F::kWords;
-  // 2^unit_exp of every top bin of a narrow type, once (2^-159 .. 2^81 for float32: doubles)
-  double scale[256] = {};
-  if constexpr (W == 1)
-    for (int b = 0; b < 256; ++b) scale[b] = std::ldexp(1.0, unit_exp<F>(b));
+  const double* scale = scales<F>(false);
   for (size_t i = 0; i < n; ++i) {
     const int64_t* w = words + i * W;
     if (top[i] == kSpecialBin) {

@@ -72,65 +72,84 @@ void FrontDoor::run_reproducible(const Op& op) {
     r::decode(words.data(), n, dt, top.data(), op.recv, avg, 1);
     return;
   }
+  ReproducibleScratch& k = repro_;
+  auto fit = [](auto& v, size_t size) {
+    if (v.size() < size) v.resize(size);
+    return v.data();
+  };
   if (op.kind == OpKind::allreduce && gathers(op, P)) {
-    std::vector<char> all(n * np * es);
-    run_sub_op(Op{.kind = OpKind::allgather, .send = op.send, .recv = all.data(), .count = n, .dtype = dt}, s0);
-    std::vector<uint8_t> top(n, 0), bins(n);
+    char* all = fit(k.all, n * np * es);
+    run_sub_op(Op{.kind = OpKind::allgather, .send = op.send, .recv = all, .count = n, .dtype = dt}, s0);
+    uint8_t* top = fit(k.top, 2 * n);
+    uint8_t* bins = top + n;
+    std::fill(top, top + n, 0);
     for (size_t q = 0; q < np; ++q) {
-      r::bins_of(all.data() + q * n * es, n, dt, bins.data());
+      r::bins_of(all + q * n * es, n, dt, bins);
       for (size_t i = 0; i < n; ++i) top[i] = std::max(top[i], bins[i]);
     }
-    std::vector<int64_t> words(n * W, 0);
-    for (size_t q = 0; q < np; ++q) r::encode(all.data() + q * n * es, n, dt, top.data(), words.data(), true);
-    r::decode(words.data(), n, dt, top.data(), op.recv, avg, np);
+    int64_t* words = fit(k.words, n * W);
+    std::fill(words, words + n * W, 0);
+    for (size_t q = 0; q < np; ++q) r::encode(all + q * n * es, n, dt, top, words, true);
+    r::decode(words, n, dt, top, op.recv, avg, np);
     return;
   }
 
   // the common top bins
-  std::vector<uint8_t> top(n);
-  r::bins_of(op.send, n, dt, top.data());
+  uint8_t* top = fit(k.top, n);
+  r::bins_of(op.send, n, dt, top);
   run_sub_op(Op{.kind = OpKind::allreduce,
-                .send = top.data(),
-                .recv = top.data(),
+                .send = top,
+                .recv = top,
                 .count = n,
                 .dtype = DataType::uint8,
                 .redop = ReduceOp::max},
              s0);
   if (op.kind == OpKind::reduce) {
-    std::vector<int64_t> words(n * W), sum(me == op.root ? n * W : 0);
-    r::encode(op.send, n, dt, top.data(), words.data());
+    int64_t* words = fit(k.words, n * W);
+    int64_t* sum = fit(k.mine, n * W);
+    r::encode(op.send, n, dt, top, words);
     run_sub_op(Op{.kind = OpKind::reduce,
-                  .send = words.data(),
-                  .recv = sum.data(),
+                  .send = words,
+                  .recv = sum,
                   .count = n * W,
                   .dtype = DataType::int64,
                   .redop = ReduceOp::sum,
                   .root = op.root},
                s0 + 1);
-    if (me == op.root) r::decode(sum.data(), n, dt, top.data(), op.recv, avg, np);
+    if (me == op.root) r::decode(sum, n, dt, top, op.recv, avg, np);
     return;
   }
   // reduce_scatter's blocks, or allreduce's padded to a multiple of the ranks
   const size_t block = op.kind == OpKind::reduce_scatter ? op.count : (n + np - 1) / np;
-  std::vector<int64_t> words(block * np * W, 0), mine(block * W);
-  r::encode(op.send, n, dt, top.data(), words.data());
+  int64_t* words = fit(k.words, block * np * W);
+  int64_t* mine = fit(k.mine, block * W);
+  r::encode(op.send, n, dt, top, words);
+  std::fill(words + n * W, words + block * np * W, 0);  // the padding
   run_sub_op(Op{.kind = OpKind::reduce_scatter,
-                .send = words.data(),
-                .recv = mine.data(),
+                .send = words,
+                .recv = mine,
                 .count = block * W,
                 .dtype = DataType::int64,
                 .redop = ReduceOp::sum},
              s0 + 1);
   const size_t first = static_cast<size_t>(me) * block, have = first >= n ? 0 : std::min(block, n - first);
   if (op.kind == OpKind::reduce_scatter) {
-    r::decode(mine.data(), block, dt, top.data() + first, op.recv, avg, np);
+    r::decode(mine, block, dt, top + first, op.recv, avg, np);
     return;
   }
-  std::vector<char> rounded(block * es, 0), all(block * np * es);
-  r::decode(mine.data(), have, dt, top.data() + first, rounded.data(), avg, np);
-  run_sub_op(Op{.kind = OpKind::allgather, .send = rounded.data(), .recv = all.data(), .count = block, .dtype = dt},
-             s0 + 2);
-  std::copy_n(all.data(), n * es, static_cast<char*>(op.recv));
+  if (n == block * np) {  // no padding: rounded in place and gathered straight into recv
+    char* recv = static_cast<char*>(op.recv);
+    r::decode(mine, block, dt, top + first, recv + first * es, avg, np);
+    run_sub_op(Op{.kind = OpKind::allgather, .send = recv + first * es, .recv = recv, .count = block, .dtype = dt},
+               s0 + 2);
+    return;
+  }
+  char* rounded = fit(k.rounded, block * es);
+  std::fill(rounded + have * es, rounded + block * es, 0);
+  r::decode(mine, have, dt, top + first, rounded, avg, np);
+  char* all = fit(k.all, block * np * es);
+  run_sub_op(Op{.kind = OpKind::allgather, .send = rounded, .recv = all, .count = block, .dtype = dt}, s0 + 2);
+  std::copy_n(all, n * es, static_cast<char*>(op.recv));
 }
 
 }  // namespace mpcomm::detail
