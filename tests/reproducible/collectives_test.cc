@@ -4,7 +4,9 @@
 // Processes.SameBitsOnEveryBackendHostsAndShift.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -187,6 +189,31 @@ TEST(Reproducible, NonBlockingAmongOtherOpsGivesTheBlockingBits) {
     comm.allreduce(&k, &k, 1, DataType::int64, ReduceOp::sum);
     EXPECT_EQ(k, 6);
   });
+}
+
+// Infinities, NaN, signed zeros, subnormals and overflow through a communicator, on the gathering path (6
+// elements) and the reduce-scatter path (20000): as ReproducibleSum.SpecialValuesFollowIeee says.
+TEST(Reproducible, SpecialValuesThroughTheCollectives) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float sub = std::numeric_limits<float>::denorm_min();
+  const float values[3][6] = {{inf, inf, nan, -0.0f, sub, 3e38f}, {1.0f, -inf, 1.0f, -0.0f, sub, 3e38f},
+                              {2.0f, 0.0f, 2.0f, -0.0f, sub, 3e38f}};
+  ThreadWorld w("native", 3, reproducible());
+  for (size_t count : {size_t{6}, size_t{20000}}) {
+    w.run([&](int rank, Communicator& comm) {
+      std::vector<float> x(count, 0.5f), y(count);
+      std::copy_n(values[rank], 6, x.begin());
+      comm.allreduce(x.data(), y.data(), count, DataType::float32, ReduceOp::sum);
+      EXPECT_EQ(y[0], inf);
+      EXPECT_TRUE(std::isnan(y[1])) << "inf + -inf";
+      EXPECT_TRUE(std::isnan(y[2]));
+      EXPECT_EQ(y[3], 0.0f);
+      EXPECT_FALSE(std::signbit(y[3])) << "a zero sum is +0";
+      EXPECT_EQ(y[4], 3 * sub);
+      EXPECT_EQ(y[5], inf) << "overflow";
+      EXPECT_EQ(y[count - 1], count > 6 ? 1.5f : inf);
+    });
+  }
 }
 
 TEST(Reproducible, TheStatisticsAndTheErrorsNameIt) {
