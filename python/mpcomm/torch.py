@@ -54,7 +54,7 @@ if _TORCH_2:
 else:
     from mpcomm import _C
 
-__all__ = ["create_process_group", "backend_of", "flight_record", "available_backends"]
+__all__ = ["create_process_group", "backend_of", "flight_record", "available_backends", "ReproducibleGradients"]
 
 create_process_group = _C.create_process_group
 available_backends = _C.available_backends
@@ -75,6 +75,49 @@ def backend_of(pg) -> str:
 def flight_record(pg) -> str:
     """The flight recorder's text of an mpcomm group: its last operations with state and times."""
     return _C.flight_record(_mpcomm_group(pg))
+
+
+class ReproducibleGradients:
+    """Gradients summed exactly over micro-batches and ranks: the sum depends only on which micro-batches were
+    added, not on how they were spread over ranks — the same bits for any world size (docs/reproducible.md).
+
+        acc = ReproducibleGradients(model.parameters(), group)   # no DDP: this does its reduction
+        for x, y in my_micro_batches:
+            loss_fn(model(x), y).backward()                       # the loss scaled by the global batch
+            acc.add()                                             # adds every .grad, then zeroes them
+        acc.reduce()                                              # .grad = the sum over every rank's micro-batches
+        opt.step()
+    """
+
+    def __init__(self, params, group=None):
+        self.params = [p for p in params if p.requires_grad]
+        self.group = group if group is not None else _dist.group.WORLD
+        total = sum(p.numel() for p in self.params)
+        self._flat = _torch.zeros(total, dtype=self.params[0].dtype if self.params else _torch.float32)
+        self._sum = _C.ReproducibleSum(self._flat)
+
+    def add(self):
+        at = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:
+                self._flat[at:at + n].zero_()
+            else:
+                self._flat[at:at + n].copy_(p.grad.reshape(-1))
+                p.grad.zero_()
+            at += n
+        self._sum.add(self._flat)
+
+    def reduce(self):
+        self._sum.allreduce(_mpcomm_group(self.group), self._flat)
+        self._sum.clear()
+        at = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:
+                p.grad = _torch.empty_like(p)
+            p.grad.copy_(self._flat[at:at + n].view_as(p))
+            at += n
 
 
 def _job_port(job_id: str) -> str:

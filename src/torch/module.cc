@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "mpcomm/communicator.h"
+#include "mpcomm/reproducible.h"
 #include "torch/bench.h"
 #include "torch/compat.h"
 #include "torch/process_group.h"
@@ -19,6 +20,30 @@ ProcessGroupMpcomm& mpcomm_group(const c10::intrusive_ptr<GroupBase>& pg, const 
   auto* p = dynamic_cast<ProcessGroupMpcomm*>(pg.get());
   if (!p) throw std::invalid_argument(std::string("mpcomm: ") + what + ": not an mpcomm group");
   return *p;
+}
+
+mpcomm::DataType repro_dtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return mpcomm::DataType::float32;
+    case at::kDouble:
+      return mpcomm::DataType::float64;
+    case at::kBFloat16:
+      return mpcomm::DataType::bfloat16;
+    case at::kHalf:
+      return mpcomm::DataType::float16;
+    default:
+      throw std::invalid_argument("mpcomm.ReproducibleSum: a floating tensor (float16, bfloat16, float32, float64)");
+  }
+}
+
+// A CPU tensor of the accumulator's type and size, contiguous.
+void check_tensor(const mpcomm::ReproducibleSum& s, const at::Tensor& t, const char* what) {
+  if (!t.device().is_cpu() || !t.is_contiguous() || repro_dtype(t) != s.dtype() ||
+      static_cast<size_t>(t.numel()) != s.count())
+    throw std::invalid_argument(std::string("mpcomm.ReproducibleSum.") + what + ": a contiguous CPU tensor of " +
+                                std::to_string(s.count()) + " " + std::string(mpcomm::to_string(s.dtype())) +
+                                " elements");
 }
 
 }  // namespace
@@ -55,6 +80,30 @@ PYBIND11_MODULE(_C, m) {
       "Seconds of each of `iters` calls of op (allreduce, broadcast, alltoall: blocking; iallreduce: the "
       "non-blocking call and its wait; sendrecv: an isend/irecv ring) on float32 buffers of `count` elements, made "
       "from C++ on the group's communicator, each after a barrier (unless barrier=False).");
+  py::class_<mpcomm::ReproducibleSum>(m, "ReproducibleSum",
+                                      "An exact accumulator of tensors (mpcomm/reproducible.h): its sum over every "
+                                      "rank depends only on the multiset of tensors added anywhere.")
+      .def(py::init([](const at::Tensor& like) {
+             return std::make_unique<mpcomm::ReproducibleSum>(repro_dtype(like), static_cast<size_t>(like.numel()));
+           }),
+           py::arg("like"), "An accumulator for tensors of like's dtype and number of elements.")
+      .def(
+          "add",
+          [](mpcomm::ReproducibleSum& s, const at::Tensor& t) {
+            check_tensor(s, t, "add");
+            s.add(t.data_ptr());
+          },
+          "Adds a tensor.")
+      .def("clear", &mpcomm::ReproducibleSum::clear)
+      .def_property_readonly("vectors", &mpcomm::ReproducibleSum::vectors)
+      .def(
+          "allreduce",
+          [](const mpcomm::ReproducibleSum& s, const c10::intrusive_ptr<GroupBase>& pg, at::Tensor& out) {
+            check_tensor(s, out, "allreduce");
+            s.allreduce(mpcomm_group(pg, "ReproducibleSum.allreduce").communicator(), out.data_ptr());
+          },
+          py::arg("pg"), py::arg("out"), py::call_guard<py::gil_scoped_release>(),
+          "Collective over an mpcomm group: out = the sum of every rank's tensors.");
   m.attr("_built_for_torch") = mpcomm::torch_backend::kBuiltForTorch;
   m.def("available_backends", &mpcomm::available_backends, "mpcomm backends usable on this machine.");
 }

@@ -1,5 +1,6 @@
 """MPCOMM_REPRODUCIBLE=1 under torch.distributed: all_reduce's SUM and AVG give the same bits whichever rank holds
-which tensor, and so does DDP's gradient average after a step, whichever rank holds which micro-batch.
+which tensor, and so does DDP's gradient average after a step, whichever rank holds which micro-batch; and
+mpcomm.torch.ReproducibleGradients gives the same parameters for the same micro-batches on 1, 2 or 4 ranks.
 
 Run as N ranks (tests/torch/run.sh torchrun N repro_check.py). Each rank prints "rank R: OK repro" or FAIL.
 """
@@ -68,6 +69,30 @@ def main():
         if not all(same_bits(a, b) for a, b in zip(params[0], other)):
             failures.append("DDP: the parameters after a step depend on which rank held which micro-batch")
             break
+    # mpcomm.torch.ReproducibleGradients: the same 4 micro-batches spread over 1, 2 and 4 ranks (subgroups of this
+    # job), each rank adding its micro-batches' gradients: the parameters after a step are the same bits
+    after = {}
+    for size in (1, 2, 4):
+        group = dist.new_group(list(range(size)))
+        if w < 4 or r >= size:
+            continue
+        torch.manual_seed(7)
+        model = nn.Sequential(nn.Linear(64, 128), nn.Tanh(), nn.Linear(128, 8))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        acc = mpcomm.torch.ReproducibleGradients(model.parameters(), group)
+        per = 4 // size
+        for m in range(r * per, (r + 1) * per):
+            g = torch.Generator().manual_seed(80 + m)
+            x, y = torch.randn(16, 64, generator=g), torch.randn(16, 8, generator=g)
+            (nn.functional.mse_loss(model(x), y, reduction="sum") / (4 * 16 * 8)).backward()
+            acc.add()
+        acc.reduce()
+        opt.step()
+        after[size] = [p.detach().clone() for p in model.parameters()]
+    if r == 0 and w == 4:
+        for size in (2, 4):
+            if not all(same_bits(a, b) for a, b in zip(after[1], after[size])):
+                failures.append(f"ReproducibleGradients: 4 micro-batches on {size} ranks are not the bits of 1 rank's")
     dist.barrier()
     for f in failures:
         print(f"rank {r}: FAIL {f}", flush=True)
