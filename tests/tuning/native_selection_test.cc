@@ -321,8 +321,14 @@ TEST(NativeSelection, RanksZeroAndOneOnOneCpuAreNearWithoutTimingTheScheduler) {
   const std::string run = "MPCOMM_DEBUG=TRACE MPCOMM_CPUS=1 MPCOMM_FAR_NS=1 " + std::string(MPCOMM_CLI) +
                           " launch -n 4 --no-bind -- sh -c 'exec taskset -c ";
   const std::string prog = " " + std::string(MPCOMM_CLI) + " selftest -n 3 -c 262144 -d int32'";
-  auto one = testing::run_command(run + "0" + prog);
-  ASSERT_EQ(one.status, 0) << one.output;
+  // On one CPU the two ranks must first meet, and a loaded machine (a parallel test run) can keep the peer off
+  // the CPU past the 5 ms the meeting may take (NaN: not known): up to three runs, the checks on the last.
+  testing::RunResult one;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    one = testing::run_command(run + "0" + prog);
+    ASSERT_EQ(one.status, 0) << one.output;
+    if (!contains(one.output, "took nan ns")) break;
+  }
   EXPECT_TRUE(contains(one.output, "CPUs of ranks 0 and 1 near (round trip 0 ns)")) << one.output;
   EXPECT_TRUE(contains(one.output, "placement: a cache line's round trip between ranks 0 and 1 took 0 ns")) << one.output;
   EXPECT_TRUE(contains(one.output, "allreduce, 1048576-2097151 bytes per rank, 4 ranks: ring_shm")) << one.output;
