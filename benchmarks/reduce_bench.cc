@@ -13,13 +13,19 @@
 //
 // BM_reduce_sources: n sources of 32 KiB each, in the cache, reduced into a 32 KiB output (the flat and
 // arrival allreduces' case: every rank's input at once); bytes/s counts n reads and one write.
+//
+// BM_reproducible_sum/DTYPE/n: the reproducible sum of n sources (core/reproducible/exact.h: sum_values, the
+// native direct algorithms' one pass), 16 MiB per source of mixed magnitude and sign, out of the cache; bytes/s
+// as BM_reduce. Set against BM_reduce's same sum it is the cost of the bits being the same.
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/reproducible/exact.h"
 #include "kernels/reduce.h"
 #include "mpcomm/types.h"
 
@@ -80,6 +86,33 @@ void BM_reduce_sources(benchmark::State& st, DataType dt, ReduceOp op) {
 BENCHMARK_CAPTURE(BM_reduce_sources, float32_sum, DataType::float32, ReduceOp::sum)->Arg(3)->Arg(4)->Arg(8);
 BENCHMARK_CAPTURE(BM_reduce_sources, int32_max, DataType::int32, ReduceOp::max)->Arg(4);
 BENCHMARK_CAPTURE(BM_reduce_sources, bfloat16_sum, DataType::bfloat16, ReduceOp::sum)->Arg(4);
+
+void BM_reproducible_sum(benchmark::State& st, DataType dt) {
+  const size_t es = mpcomm::dtype_size(dt), count = kBytes / es, n = static_cast<size_t>(st.range(0));
+  std::vector<std::vector<char>> in(n, std::vector<char>(kBytes));
+  for (size_t k = 0; k < n; ++k)
+    for (size_t i = 0; i < count; ++i) {  // ±(1 .. 2) · 2^(−16 .. 15)
+      const uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ (k + 1) * 0xC2B2AE3D27D4EB4Full;
+      const double v = ((h & 1) ? -1.0 : 1.0) *
+                       std::ldexp(1.0 + static_cast<double>(h >> 44) / 1048576.0, static_cast<int>(h >> 8 & 31) - 16);
+      const auto f = static_cast<float>(v);
+      const uint16_t b = mpcomm::float_to_bf16(f);
+      if (es == 8) std::memcpy(in[k].data() + i * 8, &v, 8);
+      if (es == 4) std::memcpy(in[k].data() + i * 4, &f, 4);
+      if (es == 2) std::memcpy(in[k].data() + i * 2, &b, 2);
+    }
+  std::vector<const void*> srcs;
+  for (const auto& v : in) srcs.push_back(v.data());
+  std::vector<char> out(kBytes);
+  for (auto _ : st) {
+    mpcomm::detail::repro::sum_values(srcs.data(), static_cast<int>(n), count, dt, out.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * (n + 1) * kBytes));
+}
+BENCHMARK_CAPTURE(BM_reproducible_sum, float32, DataType::float32)->Arg(2)->Arg(4)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_reproducible_sum, bfloat16, DataType::bfloat16)->Arg(2)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_reproducible_sum, float64, DataType::float64)->Arg(2)->Unit(benchmark::kMicrosecond);
 
 void BM_kernels(benchmark::State& st, mpcomm::Kernels k, DataType dt, size_t bytes, bool streamed) {
   const size_t count = bytes / mpcomm::dtype_size(dt);

@@ -99,6 +99,10 @@ class Backend {
   // against the other ranks' first (one small allgather, FrontDoor::verify_counts); MPCOMM_CHECK does it on
   // every backend.
   virtual bool checks_sizes() const { return false; }
+  // Whether the backend runs the reproducible sum `op` (Op::reproducible, large enough that the front door
+  // would not gather it) itself, with the bits of the front door's integer collectives
+  // (core/reproducible/exact.h: sum_values); every rank answers alike. Else the front door runs it.
+  virtual bool runs_reproducible(const Op&) const { return false; }
 
   // Whether start() takes a receive from kAnySource (the request's source() then names the sender).
   virtual bool receives_from_any_source() const { return true; }

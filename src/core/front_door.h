@@ -125,6 +125,8 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   bool reproducible(const Op& op) const;
   uint64_t sequence_numbers(const Op& op) const;
   void run_reproducible(const Op& op);
+  // Whether the reproducible op is the backend's to run (Backend::runs_reproducible), as one op.
+  bool backend_sums(const Op& op) const;
   void run_sub_op(Op sub, uint64_t seq);
   // Starts a send or receive (the driver only); on failure r ends failed (and the error is thrown).
   void start_now(OpRequest& r);
@@ -176,6 +178,7 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
     std::vector<uint8_t> top;
     std::vector<int64_t> words, mine;
     std::vector<char> rounded, all;
+    std::vector<const void*> sources;
   } repro_;
   std::string recorder_who_, recorder_tag_;
   FlightRecorder recorder_;

@@ -111,6 +111,23 @@ TEST(Reproducible, SameBitsForEveryForcedNativeAlgorithm) {
   EXPECT_NE(plain("allreduce=ring"), plain("allreduce=recursive_doubling"));
 }
 
+// On one host with single copy the native backend sums in one pass (direct: each piece's owner reads every
+// rank's values); the generic path (forced ring) gives the same bits.
+TEST(Reproducible, NativeOnOneHostSumsInOnePassWithTheSameBits) {
+  ThreadWorld fused("native", 4, reproducible());
+  bool one_pass = false;
+  fused.run([&](int rank, Communicator& comm) {
+    std::vector<float> x(20000, 1.0f);
+    comm.allreduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum);
+    if (rank == 0)
+      one_pass = std::string(comm.stats()[static_cast<size_t>(OpKind::allreduce)].algorithm) == "reproducible+direct";
+  });
+  if (!one_pass) GTEST_SKIP() << "no single copy between the ranks here (process_vm_readv refused)";
+  ThreadWorld generic("native", 4, reproducible({{"MPCOMM_ALGO", "allreduce=ring,reduce_scatter=ring"}}));
+  for (std::vector<int> holds : {std::vector<int>{0, 1, 2, 3}, {2, 0, 3, 1}})
+    EXPECT_TRUE(results(fused, kCounts, holds) == results(generic, kCounts, {3, 2, 1, 0}));
+}
+
 TEST(Reproducible, SameBitsWhicheverRankHoldsWhichVector) {
   ThreadWorld w("native", 4, reproducible());
   const std::string want = results(w, kCounts, {0, 1, 2, 3});

@@ -6,18 +6,19 @@
 #include <random>
 #include <sstream>
 
+#include "backends/native/algorithms/algorithms.h"
+#include "backends/native/engine/engine.h"
 #include "backends/native/selection/selection.h"
 #include "backends/native/selection/world_facts.h"
+#include "backends/native/transport/shm/shm_segment.h"
+#include "backends/native/transport/tcp/tcp_link.h"
 #include "bootstrap/peer_directory.h"
+#include "core/op.h"
+#include "core/reproducible/exact.h"
 #include "device/device.h"
 #include "log/log.h"
 #include "net/socket.h"
-#include "core/op.h"
 #include "settings/settings.h"
-#include "backends/native/algorithms/algorithms.h"
-#include "backends/native/engine/engine.h"
-#include "backends/native/transport/shm/shm_segment.h"
-#include "backends/native/transport/tcp/tcp_link.h"
 
 namespace mpcomm::native {
 
@@ -51,7 +52,7 @@ class NativeBackend final : public detail::Backend {
       ~Notify() { e.notify_deferred(); }
     } notify{*engine_};
     const Algorithm& a = selection_.choose(ctx);
-    op.algorithm = a.name;
+    op.algorithm = op.reproducible ? "reproducible+direct" : a.name;
     // What every algorithm is spared (algorithms.h): one rank, no elements, avg's division.
     if (!op.uneven() && (size() == 1 || (op.bytes() == 0 && op.kind != OpKind::barrier))) return run_alone(ctx);
     a.fn(ctx);
@@ -64,6 +65,14 @@ class NativeBackend final : public detail::Backend {
   void close() override { engine_->close(); }
   // Every frame carries its size, and a receive of another size is a Mismatch (engine.h).
   bool checks_sizes() const override { return true; }
+  // On one host with single copy, the direct algorithms sum reproducibly in one pass (Selection::reproducible)
+  // unless MPCOMM_ALGO forces another algorithm for the op; device buffers are left to the front door.
+  bool runs_reproducible(const detail::Op& op) const override {
+    const HostLocal* h = engine_->host();
+    return size() > 1 && static_cast<uint64_t>(size()) <= detail::repro::kMaxValues && h != nullptr &&
+           h->single_copy() && (op.kind == OpKind::allreduce || op.kind == OpKind::reduce_scatter) &&
+           selection_.allows(op.kind, "direct") && options().device.kind != Device::cuda;
+  }
   const tuning::Shape& shape() const { return shape_; }
 
  private:

@@ -53,6 +53,12 @@ void encode(const void* x, size_t n, DataType dt, const uint8_t* top, int64_t* o
 void decode(const int64_t* words, size_t n, DataType dt, const uint8_t* top, void* out, bool average = false,
             uint64_t divisor = 1);
 
+// out[i] = the sum of srcs[0][i], ..., srcs[nsrc-1][i] (avg: divided by `divisor`) with the bits of the path
+// above — bins, encode under their max, words added, decode — in one pass over blocks that stay in L1
+// (fused.cc). out may alias srcs[0]. At most kMaxValues sources.
+void sum_values(const void* const* srcs, int nsrc, size_t n, DataType dt, void* out, bool average = false,
+                uint64_t divisor = 1);
+
 // One element's per-bin sums in an accumulator: 3·W bins below and at `top` (bins[3W−1] is bin `top`).
 // Adds x (of its element) to them, raising top (and dropping the bins below the new window) where x is in a
 // higher bin; specials counts inf and NaN addends.

@@ -4,13 +4,15 @@
 // ranks. Every rank splits the op the same way, from facts they share (kind, count, dtype, size), and the
 // pieces run back to back on the backend with the sequence numbers the op reserved:
 //   allreduce, small (count · size · element ≤ kGatherBytes): allgather of the values; every rank encodes every
-//     rank's values under their common top bins and adds the integers (one collective);
+//     rank's values under their common top bins and adds the integers (one collective; exact.h: sum_values);
 //   allreduce:       max all-reduce of the bins (1 byte per element), reduce-scatter of the int64 words, each
 //                    rank rounds its block, allgather of the rounded blocks (the bytes of a ring all-reduce
 //                    at 1/4 + 2 + 1 of the values' width in float32's case);
 //   reduce_scatter:  max all-reduce of the bins, reduce-scatter of the words, rounded where they land;
 //   reduce:          max all-reduce of the bins, reduce of the words to the root, rounded there.
 // avg is the exact sum divided by the ranks, in double, rounded once.
+// A backend that can read every rank's values itself sums them in one pass instead, with the same bits
+// (Backend::runs_reproducible: native on one host, exact.h's sum_values); the op is then one backend op.
 #include <algorithm>
 #include <vector>
 
@@ -35,8 +37,12 @@ bool FrontDoor::reproducible(const Op& op) const {
          (op.kind == OpKind::allreduce || op.kind == OpKind::reduce_scatter || op.kind == OpKind::reduce);
 }
 
+bool FrontDoor::backend_sums(const Op& op) const {
+  return op.reproducible && !gathers(op, backend_->size()) && backend_->runs_reproducible(op);
+}
+
 uint64_t FrontDoor::sequence_numbers(const Op& op) const {
-  if (!op.reproducible || backend_->size() == 1) return 1;
+  if (!op.reproducible || backend_->size() == 1 || backend_sums(op)) return 1;
   if (op.kind != OpKind::allreduce) return 2;
   return gathers(op, backend_->size()) ? 1 : 3;
 }
@@ -65,11 +71,8 @@ void FrontDoor::run_reproducible(const Op& op) {
   const uint64_t s0 = op.seq;
 
   if (P == 1) {  // one rank's values, rounded as any sum of them would be
-    std::vector<uint8_t> top(n);
-    std::vector<int64_t> words(n * W);
-    r::bins_of(op.send, n, dt, top.data());
-    r::encode(op.send, n, dt, top.data(), words.data());
-    r::decode(words.data(), n, dt, top.data(), op.recv, avg, 1);
+    const void* mine = op.send;
+    r::sum_values(&mine, 1, n, dt, op.recv, avg, 1);
     return;
   }
   ReproducibleScratch& k = repro_;
@@ -80,17 +83,10 @@ void FrontDoor::run_reproducible(const Op& op) {
   if (op.kind == OpKind::allreduce && gathers(op, P)) {
     char* all = fit(k.all, n * np * es);
     run_sub_op(Op{.kind = OpKind::allgather, .send = op.send, .recv = all, .count = n, .dtype = dt}, s0);
-    uint8_t* top = fit(k.top, 2 * n);
-    uint8_t* bins = top + n;
-    std::fill(top, top + n, 0);
-    for (size_t q = 0; q < np; ++q) {
-      r::bins_of(all + q * n * es, n, dt, bins);
-      for (size_t i = 0; i < n; ++i) top[i] = std::max(top[i], bins[i]);
-    }
-    int64_t* words = fit(k.words, n * W);
-    std::fill(words, words + n * W, 0);
-    for (size_t q = 0; q < np; ++q) r::encode(all + q * n * es, n, dt, top, words, true);
-    r::decode(words, n, dt, top, op.recv, avg, np);
+    std::vector<const void*>& srcs = k.sources;
+    srcs.resize(np);
+    for (size_t q = 0; q < np; ++q) srcs[q] = all + q * n * es;
+    r::sum_values(srcs.data(), P, n, dt, op.recv, avg, np);
     return;
   }
 

@@ -1,9 +1,12 @@
 // The list of native algorithms with what each needs besides frames (algorithms.h), and the check the
 // selection makes before one runs.
+#include "backends/native/algorithms/algorithms.h"
+
 #include <cstring>
 
+#include "core/reproducible/exact.h"
+#include "kernels/reduce.h"
 #include "mpcomm/error.h"
-#include "backends/native/algorithms/algorithms.h"
 
 namespace mpcomm::native {
 
@@ -120,6 +123,14 @@ void check_board_tag(AlgoCtx& c, int r, uint64_t stamp, const detail::Fingerprin
   const BoardTag* t = c.host().board_tag(r);
   if (!t->read(stamp, &theirs, sizeof theirs)) t->read(t->seq.load(std::memory_order_acquire), &theirs, sizeof theirs);
   expect_same_call(c, r, theirs, fp);
+}
+
+void AlgoCtx::reduce_piece(void* dst, const void* const* srcs, int nsrc, size_t count) const {
+  if (op.reproducible)
+    return detail::repro::sum_values(srcs, nsrc, count, op.dtype, dst, op.redop == ReduceOp::avg,
+                                     static_cast<uint64_t>(size));
+  reduce_into(dst, srcs, nsrc, count, op.dtype, op.redop);
+  divide_avg(dst, count);
 }
 
 void divide_avg_result(const AlgoCtx& c) {

@@ -77,6 +77,9 @@ struct AlgoCtx {
   void divide_avg(void* p, size_t count) const {
     if (op.redop == ReduceOp::avg) divide_by(p, count, op.dtype, size);
   }
+  // dst[i] = the reduction of srcs[0..nsrc)[i], avg divided: reduce_into and divide_avg, or for a
+  // reproducible sum (Selection::reproducible) the exact sum of the values, rounded once.
+  void reduce_piece(void* dst, const void* const* srcs, int nsrc, size_t count) const;
   // At least n bytes of scratch, reused across calls.
   char* scratch(size_t n) {
     if (scratch_buf.size() < n) scratch_buf.resize(n);

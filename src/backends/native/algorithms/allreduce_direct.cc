@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/reduce.h"
 #include "backends/native/algorithms/algorithms.h"
 
 namespace mpcomm::native {
@@ -51,8 +50,7 @@ void allreduce_direct(AlgoCtx& c) {
       host.read(q, into, peer[static_cast<size_t>(q)].in + at, len);
       srcs[static_cast<size_t>(k)] = into;
     }
-    reduce_into(out + at, srcs.data(), n, len / es, op.dtype, op.redop);
-    c.divide_avg(out + at, len / es);
+    c.reduce_piece(out + at, srcs.data(), n, len / es);
     for (int q : others) host.write(q, peer[static_cast<size_t>(q)].out + at, out + at, len);
   }
 

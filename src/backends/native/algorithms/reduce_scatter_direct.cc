@@ -15,7 +15,6 @@
 // The ring copies all n blocks to scratch first and moves partials n-1 times. Scratch: (n-1) pieces.
 #include <algorithm>
 
-#include "kernels/reduce.h"
 #include "backends/native/algorithms/algorithms.h"
 
 namespace mpcomm::native {
@@ -46,8 +45,7 @@ void reduce_scatter_direct(AlgoCtx& c) {
       host.read(q, into, peer[static_cast<size_t>(q)].in + first + at, len);
       srcs[static_cast<size_t>(k)] = into;
     }
-    reduce_into(out + at, srcs.data(), n, len / es, op.dtype, op.redop);
-    c.divide_avg(out + at, len / es);
+    c.reduce_piece(out + at, srcs.data(), n, len / es);
   }
 
   // 3. Done: nobody returns while its input is still being read.

@@ -54,10 +54,19 @@ class Selection final : public Choices {
   // in frames of c.op. Throws Unsupported (on every rank alike) when MPCOMM_ALGO forces an algorithm
   // that cannot run for this call.
   const Algorithm& choose(AlgoCtx& c) {
+    if (c.op.reproducible) return reproducible(c.op.kind);
     if (c.op.v != nullptr) return choose_uneven(c);
     Memo& m = memo_[static_cast<size_t>(c.op.kind)];
     if (m.algorithm != nullptr && m.count == c.op.count && m.dtype == c.op.dtype) return *m.algorithm;
     return choose_anew(c, c.op.count);
+  }
+  // A reproducible sum this backend runs itself (NativeBackend::runs_reproducible): the direct algorithm
+  // of its kind, whose owner of each piece reads every rank's values and sums them in one pass.
+  static const Algorithm& reproducible(OpKind kind) { return *find_algorithm(kind, "direct"); }
+  // Whether MPCOMM_ALGO leaves `kind` free or forces `name` for it.
+  bool allows(OpKind kind, std::string_view name) const {
+    const Algorithm* a = forced_[static_cast<size_t>(kind)];
+    return a == nullptr || name == a->name;
   }
   // Choices: an algorithm's protocol choice for this call (the index of the chosen one).
   int pick(Choice which, const detail::Op& op) const override;
