@@ -106,6 +106,10 @@ struct MPCOMM_API Options {
   // (docs/reproducible.md: exact integer sums of each value's bits in a window under the largest). Costs an extra
   // max all-reduce of one byte per element and int64 traffic. -1: MPCOMM_REPRODUCIBLE (default 0).
   int reproducible = -1;
+  // 1: a failure ends this communicator (and those split from it) only, not the job: it is not published as the
+  // job's abort, so the survivors can shrink() it and go on (docs/reliability.md). `mpcomm launch --elastic`
+  // sets MPCOMM_ELASTIC=1. -1: MPCOMM_ELASTIC (default 0).
+  int elastic = -1;
   // MPCOMM_* knobs for this communicator (and those split from it) only, over the environment's:
   // {"MPCOMM_SINGLE_COPY", "0"}. `mpcomm info` lists the knobs; an unknown name is an InvalidArgument.
   std::map<std::string, std::string> params;
@@ -263,6 +267,16 @@ class MPCOMM_API Communicator final {
   // Collective over this communicator: ranks with the same color form a new communicator, ordered
   // by (key, old rank). A negative color returns nullptr (the rank joins no group).
   std::unique_ptr<Communicator> split(int color, int key);
+
+  // After a failure (an op threw PeerFailure or Timeout), on every survivor: a new communicator over the ranks
+  // still alive, in their old order, numbered from 0. The survivors agree on who is gone through the store
+  // (a rank is gone when it is known dead — on this host, its process — or has not called shrink() within the
+  // timeout); this communicator is revoked first: its pending and later calls fail with Revoked. With
+  // `exclude`, the named ranks leave on purpose (also from a healthy communicator): every rank calls it, the
+  // excluded get nullptr. A rank counted out (it came after the others had agreed) gets PeerFailure.
+  // Needs Options::elastic after a failure (else the failure ended the job); native and gloo (mpi and nccl:
+  // Unsupported). Children made by split() are revoked when their own ops fail, and shrink the same way.
+  std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude = {});
 
   // Aborts the communicator: pending and later calls throw; peers blocked on this rank fail soon after.
   // Any thread may call it.

@@ -9,7 +9,7 @@
 
 namespace mpcomm {
 
-enum class ErrorCode { invalid_argument, timeout, peer_failure, mismatch, unsupported, internal };
+enum class ErrorCode { invalid_argument, timeout, peer_failure, mismatch, unsupported, internal, revoked };
 
 MPCOMM_API std::string_view to_string(ErrorCode c);
 
@@ -45,6 +45,11 @@ struct MPCOMM_API Unsupported : Error {
 // A broken invariant or a failed system call.
 struct MPCOMM_API Internal : Error {
   explicit Internal(const std::string& w) : Error(ErrorCode::internal, w) {}
+};
+
+// An op of a communicator that shrink() replaced: it was pending, or issued after.
+struct MPCOMM_API Revoked : Error {
+  explicit Revoked(const std::string& w) : Error(ErrorCode::revoked, w) {}
 };
 
 // Throw the subclass that belongs to `code`.

@@ -14,8 +14,9 @@ std::string read_abort_reason(Store& store) {
   return store.get_string(kAbortKey, Millis(1000));
 }
 
-AbortWatch::AbortWatch(const std::shared_ptr<Store>& store, std::chrono::milliseconds every, std::string who)
-    : store_(store ? root_store(store) : nullptr), every_(every), who_(std::move(who)) {}
+AbortWatch::AbortWatch(const std::shared_ptr<Store>& store, std::chrono::milliseconds every, std::string who,
+                       bool job_wide)
+    : store_(store && job_wide ? root_store(store) : store), every_(every), who_(std::move(who)) {}
 
 std::shared_ptr<Store> AbortWatch::store_locked() {
   std::lock_guard<std::mutex> g(mu_);

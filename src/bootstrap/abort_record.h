@@ -25,9 +25,11 @@ std::string read_abort_reason(Store& store);
 // from then on the waits rely on their transport and their deadline. Thread-safe.
 class AbortWatch {
  public:
-  // `store`: any store of the job (its root is used); null watches nothing. `every`: poll() asks the
-  // store at most this often.
-  AbortWatch(const std::shared_ptr<Store>& store, std::chrono::milliseconds every, std::string who);
+  // `store`: any store of the job (its root is used, or with `job_wide` false the store itself: one
+  // communicator's record, Options::elastic); null watches nothing. `every`: poll() asks the store at most
+  // this often.
+  AbortWatch(const std::shared_ptr<Store>& store, std::chrono::milliseconds every, std::string who,
+             bool job_wide = true);
   // The recorded failure ("" when none, or when asked less than `every` ago).
   std::string poll();
   // The recorded failure, asked now.

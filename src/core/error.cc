@@ -10,6 +10,8 @@ std::string_view to_string(ErrorCode c) {
     case ErrorCode::mismatch: return "mismatch";
     case ErrorCode::unsupported: return "unsupported";
     case ErrorCode::internal: return "internal error";
+    case ErrorCode::revoked:
+      return "revoked";
   }
   return "unknown error";
 }
@@ -21,6 +23,8 @@ void throw_error(ErrorCode code, const std::string& what) {
     case ErrorCode::peer_failure: throw PeerFailure(what);
     case ErrorCode::mismatch: throw Mismatch(what);
     case ErrorCode::unsupported: throw Unsupported(what);
+    case ErrorCode::revoked:
+      throw Revoked(what);
     case ErrorCode::internal: break;
   }
   throw Internal(what);

@@ -97,11 +97,14 @@ std::unique_ptr<Communicator> FrontDoor::wrap(std::shared_ptr<FrontDoor> core) {
 
 std::string FrontDoor::aborted_message(const Op& op) const {
   std::lock_guard<std::mutex> g(abort_mu_);
-  return "mpcomm: " + backend_->describe(op) + ": communicator was aborted: " + abort_reason_;
+  return "mpcomm: " + backend_->describe(op) + ": communicator was " +
+         (revoked_.load(std::memory_order_acquire) ? "revoked by shrink()" : "aborted") + ": " + abort_reason_;
 }
 
 void FrontDoor::throw_if_aborted(const Op& op) const {
-  if (aborted_.load(std::memory_order_acquire)) throw PeerFailure(aborted_message(op));
+  if (!aborted_.load(std::memory_order_acquire)) return;
+  if (revoked_.load(std::memory_order_acquire)) throw Revoked(aborted_message(op));
+  throw PeerFailure(aborted_message(op));
 }
 
 // ---- running an op ----------------------------------------------------------------------------------
@@ -224,7 +227,8 @@ void FrontDoor::fail_pending() {
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (r->ended()) continue;
-      r->error = std::make_exception_ptr(PeerFailure(msg));
+      r->error = revoked_.load(std::memory_order_acquire) ? std::make_exception_ptr(Revoked(msg))
+                                                          : std::make_exception_ptr(PeerFailure(msg));
       r->phase = OpRequest::Phase::failed;
       ++endings_;
     }

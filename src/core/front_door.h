@@ -5,6 +5,7 @@
 //   stream.cc           the stream below: issuing, queuing, the progress thread, waiting and testing
 //   argument_checks.cc  every argument, before any traffic
 //   split.cc            split(): the groups, worked out once for every backend
+//   shrink.cc           shrink(): the survivors' agreement through the store, the revoke, the new group
 //   stats.h             time and bytes per op kind
 //   device_staging.cc   buffers in other memory than the backend's, copied through its kind
 //
@@ -70,6 +71,8 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   int p2p(Op& op);                                  // blocking send or recv: a receive's sender
   Request ip2p(Op& op);                             // isend or irecv
   std::unique_ptr<Communicator> split(int color, int key);
+  // Communicator::shrink (shrink.cc).
+  std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude);
   void abort(ErrorCode code, const std::string& reason);
   // The communicator is going away: let issued ops finish, stop the progress thread, close the backend.
   void close();
@@ -191,6 +194,8 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   uint64_t seq_ = 0, p2p_seq_ = 0;  // the issuing thread's
 
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> revoked_{false};  // by shrink(): pending and later ops fail with Revoked
+  int shrinks_ = 0;                   // shrink() calls so far (the issuing thread's): names each one's keys
   mutable std::mutex abort_mu_;
   std::string abort_reason_;
 

@@ -27,6 +27,7 @@ Options Options::resolved() const {
   if (o.check < 0) o.check = param_int(*this, "MPCOMM_CHECK") != 0 ? 1 : 0;
   if (o.staging < 0) o.staging = param_int(*this, "MPCOMM_STAGING") != 0 ? 1 : 0;
   if (o.reproducible < 0) o.reproducible = param_int(*this, "MPCOMM_REPRODUCIBLE") != 0 ? 1 : 0;
+  if (o.elastic < 0) o.elastic = param_int(*this, "MPCOMM_ELASTIC") != 0 ? 1 : 0;
   if (o.token.empty()) o.token = param_string(*this, "MPCOMM_TOKEN");
   if (o.device.kind == Device::cpu) o.device = parse_device(param_string(*this, "MPCOMM_DEVICE"));
   return o;

@@ -50,6 +50,10 @@ const std::vector<ParamInfo>& all_params() {
        Kind::flag},
       {"MPCOMM_DEVICE", "cpu", "where the caller's buffers live: cpu, cuda (the rank's local GPU) or cuda:N",
        Kind::device},
+      {"MPCOMM_ELASTIC", "0",
+       "1: a failure ends the communicator only, not the job, so the survivors can shrink it (mpcomm launch "
+       "--elastic sets it)",
+       Kind::flag},
       {"MPCOMM_REPRODUCIBLE", "0",
        "1: floating-point sums and averages (allreduce, reduce_scatter, reduce) give the same bits on any backend, "
        "algorithm, layout or number of ranks",

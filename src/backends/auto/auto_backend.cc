@@ -94,6 +94,8 @@ class AutoBackend final : public detail::Backend {
                                          std::move(kids), router_.table());
   }
 
+  // Its children would each have to shrink, the mpi one cannot; not written yet.
+  bool shrinks() const override { return false; }
   bool checks_sizes() const override {
     return std::all_of(children_.begin(), children_.end(), [](const Child& c) { return c.backend->checks_sizes(); });
   }

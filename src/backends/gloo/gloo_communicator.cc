@@ -167,7 +167,8 @@ class GlooBackend final : public detail::Backend {
               std::shared_ptr<::gloo::Context> ctx)
       : Backend("gloo", rank, size, std::move(topo), std::move(opts), store),
         ctx_(std::move(ctx)),
-        abort_watch_(store, std::chrono::milliseconds(0), "gloo rank " + std::to_string(rank)) {}
+        abort_watch_(store, std::chrono::milliseconds(0), "gloo rank " + std::to_string(rank),
+                     /*job_wide=*/options().elastic <= 0) {}
 
   template <class F>
   void guarded(const detail::Op& op, F&& f) {

@@ -63,6 +63,8 @@ tuning::Shape agree_shape(CommState& st, const Topology& topo, const ErrorSubjec
 
 class MpiBackend final : public detail::Backend {
  public:
+  // Open MPI 4 has no ULFM: a communicator with a dead rank cannot be shrunk.
+  bool shrinks() const override { return false; }
   // `calls`: fitted to the communicator's shape (the same on every rank: agreed at setup).
   MpiBackend(std::shared_ptr<CommState> st, Topology topo, Options opts, std::shared_ptr<Store> store, CallsSelection calls)
       : Backend("mpi", st->rank(), st->size(), std::move(topo), std::move(opts), std::move(store)),

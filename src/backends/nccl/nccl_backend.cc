@@ -53,6 +53,8 @@ class NcclBackend final : public detail::Backend {
   // A test() hands every posted send and receive to NCCL as one group, and an exchange needs both of a
   // pair's operations in one group: the progress thread must not test them one at a time.
   bool cheap_test() const override { return false; }
+  // ncclCommShrink (NCCL 2.27+) is not wired in: no GPU has run this backend.
+  bool shrinks() const override { return false; }
   // ncclRecv names its peer.
   bool receives_from_any_source() const override { return false; }
 

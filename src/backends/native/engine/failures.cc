@@ -9,7 +9,10 @@ namespace mpcomm::native {
 static constexpr auto kStoreEvery = std::chrono::milliseconds(500);
 
 Failures::Failures(int rank, int size, const ShmSegment* seg, std::shared_ptr<Store> abort_store)
-    : rank_(rank), size_(size), seg_(seg), watch_(abort_store, kStoreEvery, "rank " + std::to_string(rank)) {}
+    : rank_(rank),
+      size_(size),
+      seg_(seg),
+      watch_(abort_store, kStoreEvery, "rank " + std::to_string(rank), /*job_wide=*/false) {}
 
 std::string Failures::context() const {
   return op_ != nullptr ? detail::describe(*op_, rank_, size_, "native") : "rank " + std::to_string(rank_);

@@ -19,6 +19,8 @@ class ShmSegment;
 
 class Failures {
  public:
+  // abort_store: where failures are published and looked up (the job's root store, or with Options::elastic
+  // the communicator's own).
   Failures(int rank, int size, const ShmSegment* seg, std::shared_ptr<Store> abort_store);
 
   // The op whose name errors carry (it must live until the next begin()).

@@ -1,0 +1,143 @@
+// Communicator::shrink (front_door.h): the survivors of a failure — or every rank but the excluded ones —
+// agree through the store on who stays, this communicator is revoked, and the factory that made it makes a
+// new one over them (as split() does for a group).
+//
+// The agreement, under the keys "shrink<k>/" of this communicator's store (k counts this communicator's
+// shrinks, the same on every rank that calls it):
+//   1. every caller revokes its communicator (its pending ops fail with Revoked; with Options::elastic the
+//      backend is aborted too, so that ops blocked in it end now) and sets here/<rank>;
+//   2. it waits until every rank is here, excluded, or gone — known gone by any caller's backend
+//      (Backend::gone, published as gone/<rank>) — or until the timeout;
+//   3. the first caller to get there takes ticket 1 of an atomic add and writes `members`: the ranks here
+//      then. Every caller reads `members`: one writer, so one list. A rank that checks in after it was
+//      written, or is not in it, is counted out (PeerFailure).
+// A further failure while this runs: a rank that dies before checking in is left out (at the latest when
+// the timeout passes); one that dies after is in the list, and creating the new communicator fails with a
+// peer failure or timeout — shrink that one again. The writer dying between its ticket and its write leaves
+// the others waiting for `members` until the timeout.
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "core/front_door.h"
+#include "core/topology.h"
+
+namespace mpcomm::detail {
+
+namespace {
+
+std::string list_of(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(std::stoi(item));
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude) {
+  Backend& b = *backend_;
+  const int n = b.size(), me = b.rank();
+  const std::string who = "mpcomm: shrink #" + std::to_string(shrinks_) + " on rank " + std::to_string(me) + " of " +
+                          std::to_string(n) + " [" + std::string(b.name()) + "]";
+  if (!b.shrinks() || b.store() == nullptr)
+    throw Unsupported(who + ": the " + std::string(b.name()) +
+                      " backend cannot shrink (Open MPI 4 has no ULFM; nccl: ncclCommShrink is not wired in)");
+  std::vector<bool> excluded(static_cast<size_t>(n), false);
+  for (int r : exclude) {
+    if (r < 0 || r >= n) throw InvalidArgument(who + ": exclude names rank " + std::to_string(r) + ", not a rank");
+    if (excluded[static_cast<size_t>(r)])
+      throw InvalidArgument(who + ": exclude names rank " + std::to_string(r) + " twice");
+    excluded[static_cast<size_t>(r)] = true;
+  }
+  if (static_cast<int>(exclude.size()) == n) throw InvalidArgument(who + ": exclude names every rank");
+  const bool failed = aborted_.load(std::memory_order_acquire) && !revoked_.load(std::memory_order_acquire);
+  if (exclude.empty() && !failed)
+    throw InvalidArgument(who + ": the communicator has not failed; name the ranks to exclude to shrink it on purpose");
+  const bool elastic = b.options().elastic > 0;
+  if (failed && !elastic)
+    throw Unsupported(who +
+                      ": the failure was published as the job's abort, so the job is ending; with "
+                      "Options::elastic (MPCOMM_ELASTIC=1, mpcomm launch --elastic) it ends this communicator only");
+
+  // 1. Revoke, then check in.
+  const std::string reason =
+      "shrink() replaced it" + (exclude.empty() ? "" : " (excluding ranks " + list_of(exclude) + ")");
+  {
+    std::lock_guard<std::mutex> g(abort_mu_);
+    if (abort_reason_.empty()) abort_reason_ = reason;
+  }
+  revoked_.store(true, std::memory_order_release);
+  aborted_.store(true, std::memory_order_release);
+  if (elastic) b.abort(ErrorCode::revoked, who + ": " + reason);
+  fail_pending();
+  const std::string base = "shrink" + std::to_string(shrinks_++) + "/";
+  if (excluded[static_cast<size_t>(me)]) return nullptr;
+  Store& store = *b.store();
+  const auto key = [&](const char* what, int r) { return base + what + "/" + std::to_string(r); };
+  store.set_string(key("here", me), "1");
+
+  // 2. Wait for every rank here, excluded or gone, or the timeout.
+  const auto deadline = std::chrono::steady_clock::now() + b.options().timeout;
+  std::vector<bool> here(static_cast<size_t>(n), false), gone(static_cast<size_t>(n), false);
+  here[static_cast<size_t>(me)] = true;
+  for (;;) {
+    bool all = true;
+    for (int q = 0; q < n; ++q) {
+      const auto i = static_cast<size_t>(q);
+      if (here[i] || gone[i] || excluded[i]) continue;
+      if (store.check({key("here", q)})) {
+        here[i] = true;
+      } else if (b.gone(q)) {
+        gone[i] = true;
+        store.set_string(key("gone", q), "1");
+      } else if (store.check({key("gone", q)})) {
+        gone[i] = true;
+      } else {
+        all = false;
+      }
+    }
+    if (all || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+
+  // 3. One writer of the members; every caller reads them.
+  if (store.add(base + "decide", 1) == 1) {
+    std::vector<int> members;
+    for (int q = 0; q < n; ++q)
+      if (!excluded[static_cast<size_t>(q)] && (here[static_cast<size_t>(q)] || store.check({key("here", q)})))
+        members.push_back(q);
+    store.set_string(base + "members", list_of(members));
+  }
+  const std::vector<int> members = parse_list(store.get_string(base + "members", b.options().timeout));
+  const auto at = std::find(members.begin(), members.end(), me);
+  if (at == members.end())
+    throw PeerFailure(who + ": counted out: the others agreed on ranks " + list_of(members) +
+                      " before this rank checked in");
+
+  // The new communicator, as split() makes a group.
+  SplitPlan plan;
+  plan.color = 0;
+  plan.members = members;
+  plan.new_rank = static_cast<int>(at - members.begin());
+  plan.seq = seq_;
+  plan.recreate = recreate_;
+  std::vector<std::string> hosts;
+  for (int m : members)
+    hosts.push_back(b.topology().host_names[static_cast<size_t>(b.topology().host_of_rank[static_cast<size_t>(m)])]);
+  plan.topology = topology_from_hosts(hosts, plan.new_rank);
+  plan.store = std::make_shared<PrefixStore>(base + "group", b.store());
+  return make_communicator(b.split(plan), recreate_);
+}
+
+}  // namespace mpcomm::detail

@@ -1,0 +1,150 @@
+// shrink(): ranks leave on purpose (exclude) or by failing; the others agree on who stays, the old
+// communicator is revoked (its pending and later ops fail with Revoked), and the new one — the survivors in
+// their old order — runs collectives and point-to-point like any other. Ranks are threads here; a process
+// killed under `mpcomm launch --elastic` is in shrink_process_test.cc.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <numeric>
+#include <vector>
+
+#include "harness/thread_world.h"
+#include "mpcomm/communicator.h"
+#include "mpcomm/error.h"
+
+namespace mpcomm {
+namespace {
+
+using testing::ThreadWorld;
+
+Options elastic(int seconds) {
+  Options o;
+  o.elastic = 1;
+  o.timeout = Millis(seconds * 1000);
+  return o;
+}
+
+// An allreduce of (old rank + 1) over the new communicator: the sum of the survivors' old ranks + 1.
+double survivors_sum(Communicator& c, int old_rank) {
+  double x = old_rank + 1;
+  c.allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
+  return x;
+}
+
+class Shrink : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Shrink, ExcludedRanksLeaveTheOthersGoOnInTheirOrder) {
+  ThreadWorld w(GetParam(), 4, elastic(30));
+  w.run([&](int rank, Communicator& comm) {
+    std::unique_ptr<Communicator> c = comm.shrink({1});
+    if (rank == 1) {
+      EXPECT_EQ(c, nullptr);
+      return;
+    }
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->size(), 3);
+    EXPECT_EQ(c->rank(), rank == 0 ? 0 : rank - 1);
+    EXPECT_EQ(survivors_sum(*c, rank), 1 + 3 + 4);
+    // point to point in the new numbering: a ring shift
+    int got = -1, mine = rank;
+    Request r = c->irecv(&got, 1, DataType::int32, (c->rank() + 2) % 3);
+    c->send(&mine, 1, DataType::int32, (c->rank() + 1) % 3);
+    r.wait();
+    const int from_old[] = {0, 2, 3};
+    EXPECT_EQ(got, from_old[(c->rank() + 2) % 3]);
+    // the old communicator is revoked
+    double x = 1;
+    EXPECT_THROW(comm.allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum), Revoked);
+    // and the new one shrinks again
+    std::unique_ptr<Communicator> d = c->shrink({0});
+    if (c->rank() == 0) {
+      EXPECT_EQ(d, nullptr);
+      return;
+    }
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->size(), 2);
+    EXPECT_EQ(survivors_sum(*d, rank), 3 + 4);
+  });
+}
+
+TEST_P(Shrink, AfterAFailureTheSurvivorsAgreeWithoutTheLostRank) {
+  // rank 3 aborts its communicator and leaves (a thread cannot be killed; in one process it is not known
+  // gone, so the survivors wait out the timeout for it)
+  ThreadWorld w(GetParam(), 4, elastic(2));
+  w.run([&](int rank, Communicator& comm) {
+    if (rank == 3) {
+      comm.abort("rank 3 is lost");
+      return;
+    }
+    double x = 1;
+    EXPECT_ANY_THROW({
+      for (int i = 0; i < 100; ++i) comm.allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<Communicator> c = comm.shrink();
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->size(), 3);
+    EXPECT_EQ(c->rank(), rank);
+    EXPECT_EQ(survivors_sum(*c, rank), 1 + 2 + 3);
+    EXPECT_LT(took, 10.0);  // bounded by the timeout (2 s) and the new communicator's setup
+  });
+}
+
+TEST_P(Shrink, PendingRequestsFailWithRevoked) {
+  ThreadWorld w(GetParam(), 2, elastic(30));
+  w.run([&](int rank, Communicator& comm) {
+    int v = 0;
+    Request pending;
+    if (rank == 0) pending = comm.irecv(&v, 1, DataType::int32, 1, /*tag=*/7);  // rank 1 never sends it
+    std::unique_ptr<Communicator> c = comm.shrink({1});
+    if (rank == 1) return;
+    EXPECT_THROW(pending.wait(), Revoked);
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->size(), 1);
+  });
+}
+
+TEST_P(Shrink, BadCallsAreRefused) {
+  ThreadWorld w(GetParam(), 2, elastic(30));
+  w.run([&](int, Communicator& comm) {
+    EXPECT_THROW(comm.shrink(), InvalidArgument);  // healthy: nothing to shrink without exclude
+    EXPECT_THROW(comm.shrink({2}), InvalidArgument);
+    EXPECT_THROW(comm.shrink({0, 0}), InvalidArgument);
+    EXPECT_THROW(comm.shrink({0, 1}), InvalidArgument);
+    double x = 1;  // refusals leave the communicator working
+    comm.allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
+    EXPECT_EQ(x, 2);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Shrink, ::testing::Values("native", "gloo"),
+                         [](const auto& info) { return info.param; });
+
+TEST(ShrinkRefused, AfterAFailureWithoutElasticTheJobIsEnding) {
+  Options o;
+  o.timeout = Millis(2000);
+  ThreadWorld w("native", 2, o);
+  w.run([&](int rank, Communicator& comm) {
+    if (rank == 1) {
+      comm.abort("lost");
+      return;
+    }
+    double x = 1;
+    EXPECT_ANY_THROW(comm.allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum));
+    try {
+      comm.shrink();
+      ADD_FAILURE() << "shrink() after a job-wide failure";
+    } catch (const Unsupported& e) {
+      EXPECT_NE(std::string(e.what()).find("MPCOMM_ELASTIC"), std::string::npos) << e.what();
+    }
+  });
+}
+
+TEST(ShrinkRefused, AutoSaysWhy) {
+  ThreadWorld w("auto", 2, elastic(30));
+  w.run([&](int, Communicator& comm) { EXPECT_THROW(comm.shrink({1}), Unsupported); });
+}
+
+}  // namespace
+}  // namespace mpcomm
