@@ -46,6 +46,10 @@ struct LaunchOptions {
   std::string backend = "native";       // MPCOMM_BACKEND for the ranks, and nothing else
   LaunchNeeds needs;                    // how the backend's ranks are started: launch_needs(backend)
   double grace_s = 10;                  // after the first failure, how long the others may take to end
+  // --elastic: a rank killed by a signal is lost, not the job's failure: the others go on (their communicators
+  // are elastic, MPCOMM_ELASTIC=1, so they can shrink); the lost ranks are listed at the end. A rank that
+  // exits with an error still fails the job.
+  bool elastic = false;
   bool prefix_output = true;            // "[r] " before each line
   // Pin each rank to one of the CPUs this process may use, the one bind_slot() names (mpirun pins by
   // default for small jobs; under mpirun: --bind-to core, core:overload-allowed when ranks outnumber

@@ -103,9 +103,6 @@ class Backend {
   // would not gather it) itself, with the bits of the front door's integer collectives
   // (core/reproducible/exact.h: sum_values); every rank answers alike. Else the front door runs it.
   virtual bool runs_reproducible(const Op&) const { return false; }
-  // Whether rank `r` is known to be gone for good (native: its process on this host has ended). shrink()
-  // waits for the ranks not known gone to check in, up to the timeout.
-  virtual bool gone(int /*r*/) const { return false; }
   // Whether shrink() may replace this communicator (mpi and nccl: no).
   virtual bool shrinks() const { return true; }
 

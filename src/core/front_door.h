@@ -49,6 +49,9 @@
 
 namespace mpcomm::detail {
 
+// The store key under which an elastic communicator's rank publishes its host and process id (shrink.cc).
+std::string shrink_process_key(int rank);
+
 // Wraps a backend in the public front door. `recreate` makes more backends of its kind (split).
 std::unique_ptr<Communicator> make_communicator(std::unique_ptr<Backend> backend, BackendFactory recreate);
 

@@ -6,8 +6,8 @@
 // shrinks, the same on every rank that calls it):
 //   1. every caller revokes its communicator (its pending ops fail with Revoked; with Options::elastic the
 //      backend is aborted too, so that ops blocked in it end now) and sets here/<rank>;
-//   2. it waits until every rank is here, excluded, or gone — known gone by any caller's backend
-//      (Backend::gone, published as gone/<rank>) — or until the timeout;
+//   2. it waits until every rank is here, excluded, or gone — known gone by any caller (a rank of its host
+//      whose process has ended: process_gone; published as gone/<rank>) — or until the timeout;
 //   3. the first caller to get there takes ticket 1 of an atomic add and writes `members`: the ranks here
 //      then. Every caller reads `members`: one writer, so one list. A rank that checks in after it was
 //      written, or is not in it, is counted out (PeerFailure).
@@ -15,8 +15,14 @@
 // the timeout passes); one that dies after is in the list, and creating the new communicator fails with a
 // peer failure or timeout — shrink that one again. The writer dying between its ticket and its write leaves
 // the others waiting for `members` until the timeout.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -34,6 +40,24 @@ std::string list_of(const std::vector<int>& ranks) {
   return s;
 }
 
+// Whether rank q's process is known to have ended: it runs on this host (its "proc" key, published when the
+// communicator was made) and no such process exists, or it is a zombie its parent has not reaped yet.
+bool process_gone(Store& store, int q, const std::string& host) {
+  const std::string key = shrink_process_key(q);
+  if (!store.check({key})) return false;
+  const std::string v = store.get_string(key, Millis(1000));
+  const size_t nl = v.rfind('\n');
+  if (nl == std::string::npos || v.substr(0, nl) != host) return false;
+  const int pid = std::atoi(v.c_str() + nl + 1);
+  if (pid <= 0 || pid == static_cast<int>(::getpid())) return false;
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');  // the state follows the command's name in parentheses
+  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::stringstream in(s);
@@ -44,6 +68,8 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 }  // namespace
+
+std::string shrink_process_key(int rank) { return "proc/" + std::to_string(rank); }
 
 std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude) {
   Backend& b = *backend_;
@@ -98,7 +124,7 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
       if (here[i] || gone[i] || excluded[i]) continue;
       if (store.check({key("here", q)})) {
         here[i] = true;
-      } else if (b.gone(q)) {
+      } else if (elastic && process_gone(store, q, b.options().host_id)) {
         gone[i] = true;
         store.set_string(key("gone", q), "1");
       } else if (store.check({key("gone", q)})) {

@@ -27,6 +27,9 @@ Runner add_launch(CLI::App& app) {
   auto* timeout = app.add_option("--timeout", opts->timeout_s, "MPCOMM_TIMEOUT for the ranks, seconds (default: the environment's, else 300)")
                      ->check(positive_number());
   auto* backend = app.add_option("--backend", opts->backend, "MPCOMM_BACKEND for the ranks (default: the environment's, else native)");
+  app.add_flag("--elastic", opts->elastic,
+               "a rank killed by a signal is lost and the others go on (MPCOMM_ELASTIC=1: they can shrink their "
+               "communicators); exit 0 when every other rank ended with 0");
   app.add_option("--grace", opts->grace_s, "seconds the other ranks get to end after the first failure")->check(non_negative_number());
   app.add_option("--addr", opts->bind_addr, "address the store listens on");
   app.add_flag("!--no-prefix", opts->prefix_output, "do not prefix output lines with the rank");

@@ -38,12 +38,11 @@ std::string random_hex(int n) {
 class NativeBackend final : public detail::Backend {
  public:
   NativeBackend(int rank, int size, Topology topo, Options opts, std::shared_ptr<Store> store,
-                std::shared_ptr<Engine> engine, Selection selection, tuning::Shape shape, std::vector<int> pids)
+                std::shared_ptr<Engine> engine, Selection selection, tuning::Shape shape)
       : Backend("native", rank, size, std::move(topo), std::move(opts), std::move(store)),
         engine_(std::move(engine)),
         selection_(std::move(selection)),
-        shape_(shape),
-        pids_(std::move(pids)) {}
+        shape_(shape) {}
 
   ~NativeBackend() override { engine_->close(); }
 
@@ -79,26 +78,11 @@ class NativeBackend final : public detail::Backend {
   }
   const tuning::Shape& shape() const { return shape_; }
 
-  // A rank of this host whose process has ended (no such process, or a zombie its parent has not reaped).
-  bool gone(int r) const override {
-    const auto i = static_cast<size_t>(r);
-    if (r < 0 || i >= pids_.size() || topology().host_of_rank[i] != topology().host) return false;
-    const int pid = pids_[i];
-    if (pid <= 0 || pid == static_cast<int>(getpid())) return false;
-    if (::kill(pid, 0) != 0) return errno == ESRCH;
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t paren = line.rfind(')');  // the state follows the command's name in parentheses
-    return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
-  }
-
  private:
   std::shared_ptr<Engine> engine_;
   Selection selection_;
   tuning::Shape shape_;
   std::vector<char> scratch_;
-  std::vector<int> pids_;  // every rank's process id (meaningful for this host's ranks)
 };
 
 // A send or receive in flight. Its errors name it as the backend would (the engine names the op the
@@ -217,7 +201,7 @@ std::unique_ptr<detail::Backend> create_native(std::shared_ptr<Store> store, int
   MPCOMM_LOG(info, "native rank %d/%d up: host %d of %d, %d local ranks, %zu tcp peers; algorithms from %s", rank, size,
              topo.host, topo.num_hosts(), topo.local_size, remote.size(), selection.describe().c_str());
   return std::make_unique<NativeBackend>(rank, size, std::move(topo), std::move(opts), std::move(store),
-                                         std::move(engine), std::move(selection), facts.shape, pid_of);
+                                         std::move(engine), std::move(selection), facts.shape);
 }
 
 const tuning::Shape* agreed_shape(const detail::Backend& b) {

@@ -139,9 +139,9 @@ int launch(const LaunchOptions& o) {
                                 mpirun_args));
   } else {
     const std::string host_base = hosts > 1 ? host_id_from_env() : "";
-    std::vector<std::string> overridden = {"RANK",          "WORLD_SIZE",     "LOCAL_RANK",    "LOCAL_WORLD_SIZE",
-                                           "MASTER_ADDR",   "MASTER_PORT",    "MPCOMM_STORE",  "MPCOMM_TOKEN",
-                                           "MPCOMM_JOB_ID", "MPCOMM_TIMEOUT", "MPCOMM_BACKEND"};
+    std::vector<std::string> overridden = {"RANK",          "WORLD_SIZE",     "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR",   "MASTER_PORT",    "MPCOMM_STORE",   "MPCOMM_TOKEN",
+                                           "MPCOMM_JOB_ID", "MPCOMM_TIMEOUT", "MPCOMM_BACKEND", "MPCOMM_ELASTIC"};
     if (hosts > 1) overridden.push_back("MPCOMM_HOST_ID");  // with one host the inherited value (or hostname) holds
     const std::vector<std::string> inherited = environment_without(overridden);
     plans.resize(static_cast<size_t>(n));
@@ -166,6 +166,7 @@ int launch(const LaunchOptions& o) {
       put("MPCOMM_JOB_ID", job_id);
       put("MPCOMM_TIMEOUT", timeout_text(o.timeout_s));
       put("MPCOMM_BACKEND", o.backend);
+      put("MPCOMM_ELASTIC", o.elastic ? "1" : "0");
       if (hosts > 1) put("MPCOMM_HOST_ID", host_base + "-h" + std::to_string(h));
       if (bind) p.cpu = cpus[static_cast<size_t>(bind_slot(r, n, hosts, static_cast<int>(cpus.size())))];
       finish_plan(p, o.argv);
@@ -227,6 +228,8 @@ int launch(const LaunchOptions& o) {
   int first_failure = 0;   // status of the first rank that failed
   int interrupted_by = 0;  // signal that interrupted the launcher
   std::string elsewhere;   // across nodes: why the job ended on another node (or the store was lost)
+  std::vector<std::string> lost;  // --elastic: the ranks killed by a signal while the others went on
+  int lost_status = 0;            // the last lost rank's status: the job's when no rank was left
   Clock::time_point next_look = Clock::now();
   std::vector<pollfd> fds;
   std::vector<std::pair<Stream*, const std::string*>> polled;  // stream, its rank's prefix
@@ -312,6 +315,12 @@ int launch(const LaunchOptions& o) {
     for (Rank& r : job.ranks) {
       if (!r.running || !reap(r) || r.status == 0) continue;
       bool signaled = r.how.find("signal") != std::string::npos;
+      if (o.elastic && signaled && !via_mpirun && interrupted_by == 0) {  // lost: the others go on
+        lost.push_back(r.name);
+        lost_status = r.status;
+        say(r.name + " " + r.how + "; --elastic: " + std::to_string(job.running()) + " other rank(s) go on");
+        continue;
+      }
       if (failed == nullptr || (signaled && failed->how.find("signal") == std::string::npos)) failed = &r;
     }
     if (failed != nullptr && first_failure == 0 && interrupted_by == 0 && !via_mpirun) {
@@ -407,7 +416,14 @@ int launch(const LaunchOptions& o) {
       MPCOMM_LOG(warn, "launch: the job's store at %s: %s", store_url.c_str(), e.what());
     }
   }
+  if (!lost.empty()) {
+    std::string names;
+    for (const std::string& l : lost) names += (names.empty() ? "" : ", ") + l;
+    say("lost " + names +
+        (first_failure == 0 && elsewhere.empty() && interrupted_by == 0 ? "; every other rank ended with 0" : ""));
+  }
   if (interrupted_by != 0) return 128 + interrupted_by;
+  if (lost.size() == job.ranks.size()) return lost_status;  // nobody went on
   if (first_failure == 0 && !elsewhere.empty()) return 1;
   return first_failure;
 }
