@@ -76,6 +76,8 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   std::unique_ptr<Communicator> split(int color, int key);
   // Communicator::shrink (shrink.cc).
   std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude);
+  // Fails pending and later ops with Revoked, here and in the communicators split from this one (shrink.cc).
+  void revoke(const std::string& reason);
   void abort(ErrorCode code, const std::string& reason);
   // The communicator is going away: let issued ops finish, stop the progress thread, close the backend.
   void close();
@@ -199,6 +201,9 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   std::atomic<bool> aborted_{false};
   std::atomic<bool> revoked_{false};  // by shrink(): pending and later ops fail with Revoked
   int shrinks_ = 0;                   // shrink() calls so far (the issuing thread's): names each one's keys
+  bool replaced_ = false;             // by its own shrink() (the issuing thread's)
+  std::mutex children_mu_;
+  std::vector<std::weak_ptr<FrontDoor>> children_;  // made by split(): revoked with this one
   mutable std::mutex abort_mu_;
   std::string abort_reason_;
 

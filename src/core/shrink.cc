@@ -71,6 +71,26 @@ std::vector<int> parse_list(const std::string& s) {
 
 std::string shrink_process_key(int rank) { return "proc/" + std::to_string(rank); }
 
+void FrontDoor::revoke(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> g(abort_mu_);
+    if (abort_reason_.empty()) abort_reason_ = reason;
+  }
+  const bool first = !revoked_.exchange(true, std::memory_order_acq_rel);
+  aborted_.store(true, std::memory_order_release);
+  // elastic: the backend's record is this communicator's own, so its blocked ops end now
+  if (first && backend_->options().elastic > 0)
+    backend_->abort(ErrorCode::revoked, "mpcomm: rank " + std::to_string(backend_->rank()) + ": " + reason);
+  fail_pending();
+  std::vector<std::shared_ptr<FrontDoor>> children;
+  {
+    std::lock_guard<std::mutex> g(children_mu_);
+    for (const auto& w : children_)
+      if (auto c = w.lock()) children.push_back(std::move(c));
+  }
+  for (const auto& c : children) c->revoke("its parent was revoked: " + reason);
+}
+
 std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude) {
   Backend& b = *backend_;
   const int n = b.size(), me = b.rank();
@@ -87,8 +107,10 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
     excluded[static_cast<size_t>(r)] = true;
   }
   if (static_cast<int>(exclude.size()) == n) throw InvalidArgument(who + ": exclude names every rank");
-  const bool failed = aborted_.load(std::memory_order_acquire) && !revoked_.load(std::memory_order_acquire);
-  if (exclude.empty() && !failed)
+  if (replaced_) throw InvalidArgument(who + ": this communicator was replaced by an earlier shrink() already");
+  const bool revoked = revoked_.load(std::memory_order_acquire);  // by its parent's shrink()
+  const bool failed = aborted_.load(std::memory_order_acquire) && !revoked;
+  if (exclude.empty() && !failed && !revoked)
     throw InvalidArgument(who + ": the communicator has not failed; name the ranks to exclude to shrink it on purpose");
   const bool elastic = b.options().elastic > 0;
   if (failed && !elastic)
@@ -96,17 +118,9 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
                       ": the failure was published as the job's abort, so the job is ending; with "
                       "Options::elastic (MPCOMM_ELASTIC=1, mpcomm launch --elastic) it ends this communicator only");
 
-  // 1. Revoke, then check in.
-  const std::string reason =
-      "shrink() replaced it" + (exclude.empty() ? "" : " (excluding ranks " + list_of(exclude) + ")");
-  {
-    std::lock_guard<std::mutex> g(abort_mu_);
-    if (abort_reason_.empty()) abort_reason_ = reason;
-  }
-  revoked_.store(true, std::memory_order_release);
-  aborted_.store(true, std::memory_order_release);
-  if (elastic) b.abort(ErrorCode::revoked, who + ": " + reason);
-  fail_pending();
+  // 1. Revoke (this communicator and those split from it), then check in.
+  replaced_ = true;
+  revoke("shrink() replaced it" + (exclude.empty() ? "" : " (excluding ranks " + list_of(exclude) + ")"));
   const std::string base = "shrink" + std::to_string(shrinks_++) + "/";
   if (excluded[static_cast<size_t>(me)]) return nullptr;
   Store& store = *b.store();

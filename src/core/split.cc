@@ -51,6 +51,11 @@ std::unique_ptr<Communicator> FrontDoor::split(int color, int key) {
   }
   if (!child) return nullptr;
   auto comm = make_communicator(std::move(child), recreate_);
+  {
+    std::lock_guard<std::mutex> g(children_mu_);  // revoked with this one (shrink.cc)
+    std::erase_if(children_, [](const std::weak_ptr<FrontDoor>& w) { return w.expired(); });
+    children_.push_back(of(*comm).shared_from_this());
+  }
   if (Timeline* t = timeline()) {  // traced: so is the group, on a track of its own
     const std::vector<int> mine = t->world_ranks(track_);
     std::vector<int> world;

@@ -91,6 +91,26 @@ TEST_P(Shrink, AfterAFailureTheSurvivorsAgreeWithoutTheLostRank) {
   });
 }
 
+TEST_P(Shrink, SplitChildrenAreRevokedWithTheirParentAndShrinkTheSameWay) {
+  ThreadWorld w(GetParam(), 4, elastic(30));
+  w.run([&](int rank, Communicator& comm) {
+    std::unique_ptr<Communicator> half = comm.split(rank % 2, rank);  // {0, 2} and {1, 3}
+    std::unique_ptr<Communicator> rest = comm.shrink({3});
+    double x = 1;
+    EXPECT_THROW(half->allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum), Revoked);
+    // {0, 2} shrinks as it was (nothing excluded: it was revoked, not failed); {1, 3} without old rank 3
+    std::unique_ptr<Communicator> h = half->shrink(rank % 2 == 0 ? std::vector<int>{} : std::vector<int>{1});
+    if (rank == 3) {
+      EXPECT_EQ(h, nullptr);
+      return;
+    }
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(h->size(), rank % 2 == 0 ? 2 : 1);
+    EXPECT_EQ(survivors_sum(*h, rank), rank % 2 == 0 ? 1 + 3 : 2);
+    EXPECT_THROW(half->shrink({}), InvalidArgument);  // replaced already
+  });
+}
+
 TEST_P(Shrink, PendingRequestsFailWithRevoked) {
   ThreadWorld w(GetParam(), 2, elastic(30));
   w.run([&](int rank, Communicator& comm) {
