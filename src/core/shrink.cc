@@ -7,7 +7,7 @@
 //   1. every caller revokes its communicator (its pending ops fail with Revoked; with Options::elastic the
 //      backend is aborted too, so that ops blocked in it end now) and sets here/<rank>;
 //   2. it waits until every rank is here, excluded, or gone — known gone by any caller (a rank of its host
-//      whose process has ended: process_gone; published as gone/<rank>) — or until the timeout;
+//      whose process has ended or is stopped: process_gone; published as gone/<rank>) — or until the timeout;
 //   3. the first caller to get there takes ticket 1 of an atomic add and writes `members`: the ranks here
 //      then. Every caller reads `members`: one writer, so one list. A rank that checks in after it was
 //      written, or is not in it, is counted out (PeerFailure).
@@ -40,8 +40,9 @@ std::string list_of(const std::vector<int>& ranks) {
   return s;
 }
 
-// Whether rank q's process is known to have ended: it runs on this host (its "proc" key, published when the
-// communicator was made) and no such process exists, or it is a zombie its parent has not reaped yet.
+// Whether rank q's process is known lost: it runs on this host (its "proc" key, published when the
+// communicator was made) and no such process exists, or it is a zombie its parent has not reaped yet, or it
+// is stopped (SIGSTOP, a debugger): it cannot check in, and would be counted out if it came back later.
 bool process_gone(Store& store, int q, const std::string& host) {
   const std::string key = shrink_process_key(q);
   if (!store.check({key})) return false;
@@ -55,7 +56,9 @@ bool process_gone(Store& store, int q, const std::string& host) {
   std::string line;
   std::getline(stat, line);
   const size_t paren = line.rfind(')');  // the state follows the command's name in parentheses
-  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state == 'Z' || state == 'X' || state == 'T' || state == 't';
 }
 
 std::vector<int> parse_list(const std::string& s) {

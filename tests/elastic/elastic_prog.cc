@@ -2,7 +2,9 @@
 //   elastic_prog VICTIMS AT ITERS DIR
 //     ITERS checked allreduces (sum) of 1024 float64, rank r contributing r + 1 (its rank in the job). The
 //     k-th rank of VICTIMS (comma-separated job ranks) writes the time (CLOCK_REALTIME, ns) to DIR/killed.<r>
-//     and SIGKILLs itself at iteration AT·(k+1). A survivor whose allreduce fails shrinks its communicator,
+//     and SIGKILLs itself at iteration AT·(k+1); a victim written R:stop SIGSTOPs itself instead (and writes its
+//     process id to DIR/pid.<r>: the survivors' new rank 0 SIGKILLs it once it has printed, so that the job
+//     ends). A survivor whose allreduce fails shrinks its communicator,
 //     learns the survivors' job ranks (an allgather) and repeats the allreduce; the new communicator's rank 0
 //     prints "shrunk to N ranks: first good collective T ms after the kill (<the error's code>)". At the end
 //     every survivor prints "rank R: ITERS allreduces right, S shrinks" and exits 0 — or names the first wrong
@@ -29,12 +31,17 @@ long long realtime_ns() {
   return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
-std::vector<int> parse(const std::string& s) {
-  std::vector<int> out;
+struct Victim {
+  int rank;
+  bool stop;
+};
+
+std::vector<Victim> parse(const std::string& s) {
+  std::vector<Victim> out;
   std::stringstream in(s);
   std::string item;
   while (std::getline(in, item, ','))
-    if (!item.empty()) out.push_back(std::atoi(item.c_str()));
+    if (!item.empty()) out.push_back({std::atoi(item.c_str()), item.find(":stop") != std::string::npos});
   return out;
 }
 
@@ -42,7 +49,7 @@ std::vector<int> parse(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc < 5) return 2;
-  const std::vector<int> victims = parse(argv[1]);
+  const std::vector<Victim> victims = parse(argv[1]);
   const int at = std::atoi(argv[2]), iters = std::atoi(argv[3]);
   const std::string dir = argv[4];
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -54,9 +61,10 @@ int main(int argc, char** argv) {
   int shrinks = 0;
   for (int it = 0; it < iters; ++it) {
     for (size_t k = 0; k < victims.size(); ++k)
-      if (victims[k] == me && it == at * static_cast<int>(k + 1)) {
+      if (victims[k].rank == me && it == at * static_cast<int>(k + 1)) {
+        std::ofstream(dir + "/pid." + std::to_string(me)) << ::getpid() << "\n";
         std::ofstream(dir + "/killed." + std::to_string(me)) << realtime_ns() << "\n";
-        ::raise(SIGKILL);
+        ::raise(victims[k].stop ? SIGSTOP : SIGKILL);
       }
     for (;;) {
       std::fill(buf.begin(), buf.end(), me + 1.0);
@@ -75,13 +83,18 @@ int main(int argc, char** argv) {
         const long long now = realtime_ns();
         if (comm->rank() != 0) break;
         long long killed = 0;
-        for (int v : victims) {
-          std::ifstream f(dir + "/killed." + std::to_string(v));
+        for (const Victim& v : victims) {
+          std::ifstream f(dir + "/killed." + std::to_string(v.rank));
           long long t = 0;
           if (f >> t && t > killed) killed = t;  // the latest kill is this shrink's
         }
         std::printf("shrunk to %d ranks: first good collective %.1f ms after the kill (%s)\n", comm->size(),
                     static_cast<double>(now - killed) / 1e6, code.c_str());
+        for (const Victim& v : victims) {  // a stopped one ends now, so that the job can
+          std::ifstream f(dir + "/pid." + std::to_string(v.rank));
+          int pid = 0;
+          if (v.stop && f >> pid && pid > 0) ::kill(pid, SIGKILL);
+        }
         break;
       }
     }

@@ -49,6 +49,15 @@ TEST(ElasticLaunch, AKilledRankIsLostTheOthersShrinkAndGoOn) {
   EXPECT_EQ(testing::mpcomm_shm_entries(), before);
 }
 
+TEST(ElasticLaunch, AStoppedRankIsLeftOutOnceTheTimeoutEndsTheOp) {
+  Elastic e = run_elastic("native", 4, "1:stop", 3);
+  EXPECT_EQ(e.r.status, 0) << e.r.output;
+  EXPECT_EQ(e.shrunk, 1) << e.r.output;
+  EXPECT_EQ(e.right, 3) << e.r.output;
+  EXPECT_NE(line_with(e.r.output, "(timeout)"), "") << e.r.output;  // what the survivors saw: the op timed out
+  std::printf("%s\n", line_with(e.r.output, "shrunk to").c_str());
+}
+
 TEST(ElasticLaunch, ThreeOfEightLostOneAfterAnother) {
   Elastic e = run_elastic("native", 8, "5,1,6", 30);
   EXPECT_EQ(e.r.status, 0) << e.r.output;
