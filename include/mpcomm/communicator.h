@@ -278,6 +278,11 @@ class MPCOMM_API Communicator final {
   // Unsupported). Children made by split() are revoked when their own ops fail, and shrink the same way.
   std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude = {});
 
+  // Collective over a healthy communicator: a new communicator of size() + n ranks — this one's ranks first, in
+  // their order, then n processes that called mpcomm::join(), in the order they came. Waits for them up to the
+  // timeout (then Timeout on every rank). This communicator stays as it was. Native and gloo.
+  std::unique_ptr<Communicator> grow(int n);
+
   // Aborts the communicator: pending and later calls throw; peers blocked on this rank fail soon after.
   // Any thread may call it.
   void abort(const std::string& reason);
@@ -308,6 +313,11 @@ MPCOMM_API std::vector<std::string> compiled_backends();
 // several communicators or backends apart on one store). Blocks until all `size` ranks joined.
 MPCOMM_API std::unique_ptr<Communicator> create(std::string_view backend, std::shared_ptr<Store> store,
                                                 int rank, int size, const Options& opts = {});
+
+// A process joining a running job whose ranks share `job_store` (any store of the job: its root is used) and
+// the job's secret (opts.token / MPCOMM_TOKEN): it waits, up to the timeout, for the ranks to grow() and
+// returns its communicator there, with the next rank.
+MPCOMM_API std::unique_ptr<Communicator> join(std::shared_ptr<Store> job_store, const Options& opts = {});
 
 // Reads rank, size and rendezvous from the environment: mpcomm launch (MPCOMM_STORE), torchrun
 // (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI

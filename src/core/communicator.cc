@@ -211,6 +211,8 @@ void Communicator::abort(const std::string& reason) {
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) { return core_->split(color, key); }
 
+std::unique_ptr<Communicator> Communicator::grow(int n) { return core_->grow(n); }
+
 std::unique_ptr<Communicator> Communicator::shrink(const std::vector<int>& exclude) { return core_->shrink(exclude); }
 
 }  // namespace mpcomm

@@ -6,6 +6,7 @@
 //   argument_checks.cc  every argument, before any traffic
 //   split.cc            split(): the groups, worked out once for every backend
 //   shrink.cc           shrink(): the survivors' agreement through the store, the revoke, the new group
+//   grow.cc             grow() and join(): joiners seated through the job's store, the new group
 //   stats.h             time and bytes per op kind
 //   device_staging.cc   buffers in other memory than the backend's, copied through its kind
 //
@@ -76,6 +77,8 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   std::unique_ptr<Communicator> split(int color, int key);
   // Communicator::shrink (shrink.cc).
   std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude);
+  // Communicator::grow (grow.cc).
+  std::unique_ptr<Communicator> grow(int n);
   // Fails pending and later ops with Revoked, here and in the communicators split from this one (shrink.cc).
   void revoke(const std::string& reason);
   void abort(ErrorCode code, const std::string& reason);

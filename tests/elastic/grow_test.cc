@@ -1,0 +1,89 @@
+// grow() and join(): processes (threads here) that join a running job take the next ranks of a new
+// communicator; the old one stays usable; a grow whose joiners do not come times out on every rank.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "harness/thread_world.h"
+#include "mpcomm/communicator.h"
+#include "mpcomm/error.h"
+
+namespace mpcomm {
+namespace {
+
+using testing::ThreadWorld;
+
+Options with_timeout(int seconds) {
+  Options o;
+  o.elastic = 1;
+  o.timeout = Millis(seconds * 1000);
+  return o;
+}
+
+class Grow : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Grow, JoinersTakeTheNextRanks) {
+  ThreadWorld w(GetParam(), 3, with_timeout(30));
+  std::vector<int> joined(2, -1);
+  std::vector<double> joiner_sum(2, 0);
+  std::vector<std::thread> joiners;
+  for (int j = 0; j < 2; ++j)
+    joiners.emplace_back([&, j] {
+      std::unique_ptr<Communicator> c = join(w.store(), with_timeout(30));
+      joined[static_cast<size_t>(j)] = c->rank();
+      double x = c->rank() + 1;
+      c->allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
+      joiner_sum[static_cast<size_t>(j)] = x;
+    });
+  w.run([&](int rank, Communicator& comm) {
+    std::unique_ptr<Communicator> c = comm.grow(2);
+    EXPECT_EQ(c->size(), 5);
+    EXPECT_EQ(c->rank(), rank);
+    double x = c->rank() + 1;
+    c->allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
+    EXPECT_EQ(x, 15);
+    double y = 1;  // the old communicator is as it was
+    comm.allreduce(&y, &y, 1, DataType::float64, ReduceOp::sum);
+    EXPECT_EQ(y, 3);
+  });
+  for (auto& t : joiners) t.join();
+  std::sort(joined.begin(), joined.end());
+  EXPECT_EQ(joined, (std::vector<int>{3, 4}));
+  EXPECT_EQ(joiner_sum, (std::vector<double>{15, 15}));
+}
+
+TEST_P(Grow, AfterAShrinkTheJobGrowsBack) {
+  ThreadWorld w(GetParam(), 4, with_timeout(30));
+  std::thread joiner([&] {
+    std::unique_ptr<Communicator> c = join(w.store(), with_timeout(30));
+    EXPECT_EQ(c->rank(), 3);
+    double x = 10;
+    c->allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
+    EXPECT_EQ(x, 1 + 2 + 3 + 10);
+  });
+  w.run([&](int rank, Communicator& comm) {
+    std::unique_ptr<Communicator> s = comm.shrink({2});
+    if (rank == 2) return;
+    std::unique_ptr<Communicator> c = s->grow(1);
+    double x = s->rank() + 1;
+    c->allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
+    EXPECT_EQ(x, 1 + 2 + 3 + 10);
+  });
+  joiner.join();
+}
+
+TEST_P(Grow, JoinersThatDoNotComeTimeOutEverywhere) {
+  ThreadWorld w(GetParam(), 2, with_timeout(1));
+  w.run([&](int, Communicator& comm) {
+    EXPECT_THROW(comm.grow(1), Timeout);
+    EXPECT_THROW(comm.grow(0), InvalidArgument);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Grow, ::testing::Values("native", "gloo"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace mpcomm
