@@ -8,7 +8,7 @@
 //     learns the survivors' job ranks (an allgather) and repeats the allreduce; the new communicator's rank 0
 //     prints "shrunk to N ranks: first good collective T ms after the kill (<the error's code>)". At the end
 //     every survivor prints "rank R: ITERS allreduces right, S shrinks" and exits 0 — or names the first wrong
-//     sum and exits 1.
+//     sum and exits 1. Rank 0 first prints "job <MPCOMM_JOB_ID>" (the job's shared memory is named after it).
 #include <signal.h>
 #include <unistd.h>
 
@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::unique_ptr<mpcomm::Communicator> comm = mpcomm::init_from_env();
   const int me = comm->rank();  // the job rank
+  if (me == 0 && std::getenv("MPCOMM_JOB_ID") != nullptr) std::printf("job %s\n", std::getenv("MPCOMM_JOB_ID"));
   std::vector<int> members(static_cast<size_t>(comm->size()));
   for (int r = 0; r < comm->size(); ++r) members[static_cast<size_t>(r)] = r;
   std::vector<double> buf(1024);
