@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "elastic/elastic_options.h"
 #include "harness/thread_world.h"
 #include "mpcomm/communicator.h"
 #include "mpcomm/error.h"
@@ -13,25 +14,19 @@
 namespace mpcomm {
 namespace {
 
+using testing::elastic;
 using testing::ThreadWorld;
-
-Options with_timeout(int seconds) {
-  Options o;
-  o.elastic = 1;
-  o.timeout = Millis(seconds * 1000);
-  return o;
-}
 
 class Grow : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Grow, JoinersTakeTheNextRanks) {
-  ThreadWorld w(GetParam(), 3, with_timeout(30));
+  ThreadWorld w(GetParam(), 3, elastic(30));
   std::vector<int> joined(2, -1);
   std::vector<double> joiner_sum(2, 0);
   std::vector<std::thread> joiners;
   for (int j = 0; j < 2; ++j)
     joiners.emplace_back([&, j] {
-      std::unique_ptr<Communicator> c = join(w.store(), with_timeout(30));
+      std::unique_ptr<Communicator> c = join(w.store(), elastic(30));
       joined[static_cast<size_t>(j)] = c->rank();
       double x = c->rank() + 1;
       c->allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
@@ -55,9 +50,9 @@ TEST_P(Grow, JoinersTakeTheNextRanks) {
 }
 
 TEST_P(Grow, AfterAShrinkTheJobGrowsBack) {
-  ThreadWorld w(GetParam(), 4, with_timeout(30));
+  ThreadWorld w(GetParam(), 4, elastic(30));
   std::thread joiner([&] {
-    std::unique_ptr<Communicator> c = join(w.store(), with_timeout(30));
+    std::unique_ptr<Communicator> c = join(w.store(), elastic(30));
     EXPECT_EQ(c->rank(), 3);
     double x = 10;
     c->allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
@@ -75,7 +70,7 @@ TEST_P(Grow, AfterAShrinkTheJobGrowsBack) {
 }
 
 TEST_P(Grow, JoinersThatDoNotComeTimeOutEverywhere) {
-  ThreadWorld w(GetParam(), 2, with_timeout(1));
+  ThreadWorld w(GetParam(), 2, elastic(1));
   w.run([&](int, Communicator& comm) {
     EXPECT_THROW(comm.grow(1), Timeout);
     EXPECT_THROW(comm.grow(0), InvalidArgument);

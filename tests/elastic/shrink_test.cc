@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "elastic/elastic_options.h"
 #include "harness/thread_world.h"
 #include "mpcomm/communicator.h"
 #include "mpcomm/error.h"
@@ -15,14 +16,8 @@
 namespace mpcomm {
 namespace {
 
+using testing::elastic;
 using testing::ThreadWorld;
-
-Options elastic(int seconds) {
-  Options o;
-  o.elastic = 1;
-  o.timeout = Millis(seconds * 1000);
-  return o;
-}
 
 // An allreduce of (old rank + 1) over the new communicator: the sum of the survivors' old ranks + 1.
 double survivors_sum(Communicator& c, int old_rank) {
