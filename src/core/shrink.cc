@@ -4,8 +4,8 @@
 //
 // The agreement, under the keys "shrink<k>/" of this communicator's store (k counts this communicator's
 // shrinks, the same on every rank that calls it):
-//   1. every caller revokes its communicator (its pending ops fail with Revoked; with Options::elastic the
-//      backend is aborted too, so that ops blocked in it end now) and sets here/<rank>;
+//   1. every caller revokes its communicator (its pending ops fail with Revoked; after a failure its backend
+//      was aborted already, so ops blocked in it have ended) and sets here/<rank>;
 //   2. it waits until every rank is here, excluded, or gone — known gone by any caller (a rank of its host
 //      whose process has ended or is stopped: process_gone; published as gone/<rank>) — or until the timeout;
 //   3. the first caller to get there takes ticket 1 of an atomic add and writes `members`: the ranks here
@@ -79,11 +79,11 @@ void FrontDoor::revoke(const std::string& reason) {
     std::lock_guard<std::mutex> g(abort_mu_);
     if (abort_reason_.empty()) abort_reason_ = reason;
   }
-  const bool first = !revoked_.exchange(true, std::memory_order_acq_rel);
+  // Local only: every member revokes its own as it calls shrink(). Telling the peers (the backend's abort)
+  // would fail ops they still run with the ranks that have not got here yet; after a failure the backend
+  // has told them already.
+  revoked_.store(true, std::memory_order_release);
   aborted_.store(true, std::memory_order_release);
-  // elastic: the backend's record is this communicator's own, so its blocked ops end now
-  if (first && backend_->options().elastic > 0)
-    backend_->abort(ErrorCode::revoked, "mpcomm: rank " + std::to_string(backend_->rank()) + ": " + reason);
   fail_pending();
   std::vector<std::shared_ptr<FrontDoor>> children;
   {

@@ -118,9 +118,12 @@ void Engine::check_health(const std::vector<Handle>& hs, const SharedWait* share
       for (int r : shared->pending()) watched.push_back(r);
     for (int peer : watched) {
       if (peer_alive(peer)) continue;
-      // A peer on the board may have published what we wait for, then left (it is done with this op):
-      // its exit or `closed` (release) comes after the publication, so done() sees it now.
-      if (shared != nullptr && done()) return;
+      // The peer may have sent what we wait for (a frame in the ring, a publication on the board), then
+      // left — it is done with this op: its frames come before its exit or `closed` (release), so one more
+      // pass over the links and done() see them now.
+      while (progress()) {
+      }
+      if (done()) return;
       const PeerInfo& in = info_[peer];
       bool closed = seg_ != nullptr && in.local >= 0 && seg_->doorbell(in.local)->closed.load() != 0;
       fail(ErrorCode::peer_failure,
