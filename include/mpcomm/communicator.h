@@ -103,8 +103,9 @@ struct MPCOMM_API Options {
   int staging = -1;
   // 1: sums and averages of floating-point values (allreduce, reduce_scatter, reduce; blocking or not) give the
   // same bits whatever the algorithm, backend, host layout, chunking, rank order or number of ranks
-  // (docs/reproducible.md: exact integer sums of each value's bits in a window under the largest). Costs an extra
-  // max all-reduce of one byte per element and int64 traffic. -1: MPCOMM_REPRODUCIBLE (default 0).
+  // (docs/reproducible.md: exact integer sums of each value's bits in a window under the largest). On one host
+  // native sums every rank's values in one pass; elsewhere it costs an extra max all-reduce of one byte per
+  // element and int64 traffic. -1: MPCOMM_REPRODUCIBLE (default 0).
   int reproducible = -1;
   // 1: a failure ends this communicator (and those split from it) only, not the job: it is not published as the
   // job's abort, so the survivors can shrink() it and go on (docs/reliability.md). `mpcomm launch --elastic`
