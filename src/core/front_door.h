@@ -79,8 +79,11 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude);
   // Communicator::grow (grow.cc).
   std::unique_ptr<Communicator> grow(int n);
-  // Fails pending and later ops with Revoked, here and in the communicators split from this one (shrink.cc).
-  void revoke(const std::string& reason);
+  // Fails pending and later ops with Revoked, here and in the communicators split from this one (shrink.cc);
+  // with `tell_peers`, through the backend's abort on theirs too.
+  void revoke(const std::string& reason, bool tell_peers);
+  // Whether an op of this communicator, or of one split from it, failed (not a revoke).
+  bool failed_in_family() const;
   void abort(ErrorCode code, const std::string& reason);
   // The communicator is going away: let issued ops finish, stop the progress thread, close the backend.
   void close();
@@ -205,8 +208,9 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   std::atomic<bool> revoked_{false};  // by shrink(): pending and later ops fail with Revoked
   int shrinks_ = 0;                   // shrink() calls so far (the issuing thread's): names each one's keys
   bool replaced_ = false;             // by its own shrink() (the issuing thread's)
-  std::mutex children_mu_;
-  std::vector<std::weak_ptr<FrontDoor>> children_;  // made by split(): revoked with this one
+  mutable std::mutex children_mu_;
+  std::vector<std::weak_ptr<FrontDoor>> children_;
+  std::vector<std::shared_ptr<FrontDoor>> live_children() const;  // made by split(): revoked with this one
   mutable std::mutex abort_mu_;
   std::string abort_reason_;
 

@@ -74,24 +74,35 @@ std::vector<int> parse_list(const std::string& s) {
 
 std::string shrink_process_key(int rank) { return "proc/" + std::to_string(rank); }
 
-void FrontDoor::revoke(const std::string& reason) {
+std::vector<std::shared_ptr<FrontDoor>> FrontDoor::live_children() const {
+  std::vector<std::shared_ptr<FrontDoor>> out;
+  std::lock_guard<std::mutex> g(children_mu_);
+  for (const auto& w : children_)
+    if (auto c = w.lock()) out.push_back(std::move(c));
+  return out;
+}
+
+bool FrontDoor::failed_in_family() const {
+  if (aborted_.load(std::memory_order_acquire) && !revoked_.load(std::memory_order_acquire)) return true;
+  for (const auto& c : live_children())
+    if (c->failed_in_family()) return true;
+  return false;
+}
+
+void FrontDoor::revoke(const std::string& reason, bool tell_peers) {
   {
     std::lock_guard<std::mutex> g(abort_mu_);
     if (abort_reason_.empty()) abort_reason_ = reason;
   }
-  // Local only: every member revokes its own as it calls shrink(). Telling the peers (the backend's abort)
-  // would fail ops they still run with the ranks that have not got here yet; after a failure the backend
-  // has told them already.
+  // After a failure the peers are told (the backend's abort): a survivor blocked on a live rank that has come
+  // here, in this communicator or one split from it, fails at once and comes to shrink() too, instead of
+  // waiting out the timeout. A shrink on purpose (exclude, nothing failed) stays local: telling would fail ops
+  // that peers still run, and would finish, with ranks not here yet.
   revoked_.store(true, std::memory_order_release);
   aborted_.store(true, std::memory_order_release);
+  if (tell_peers) backend_->abort(ErrorCode::revoked, reason);
   fail_pending();
-  std::vector<std::shared_ptr<FrontDoor>> children;
-  {
-    std::lock_guard<std::mutex> g(children_mu_);
-    for (const auto& w : children_)
-      if (auto c = w.lock()) children.push_back(std::move(c));
-  }
-  for (const auto& c : children) c->revoke("its parent was revoked: " + reason);
+  for (const auto& c : live_children()) c->revoke("its parent was revoked: " + reason, tell_peers);
 }
 
 std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude) {
@@ -112,7 +123,7 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
   if (static_cast<int>(exclude.size()) == n) throw InvalidArgument(who + ": exclude names every rank");
   if (replaced_) throw InvalidArgument(who + ": this communicator was replaced by an earlier shrink() already");
   const bool revoked = revoked_.load(std::memory_order_acquire);  // by its parent's shrink()
-  const bool failed = aborted_.load(std::memory_order_acquire) && !revoked;
+  const bool failed = failed_in_family();                         // here, or in a communicator split from this one
   if (exclude.empty() && !failed && !revoked)
     throw InvalidArgument(who + ": the communicator has not failed; name the ranks to exclude to shrink it on purpose");
   const bool elastic = b.options().elastic > 0;
@@ -123,7 +134,7 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
 
   // 1. Revoke (this communicator and those split from it), then check in.
   replaced_ = true;
-  revoke("shrink() replaced it" + (exclude.empty() ? "" : " (excluding ranks " + list_of(exclude) + ")"));
+  revoke("shrink() replaced it" + (exclude.empty() ? "" : " (excluding ranks " + list_of(exclude) + ")"), failed);
   const std::string base = "shrink" + std::to_string(shrinks_++) + "/";
   if (excluded[static_cast<size_t>(me)]) return nullptr;
   Store& store = *b.store();
