@@ -18,6 +18,13 @@ void AdamW::begin_step() {
   eps_ = static_cast<float>(opt_.eps);
 }
 
+void AdamW::restore(const std::vector<float>& m, const std::vector<float>& v, int t) {
+  if (m.size() != m_.size() || v.size() != v_.size() || t < 0)
+    throw Internal("AdamW: restoring a state of " + std::to_string(m.size()) + " elements, step " + std::to_string(t) +
+                   ", into one of " + std::to_string(m_.size()));
+  m_ = m, v_ = v, t_ = t;
+}
+
 void AdamW::update(float* p, const float* g, size_t n, size_t offset) {
   if (offset > m_.size() || n > m_.size() - offset)
     throw Internal("AdamW: update of state elements [" + std::to_string(offset) + ", " + std::to_string(offset + n) +

@@ -29,6 +29,11 @@ class AdamW {
   // Updates params[0..n) from grads[0..n) with state elements [offset, offset + n).
   void update(float* params, const float* grads, size_t n, size_t offset);
   int steps() const { return t_; }
+  // The whole state, to carry it into another AdamW of the same size (an elastic trainer rebuilt after a
+  // lost replica) or to send it to a joining one.
+  const std::vector<float>& m() const { return m_; }
+  const std::vector<float>& v() const { return v_; }
+  void restore(const std::vector<float>& m, const std::vector<float>& v, int t);
   size_t size() const { return m_.size(); }
   size_t state_bytes() const { return (m_.size() + v_.size()) * sizeof(float); }
 

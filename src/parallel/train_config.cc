@@ -43,9 +43,14 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
   if (c.steps < 0) bad("--steps must not be negative");
   if (c.seq < 1) bad("--seq must be at least 1");
   if (c.batch < 1) bad("--batch must be at least 1");
-  if (c.batch % (c.micro_batches * d.dp) != 0)
+  if (c.micro_size < 0) bad("the micro-batch size must not be negative");
+  if (c.micro_size > 0 && (c.batch % c.micro_size != 0 || c.batch / c.micro_size < d.dp))
+    bad("--batch " + std::to_string(c.batch) + " is not a whole number, at least --dp " + std::to_string(d.dp) +
+        ", of micro-batches of " + std::to_string(c.micro_size) + " sequences");
+  if (c.micro_size == 0 && c.batch % (c.micro_batches * d.dp) != 0)
     bad("--batch " + std::to_string(c.batch) + " is not divisible by --micro-batches " +
         std::to_string(c.micro_batches) + " × --dp " + std::to_string(d.dp));
+  const int micro_seqs = c.micro_size > 0 ? c.micro_size : c.batch / (d.dp * c.micro_batches);
   if (!(c.adamw.lr >= 0) || !(c.adamw.eps >= 0) || !(c.adamw.weight_decay >= 0) || !(c.adamw.beta1 >= 0) ||
       !(c.adamw.beta1 < 1) || !(c.adamw.beta2 >= 0) || !(c.adamw.beta2 < 1))
     bad("AdamW wants --lr, --eps, --weight-decay >= 0 and --beta1, --beta2 in [0, 1)");
@@ -55,11 +60,18 @@ ResolvedRun resolve(const TrainConfig& in, int world_size) {
     bad("--zero " + std::to_string(c.zero) + ": stage 0 or 1 (the optimizer state sharded)");
   if (c.sequence_parallel && d.tp == 1)
     bad("--sequence-parallel shards the tokens over the tensor-parallel ranks, and --tp is 1: give --tp 2 or more");
-  if (c.sequence_parallel && (c.batch / (d.dp * c.micro_batches) * c.seq) % d.tp != 0)
-    bad("--sequence-parallel: a micro-batch's " + std::to_string(c.batch / (d.dp * c.micro_batches) * c.seq) +
+  if (c.sequence_parallel && (micro_seqs * c.seq) % d.tp != 0)
+    bad("--sequence-parallel: a micro-batch's " + std::to_string(micro_seqs * c.seq) +
         " tokens (--batch / (--dp × --micro-batches) × --seq) do not split evenly over --tp " + std::to_string(d.tp));
   if (c.experts < 0 || c.moe_every < 1 || d.ep < 1)
     bad("--experts must not be negative, --moe-every and --expert-parallel at least 1");
+  // An elastic run rebuilds its groups at dp - 1 from every rank's own parameters and optimizer state: those
+  // must be whole on every replica, and the schedule must take any number of micro-batches.
+  if (c.elastic && c.zero != 0) bad("--elastic with --zero 1 is not supported (the optimizer state is sharded)");
+  if (c.elastic && c.experts != 0) bad("--elastic with --experts is not supported (the experts are sharded over dp)");
+  if (c.elastic && kind == ScheduleKind::interleaved)
+    bad("--elastic with --schedule interleaved is not supported (its micro-batches must stay a multiple of --pp)");
+  if (c.elastic && !c.trace.empty()) bad("--elastic with --trace is not supported yet");
   if (c.reproducible && (c.zero != 0 || c.comm_dtype != "float32"))
     bad("--reproducible with --zero 1 or --comm-dtype bfloat16 is not supported yet");
   if (c.zero == 1 && d.dp == 1)

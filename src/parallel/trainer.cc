@@ -7,6 +7,7 @@
 #include "mpcomm/error.h"
 #include "mpcomm/trace.h"
 #include "parallel/checkpoint.h"
+#include "parallel/elastic.h"
 #include "parallel/kernels.h"
 
 namespace mpcomm::parallel {
@@ -93,7 +94,7 @@ Ranges make_buckets(const Ranges& dense, const TrainConfig& c) {
 
 }  // namespace
 
-Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
+Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups, const TrainerState* from)
     : run_(run),
       g_(groups),
       layouts_(make_layouts(run, groups)),
@@ -114,10 +115,22 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
   }
   stats_.optimizer_bytes = static_cast<double>(adamw_.state_bytes());
   stats_.params = static_cast<double>(bases_.back());
-  micro_seqs_ = static_cast<size_t>(c.batch / (c.dims.dp * c.micro_batches));
+  micro_seqs_ = static_cast<size_t>(c.micro_size > 0 ? c.micro_size : c.batch / (c.dims.dp * c.micro_batches));
+  {  // this replica's share of the batch's micro-batches: the first `extra` replicas take one more
+    const int total = c.batch / static_cast<int>(micro_seqs_), dp = g_.dims.dp, d = g_.me.dp;
+    const int each = total / dp, extra = total % dp;
+    micro_count_ = each + (d < extra ? 1 : 0);
+    micro_first_ = d * each + std::min(d, extra);
+    if (micro_count_ < 1)
+      throw InvalidArgument("mpcomm train: " + std::to_string(total) + " micro-batches of " +
+                            std::to_string(micro_seqs_) + " sequences leave none to data-parallel rank " +
+                            std::to_string(d) + " of " + std::to_string(dp));
+  }
   const MoEConfig moe{c.experts, c.top_k, static_cast<float>(c.aux_loss_coef), g_.ep.get(), &stats_.ep, wire_};
   for (size_t v = 0; v < layouts_.size(); ++v) {
-    if (run_.checkpoint)
+    if (from != nullptr)
+      ;  // below
+    else if (run_.checkpoint)
       load_shard(*run_.checkpoint, layouts_[v], params_.data() + bases_[v]);
     else
       init_params(layouts_[v], c.seed, params_.data() + bases_[v]);
@@ -125,8 +138,23 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups)
                                                  grads_.data() + bases_[v], micro_seqs_, static_cast<size_t>(c.seq),
                                                  c.sequence_parallel, moe));
   }
-  schedule_ = pipeline_schedule(parse_schedule(c.schedule), g_.me.pp, g_.dims.pp, c.micro_batches,
+  schedule_ = pipeline_schedule(parse_schedule(c.schedule), g_.me.pp, g_.dims.pp, micro_count_,
                                 static_cast<int>(layouts_.size()));
+  if (from != nullptr) {
+    if (from->params.size() != params_.size())
+      throw InvalidArgument("trainer: a state of " + std::to_string(from->params.size()) +
+                            " parameters for a shard of " + std::to_string(params_.size()));
+    std::copy(from->params.begin(), from->params.end(), params_.begin());
+    adamw_.restore(from->m, from->v, from->adam_steps);
+  }
+}
+
+void Trainer::save_state(TrainerState& into) const {
+  if (run_.cfg.zero) throw Unsupported("trainer: the state of a ZeRO-1 rank is a piece of its replica's");
+  into.params.assign(params_.begin(), params_.end());
+  into.m.assign(adamw_.m().begin(), adamw_.m().end());
+  into.v.assign(adamw_.v().begin(), adamw_.v().end());
+  into.adam_steps = adamw_.steps();
 }
 
 const ParamSpec& Trainer::spec_of(const std::string& name) const {
@@ -152,7 +180,7 @@ void Trainer::run_schedule(int k, double* loss_sum) {
   const float loss_scale = 1.0f / static_cast<float>(B * T);
   // Virtual stages (interleaved; otherwise one chunk, virtual stage = stage): chunk v of this rank is virtual
   // stage v·P + rank; its input comes from virtual stage vs-1 and its output goes to vs+1, on rank (vs±1) % P.
-  const int P = g_.dims.pp, V = static_cast<int>(stages_.size()), M = c.micro_batches, last_vs = P * V - 1;
+  const int P = g_.dims.pp, V = static_cast<int>(stages_.size()), M = micro_count_, last_vs = P * V - 1;
   auto vstage = [&](int chunk) { return chunk * P + g_.me.pp; };
   Communicator* pp = g_.pp.get();
   std::vector<int32_t> inputs(N), targets(N);
@@ -214,8 +242,7 @@ void Trainer::run_schedule(int k, double* loss_sum) {
       case ActionKind::forward: {
         trace::Span span(*g_.world, "compute", "forward",
                          traced ? "\"micro\":" + std::to_string(m) + ",\"chunk\":" + std::to_string(v) : "");
-        size_t first = static_cast<size_t>(g_.me.dp) * (B / static_cast<size_t>(c.dims.dp)) +
-                       static_cast<size_t>(m) * micro_seqs_;
+        const size_t first = static_cast<size_t>(micro_first_ + m) * micro_seqs_;
         run_.data->batch(static_cast<uint64_t>(k), first, micro_seqs_, B, T, inputs.data(), targets.data());
         const float* in = received.count(key) ? received[key].data() : nullptr;
         double micro_loss = 0;
@@ -460,6 +487,13 @@ void Trainer::save(const std::string& path) { save_model(g_, layouts_, params_.d
 // a whole run
 
 TrainResult train(const TrainConfig& cfg, Communicator& world, const std::function<void(int, double, double)>& on_step) {
+  if (cfg.elastic) {
+    ElasticHooks hooks;
+    hooks.on_step = [&](int k, double loss, double s, const Communicator&) {
+      if (on_step) on_step(k, loss, s);
+    };
+    return train_elastic(cfg, world, hooks);
+  }
   blas_single_thread();
   ResolvedRun run = resolve(cfg, world.size());
   if (!run.cfg.trace.empty()) trace::start(world);  // before the groups, so that they are traced too
@@ -476,6 +510,11 @@ TrainResult train(const TrainConfig& cfg, Communicator& world, const std::functi
     if (on_step) on_step(k, loss, since(t1));
   }
   result.seconds = since(t0);
+  finish_run(run, trainer, groups, world, result);
+  return result;
+}
+
+void record_spent(Trainer& trainer, ParallelGroups& groups) {
   auto spent = [](Communicator* comm) {
     double sec = 0;
     if (comm != nullptr && comm->size() > 1)
@@ -486,8 +525,20 @@ TrainResult train(const TrainConfig& cfg, Communicator& world, const std::functi
   // the neighbour, so only the sends count as its traffic's time.
   const double sends = groups.pp->size() > 1 ? groups.pp->stats()[static_cast<size_t>(OpKind::send)].seconds : 0;
   trainer.set_spent(spent(groups.tp.get()), sends, spent(groups.dp.get()));
+}
+
+void finish_run(const ResolvedRun& run, Trainer& trainer, ParallelGroups& groups, Communicator& world,
+                TrainResult& result, const std::vector<double>& earlier) {
+  record_spent(trainer, groups);
   if (!run.cfg.save.empty()) trainer.save(run.cfg.save);
   std::vector<double> mine = trainer.stats().to_vector();
+  for (size_t i = 0; i < earlier.size() && i < mine.size(); ++i) mine[i] += earlier[i];
+  if (!earlier.empty()) {  // what the rank holds now, not a sum over the trainers it had
+    const RankStats now = trainer.stats(), summed = RankStats::from_vector(mine.data());
+    RankStats fixed = summed;
+    fixed.optimizer_bytes = now.optimizer_bytes, fixed.params = now.params;
+    mine = fixed.to_vector();
+  }
   std::vector<double> all(world.rank() == 0 ? mine.size() * static_cast<size_t>(world.size()) : 0);
   world.gather(mine.data(), world.rank() == 0 ? all.data() : nullptr, mine.size(), DataType::float64, 0);
   if (world.rank() == 0)
@@ -497,7 +548,6 @@ TrainResult train(const TrainConfig& cfg, Communicator& world, const std::functi
   // A chunk is 1/V of a stage: the bubble is (P-1)/V of a stage's time, of a step of M + (P-1)/V.
   const int V = chunks_of(run.cfg);
   result.bubble_theory = static_cast<double>(P - 1) / (static_cast<double>(V) * M + P - 1);
-  return result;
 }
 
 }  // namespace mpcomm::parallel

@@ -70,6 +70,12 @@ struct TrainConfig {
   // accumulator), the loss and the tensor-parallel sums: with the micro-batch size, tp and pp fixed, the losses
   // and the saved model are the same bits for any dp, backend or host layout.
   bool reproducible = false;
+  // Sequences per micro-batch; 0: batch / (dp × micro_batches), every data-parallel rank running
+  // micro_batches. Set, the batch's batch / micro_size micro-batches are dealt out in order, as evenly as they
+  // go, over the dp replicas (an elastic run that lost a replica keeps its global batch and micro-batch size).
+  int micro_size = 0;
+  // Survive a lost rank (train_elastic, elastic.h): its replica leaves and the rest go on at dp - 1.
+  bool elastic = false;
   // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
   // steps, written here by world rank 0 at the end. Empty: none.
   std::string trace;
@@ -109,10 +115,18 @@ struct RankStats {
   static constexpr int kFields = 23;
 };
 
+// What a rank's training has learned: its parameters and its optimizer's state (non-ZeRO: the same on every
+// data-parallel rank of its tensor and pipeline coordinates).
+struct TrainerState {
+  std::vector<float> params, m, v;
+  int adam_steps = 0;
+};
+
 class Trainer {
  public:
-  // Collective over the groups' world. Loads or initializes the parameters.
-  Trainer(const ResolvedRun& run, ParallelGroups& groups);
+  // Collective over the groups' world. Loads or initializes the parameters, or takes them and the optimizer's
+  // state from `from` (which must fit this rank's shard).
+  Trainer(const ResolvedRun& run, ParallelGroups& groups, const TrainerState* from = nullptr);
   ~Trainer();
   // Runs training step k and returns the global batch's mean loss (its forward loss before the update),
   // the same on every rank.
@@ -127,6 +141,11 @@ class Trainer {
   // per expert (GPTStage::routing).
   std::vector<std::vector<int64_t>> routing() const;
   const std::vector<float>& params() const { return params_; }
+  // Copies the parameters and the optimizer's state into `into` (reusing its memory). Not under ZeRO.
+  void save_state(TrainerState& into) const;
+  // This rank's micro-batches per step, and the first one's index in the global batch.
+  int micro_batches() const { return micro_count_; }
+  int first_micro() const { return micro_first_; }
 
  private:
   void run_schedule(int k, double* loss_sum);
@@ -177,6 +196,7 @@ class Trainer {
   // --reproducible: this step's micro-batch gradients and losses, summed exactly.
   std::unique_ptr<ReproducibleSum> grad_sum_, loss_sum_;
   size_t micro_seqs_;  // sequences per micro-batch
+  int micro_count_ = 0, micro_first_ = 0;
   RankStats stats_;
 };
 
@@ -190,7 +210,16 @@ struct TrainResult {
 
 // The whole run on one rank: groups, trainer, `steps` steps, the optional save, the stats gathered to
 // rank 0. on_step(k, loss, seconds) is called on every rank after each step.
+// (With cfg.elastic: train_elastic, elastic.h.)
 TrainResult train(const TrainConfig& cfg, Communicator& world,
                   const std::function<void(int, double, double)>& on_step = {});
+
+// The end of a run on every rank: the spent times of the groups, the optional save, the stats gathered to the
+// world's rank 0 (each rank's own added to `earlier`, where an elastic run keeps those of trainers it replaced),
+// the timeline, the bubble's theory.
+void finish_run(const ResolvedRun& run, Trainer& trainer, ParallelGroups& groups, Communicator& world,
+                TrainResult& result, const std::vector<double>& earlier = {});
+// The spent times of the groups' ops, into the trainer's stats.
+void record_spent(Trainer& trainer, ParallelGroups& groups);
 
 }  // namespace mpcomm::parallel

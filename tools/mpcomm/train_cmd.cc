@@ -4,6 +4,7 @@
 // the per-step rows rank 0 appends to a temporary file, writes --loss-log, and prints where each
 // backend's time went: tensor-parallel all-reduce, pipeline send/recv, data-parallel all-reduce, the
 // tied-embedding exchange, and the pipeline bubble.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -11,14 +12,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "commands.h"
-#include "mpcomm/mpcomm.h"
-#include "parallel/trainer.h"
-#include "bench.h"
-#include "progress.h"
 #include "as_rank.h"
 #include "backends/registry.h"
+#include "bench.h"
 #include "bootstrap/launcher.h"
+#include "commands.h"
+#include "mpcomm/mpcomm.h"
+#include "parallel/elastic.h"
+#include "parallel/trainer.h"
+#include "progress.h"
 
 namespace mpcomm::cli {
 
@@ -63,7 +65,8 @@ json to_json(const TrainConfig& c) {
           {"ep", c.dims.ep},
           {"moe_every", c.moe_every},
           {"aux_loss_coef", c.aux_loss_coef},
-          {"reproducible", c.reproducible}};
+          {"reproducible", c.reproducible},
+          {"elastic", c.elastic}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -82,6 +85,7 @@ TrainConfig from_json(const json& j) {
   c.virtual_stages = j.at("virtual_stages");
   c.experts = j.at("experts"), c.top_k = j.at("top_k"), c.dims.ep = j.at("ep"), c.moe_every = j.at("moe_every");
   c.aux_loss_coef = j.at("aux_loss_coef"), c.reproducible = j.at("reproducible");
+  c.elastic = j.value("elastic", false);
   return c;
 }
 
@@ -91,9 +95,10 @@ std::pair<size_t, std::string> train_progress(const std::string& path, double to
   std::string line, last;
   size_t done = 0;
   while (std::getline(f, line))
-    if (line.find("\"step\"") != std::string::npos) ++done, last = line;
+    if (line.find("\"loss\"") != std::string::npos) last = line;
   auto j = json::parse(last, nullptr, false);
   if (last.empty() || j.is_discarded()) return {done, ""};
+  done = j.value("step", 0) + 1;  // an elastic run that went back a step writes it again
   char tail[96];
   std::snprintf(tail, sizeof tail, "  loss %.4f  %.0f tok/s", j.value("loss", 0.0),
                 tokens_per_step / std::max(1e-9, j.value("seconds", 1.0)));
@@ -201,16 +206,80 @@ std::string per_backend_path(const std::string& path, const std::string& backend
   return path.substr(0, dot) + "." + backend + path.substr(dot);
 }
 
-// One rank's training; rank 0 appends the per-step rows and the summary to `out`.
-int train_rank(Communicator& world, const TrainConfig& c, const std::string& out) {
+// --fail-rank R@K,...: rank R of the starting world kills itself (SIGKILL) as step K begins, for testing and
+// measuring an elastic run.
+std::vector<std::pair<int, int>> parse_failures(const std::string& spec) {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& item : bench::split_list(spec)) {
+    const auto at = item.find('@');
+    size_t used = 0, used2 = 0;
+    int r = -1, k = -1;
+    try {
+      r = std::stoi(item.substr(0, at), &used);
+      if (at != std::string::npos) k = std::stoi(item.substr(at + 1), &used2);
+    } catch (const std::exception&) {
+    }
+    if (at == std::string::npos || r < 0 || k < 0 || used != at || used2 != item.size() - at - 1)
+      throw InvalidArgument("mpcomm train: --fail-rank '" + item + "': give RANK@STEP, e.g. 2@3");
+    out.push_back({r, k});
+  }
+  return out;
+}
+
+void die_if_chosen(const std::vector<std::pair<int, int>>& failures, int start_rank, int step) {
+  for (auto [r, k] : failures)
+    if (r == start_rank && k == step) {
+      std::fprintf(stderr, "mpcomm train: rank %d kills itself as step %d begins (--fail-rank)\n", r, k);
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    }
+}
+
+// One rank's training; rank 0 (of the world training runs on: an elastic run's changes) appends the per-step
+// rows, the recoveries and the summary to `out`.
+int train_rank(Communicator& world, const TrainConfig& c, const std::string& out, const std::string& fail_spec) {
   std::ofstream rows;
-  if (world.rank() == 0) rows.open(out, std::ios::app);
-  auto result = parallel::train(c, world, [&](int k, double loss, double seconds) {
-    if (world.rank() == 0) rows << json{{"step", k}, {"loss", loss}, {"seconds", seconds}}.dump() << std::endl;
-  });
-  if (world.rank() == 0) {
+  auto row = [&](const Communicator& now, const json& j) {
+    if (now.rank() != 0) return;
+    if (!rows.is_open()) rows.open(out, std::ios::app);
+    rows << j.dump() << std::endl;
+  };
+  parallel::TrainResult result;
+  if (c.elastic) {
+    const auto failures = parse_failures(fail_spec);
+    const int start_rank = world.rank();
+    die_if_chosen(failures, start_rank, 0);
+    parallel::ElasticHooks hooks;
+    hooks.on_step = [&](int k, double loss, double seconds, const Communicator& now) {
+      row(now, {{"step", k}, {"loss", loss}, {"seconds", seconds}});
+      die_if_chosen(failures, start_rank, k + 1);
+    };
+    hooks.on_recovery = [&](const parallel::Recovery& r, const Communicator& now) {
+      row(now, {{"event", "recovery"},
+                {"step", r.step},
+                {"dp", r.dp},
+                {"lost", r.lost},
+                {"left", r.left},
+                {"detect_s", r.detect_s},
+                {"rebuild_s", r.rebuild_s},
+                {"cause", r.cause}});
+    };
+    parallel::ElasticResult e = parallel::train_elastic(c, world, hooks);
+    if (e.left) {
+      std::fprintf(stderr, "mpcomm train: rank %d leaves: its data-parallel replica lost a rank\n", start_rank);
+      return 0;
+    }
+    result = std::move(e);
+  } else {
+    if (!fail_spec.empty()) throw InvalidArgument("mpcomm train: --fail-rank needs --elastic");
+    result = parallel::train(c, world, [&](int k, double loss, double seconds) {
+      row(world, {{"step", k}, {"loss", loss}, {"seconds", seconds}});
+    });
+  }
+  if (!result.ranks.empty()) {  // the world's rank 0
     json ranks = json::array();
     for (const auto& r : result.ranks) ranks.push_back(r.to_vector());
+    rows.is_open() || (rows.open(out, std::ios::app), true);
     rows << json{{"ranks", ranks},
                  {"seconds", result.seconds},
                  {"bubble_theory", result.bubble_theory},
@@ -227,7 +296,7 @@ Runner add_train(CLI::App& app) {
   struct Opts {
     TrainConfig c;
     int ranks = 0, hosts = 1;
-    std::string backends = "native", loss_log, launcher = "auto";
+    std::string backends = "native", loss_log, launcher = "auto", fail;
     double timeout_s = 300;
   };
   auto o = std::make_shared<Opts>();
@@ -281,6 +350,12 @@ Runner add_train(CLI::App& app) {
   app.add_flag("--reproducible", c.reproducible,
                "reproducible sums: the same losses and saved model, bit for bit, for any --dp (the micro-batch size "
                "--batch / (--dp × --micro-batches), --tp and --pp fixed), backend or host layout");
+  app.add_flag("--elastic", c.elastic,
+               "survive a lost rank: its data-parallel replica leaves, the others go on at dp - 1 from the step in "
+               "flight, with the same global batch (ranks launched elastic: mpcomm launch --elastic, or "
+               "MPCOMM_ELASTIC=1 under another launcher)");
+  app.add_option("--fail-rank", o->fail,
+                 "with --elastic, for testing: RANK@STEP[,...]: that rank kills itself (SIGKILL) as that step begins");
   app.add_option("--experts", c.experts,
                  "mixture of experts: the MLP of every --moe-every-th layer becomes this many experts behind a learned "
                  "router (default 0: none)")
@@ -306,6 +381,7 @@ Runner add_train(CLI::App& app) {
     std::unique_ptr<Communicator> first;  // as a rank: the first backend's, made before anything prints
     std::vector<std::string> backends = o->backends == "all" ? bench::all_backends_for("cpu") : bench::split_list(o->backends);
     if (as_rank && o->backends == "all") backends = startable_backends(backends);
+    if (as_rank && c.elastic) ::setenv("MPCOMM_ELASTIC", "1", 1);  // the job's communicators are elastic
     if (as_rank) {
       first = rank_communicator(backends.at(0), "cpu");
       o->ranks = first->size();
@@ -359,14 +435,15 @@ Runner add_train(CLI::App& app) {
       lo.backend = backend;
       lo.needs = launch_needs(backend);
       lo.grace_s = 5;
-      lo.argv = {exe, "train-worker", "--config", to_json(one).dump(), "--out", tmp};
+      lo.elastic = c.elastic;
+      lo.argv = {exe, "train-worker", "--config", to_json(one).dump(), "--out", tmp, "--fail-rank", o->fail};
       BackendRun run;
       run.backend = backend;
       if (as_rank) {
         auto world = first ? std::move(first) : rank_communicator(backend, "cpu");
         ProgressBar progress(lead ? backend : "", lead ? static_cast<size_t>(c.steps) : 0,
                              [&] { return train_progress(tmp, tokens_per_step); });
-        run.status = train_rank(*world, one, tmp);
+        run.status = train_rank(*world, one, tmp, o->fail);
       } else {
         ProgressBar progress(backend, static_cast<size_t>(c.steps), [&] { return train_progress(tmp, tokens_per_step); });
         run.status = launch(lo);
@@ -377,7 +454,19 @@ Runner add_train(CLI::App& app) {
       while (std::getline(f, line)) {
         auto j = json::parse(line, nullptr, false);
         if (j.is_discarded()) continue;
-        if (j.contains("step")) run.losses.push_back(j.at("loss"));
+        if (j.contains("event")) {  // an elastic run's recovery (rank 0 of the world that went on)
+          std::printf(
+              "# %s: recovered at step %d: ranks %s lost, %s left with their replica; dp %d goes on; "
+              "failure seen %.3f s into the step, groups rebuilt %.3f s later\n",
+              backend.c_str(), j.value("step", 0), j.at("lost").dump().c_str(), j.at("left").dump().c_str(),
+              j.value("dp", 0), j.value("detect_s", 0.0), j.value("rebuild_s", 0.0));
+          continue;
+        }
+        if (j.contains("loss")) {  // by step: an elastic run that went back a step writes it again
+          const auto k = j.at("step").get<size_t>();
+          run.losses.resize(std::max(run.losses.size(), k + 1));
+          run.losses[k] = j.at("loss");
+        }
         if (j.contains("ranks")) {
           for (const auto& v : j.at("ranks")) {
             std::vector<double> d = v;
@@ -426,13 +515,15 @@ Runner add_train(CLI::App& app) {
 Runner add_train_worker(CLI::App& app) {
   auto config = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
+  auto fail = std::make_shared<std::string>();
   app.add_option("--config", *config, "the training configuration, as JSON")->required();
+  app.add_option("--fail-rank", *fail, "RANK@STEP,...: as mpcomm train's");
   app.add_option("--out", *out, "where rank 0 appends its per-step rows and the summary")->required();
   app.group("");  // internal: started by mpcomm train
-  return [config, out] {
+  return [config, out, fail] {
     TrainConfig c = from_json(json::parse(*config));
     auto world = init_from_env();
-    return train_rank(*world, c, *out);
+    return train_rank(*world, c, *out, *fail);
   };
 }
 
