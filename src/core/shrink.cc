@@ -15,18 +15,15 @@
 // the timeout passes); one that dies after is in the list, and creating the new communicator fails with a
 // peer failure or timeout — shrink that one again. The writer dying between its ticket and its write leaves
 // the others waiting for `members` until the timeout.
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <set>
 #include <sstream>
 #include <thread>
 
+#include "bootstrap/process_state.h"
 #include "core/front_door.h"
 #include "core/topology.h"
 
@@ -51,14 +48,7 @@ bool process_gone(Store& store, int q, const std::string& host) {
   if (nl == std::string::npos || v.substr(0, nl) != host) return false;
   const int pid = std::atoi(v.c_str() + nl + 1);
   if (pid <= 0 || pid == static_cast<int>(::getpid())) return false;
-  if (::kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const size_t paren = line.rfind(')');  // the state follows the command's name in parentheses
-  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
-  const char state = line[paren + 2];
-  return state == 'Z' || state == 'X' || state == 'T' || state == 't';
+  return process_state(pid) != ProcessState::running;
 }
 
 std::vector<int> parse_list(const std::string& s) {

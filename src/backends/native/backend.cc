@@ -1,11 +1,8 @@
 #include "backends/native/backend.h"
 
-#include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
-#include <fstream>
 #include <random>
 #include <sstream>
 

@@ -4,13 +4,10 @@
 // that died, frames or board tags of another call (a Mismatch), and the deadline.
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <fstream>
-
 #include "backends/native/engine/engine.h"
+#include "bootstrap/process_state.h"
 #include "core/wait.h"
 
 namespace mpcomm::native {
@@ -38,17 +35,8 @@ bool Engine::peer_alive(int peer) const {
   if (seg_ != nullptr && in.local >= 0 && seg_->doorbell(in.local)->closed.load(std::memory_order_acquire) != 0)
     return false;
   if (!in.same_host || in.pid <= 0 || in.pid == getpid()) return true;
-  if (::kill(in.pid, 0) != 0 && errno == ESRCH) return false;
   // A killed child stays a zombie until its parent reaps it; that is dead too.
-  std::ifstream stat("/proc/" + std::to_string(in.pid) + "/stat");
-  std::string line;
-  if (std::getline(stat, line)) {
-    auto close_paren = line.rfind(')');
-    if (close_paren != std::string::npos && close_paren + 2 < line.size()) {
-      char state = line[close_paren + 2];
-      if (state == 'Z' || state == 'X') return false;
-    }
-  }
+  if (process_state(in.pid) == ProcessState::gone) return false;
   return true;
 }
 
