@@ -317,13 +317,27 @@ MPCOMM_API std::unique_ptr<Communicator> create(std::string_view backend, std::s
 
 // A process joining a running job whose ranks share `job_store` (any store of the job: its root is used) and
 // the job's secret (opts.token / MPCOMM_TOKEN): it waits, up to the timeout, for the ranks to grow() and
-// returns its communicator there, with the next rank.
+// returns its communicator there, with the next rank — or nullptr once a rank of the job has called
+// close_joins() (no grow() will seat it).
 MPCOMM_API std::unique_ptr<Communicator> join(std::shared_ptr<Store> job_store, const Options& opts = {});
+
+// join() for a process that holds a communicator of the job already (one it left: a shrink left it out of the
+// group that went on): with that communicator's store and options.
+MPCOMM_API std::unique_ptr<Communicator> join(Communicator& member);
+
+// Says to the processes waiting in join() on `member`'s job, and to those that come later, that no grow() will
+// seat them: their join() returns nullptr. A job that grows from time to time calls it before it ends.
+MPCOMM_API void close_joins(Communicator& member);
+
+// How many processes wait in join() on `member`'s job and no grow() has taken yet (rank 0 of a communicator
+// asks it, then tells the others how many to grow() by).
+MPCOMM_API int64_t waiting_joiners(Communicator& member);
 
 // Reads rank, size and rendezvous from the environment: mpcomm launch (MPCOMM_STORE), torchrun
 // (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI
 // (OMPI_COMM_WORLD_*) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). The backend is
-// MPCOMM_BACKEND (default native).
+// MPCOMM_BACKEND (default native). With MPCOMM_JOIN=1 (a rank started again by mpcomm launch --max-restarts)
+// it joins the running job instead: join() on the job's store, nullptr when the job has closed its joins.
 MPCOMM_API std::unique_ptr<Communicator> init_from_env(const Options& opts = {});
 
 }  // namespace mpcomm

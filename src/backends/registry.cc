@@ -238,6 +238,9 @@ EnvWorld env_world(const Options& in) {
 
 std::unique_ptr<Communicator> init_from_env(const Options& in) {
   EnvWorld w = env_world(in);
+  // A process started again in place of a lost rank (mpcomm launch --elastic --max-restarts): it joins the
+  // running job, and gets its communicator when the ranks there grow() theirs.
+  if (param_int("MPCOMM_JOIN") != 0) return join(w.store, w.opts);
   std::string backend = param_string("MPCOMM_BACKEND");
   auto prefixed = std::make_shared<PrefixStore>("world/" + backend, w.store);
   return create(backend, std::move(prefixed), w.rank, w.size, w.opts);

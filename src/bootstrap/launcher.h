@@ -50,6 +50,9 @@ struct LaunchOptions {
   // are elastic, MPCOMM_ELASTIC=1, so they can shrink); the lost ranks are listed at the end. A rank that
   // exits with an error still fails the job.
   bool elastic = false;
+  // --max-restarts (with elastic): a lost rank's program is started again, as a joiner (MPCOMM_JOIN=1: its
+  // init_from_env() waits in mpcomm::join() for the others to grow()), up to this many times in all.
+  int max_restarts = 0;
   bool prefix_output = true;            // "[r] " before each line
   // Pin each rank to one of the CPUs this process may use, the one bind_slot() names (mpirun pins by
   // default for small jobs; under mpirun: --bind-to core, core:overload-allowed when ranks outnumber

@@ -2,7 +2,8 @@
 // of a new communicator over the job's ranks and them. They meet under keys of the job's root store:
 //   mpcomm/join/arrivals  a counter: a joiner's add gives its place in the queue (0, 1, ...);
 //   mpcomm/join/taken     a counter: a grow(n) takes the next n places;
-//   mpcomm/join/seat/<j>  what the joiner in place j gets: the group, its rank, the size, the backend.
+//   mpcomm/join/seat/<j>  what the joiner in place j gets: the group, its rank, the size, the backend;
+//   mpcomm/join/closed    set by close_joins(): joiners without a seat stop waiting.
 // grow(n) is collective over a healthy communicator: its rank 0 takes n places and tells its ranks the first
 // (a broadcast; the group is named after it, "mpcomm/join/grow<first>/group"); every rank waits (up to the
 // timeout) for that many joiners; rank 0 seats them; then every member — this communicator's ranks in their order, then
@@ -21,6 +22,7 @@ namespace {
 
 constexpr const char* kArrivals = "mpcomm/join/arrivals";
 constexpr const char* kTaken = "mpcomm/join/taken";
+constexpr const char* kClosed = "mpcomm/join/closed";
 std::string seat_key(int64_t place) { return "mpcomm/join/seat/" + std::to_string(place); }
 std::string group_prefix(int64_t g) { return "mpcomm/join/grow" + std::to_string(g) + "/group"; }
 
@@ -31,7 +33,16 @@ std::unique_ptr<Communicator> join(std::shared_ptr<Store> job_store, const Optio
   const Options opts = in.resolved();
   const std::shared_ptr<Store> root = root_store(job_store);
   const int64_t place = root->add(kArrivals, 1) - 1;
-  const std::string seat = root->get_string(seat_key(place), opts.timeout);  // throws Timeout naming the key
+  // The seat, or the doors closed; a seat written before the close still counts.
+  const auto deadline = std::chrono::steady_clock::now() + opts.timeout;
+  while (!root->check({seat_key(place)})) {
+    if (root->check({kClosed})) return nullptr;
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw Timeout("mpcomm: join: place " + std::to_string(place) +
+                    " in the job's queue: no grow() seated it within " + "the timeout");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::string seat = root->get_string(seat_key(place), opts.timeout);
   std::istringstream in_seat(seat);
   int64_t g = -1;
   int rank = -1, size = 0;
@@ -39,6 +50,28 @@ std::unique_ptr<Communicator> join(std::shared_ptr<Store> job_store, const Optio
   if (!(in_seat >> g >> rank >> size >> backend) || rank < 0 || rank >= size)
     throw Internal("mpcomm: join: place " + std::to_string(place) + ": a malformed seat '" + seat + "'");
   return create(backend, std::make_shared<PrefixStore>(group_prefix(g), root), rank, size, opts);
+}
+
+namespace {
+
+std::shared_ptr<Store> job_root(Communicator& member, const char* what) {
+  const auto& b = detail::FrontDoor::of(member).backend();
+  if (b.store() == nullptr)
+    throw Unsupported(std::string("mpcomm: ") + what + ": the " + std::string(b.name()) + " communicator has no store");
+  return root_store(b.store());
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> join(Communicator& member) {
+  return join(job_root(member, "join"), detail::FrontDoor::of(member).backend().options());
+}
+
+void close_joins(Communicator& member) { job_root(member, "close_joins")->set_string(kClosed, "1"); }
+
+int64_t waiting_joiners(Communicator& member) {
+  const auto root = job_root(member, "waiting_joiners");
+  return root->add(kArrivals, 0) - root->add(kTaken, 0);
 }
 
 namespace detail {

@@ -54,6 +54,10 @@ const std::vector<ParamInfo>& all_params() {
        "1: a failure ends the communicator only, not the job, so the survivors can shrink it (mpcomm launch "
        "--elastic sets it)",
        Kind::flag},
+      {"MPCOMM_JOIN", "0",
+       "1: init_from_env() joins a running job (mpcomm::join) instead of starting one: the process takes the next "
+       "rank when the job's ranks grow() their communicator (mpcomm launch --max-restarts sets it for a restart)",
+       Kind::flag},
       {"MPCOMM_REPRODUCIBLE", "0",
        "1: floating-point sums and averages (allreduce, reduce_scatter, reduce) give the same bits on any backend, "
        "algorithm, layout or number of ranks",

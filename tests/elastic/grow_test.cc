@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -75,6 +76,28 @@ TEST_P(Grow, JoinersThatDoNotComeTimeOutEverywhere) {
     EXPECT_THROW(comm.grow(1), Timeout);
     EXPECT_THROW(comm.grow(0), InvalidArgument);
   });
+}
+
+TEST_P(Grow, WaitingJoinersAreCountedAndClosingTheJoinsSendsThemAway) {
+  ThreadWorld w(GetParam(), 2, elastic(30));
+  std::unique_ptr<Communicator> got;
+  bool returned = false;
+  std::thread joiner([&] {
+    got = join(w.store(), elastic(30));  // waits: nobody grows
+    returned = true;
+  });
+  w.run([&](int rank, Communicator& comm) {
+    if (rank == 0) {  // the joiner is counted once it is in the queue
+      for (int i = 0; i < 2000 && waiting_joiners(comm) < 1; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_EQ(waiting_joiners(comm), 1);
+      close_joins(comm);
+    }
+  });
+  joiner.join();
+  EXPECT_TRUE(returned);
+  EXPECT_EQ(got, nullptr) << "a closed job seats nobody";
+  EXPECT_EQ(join(w.store(), elastic(30)), nullptr) << "nor a joiner that comes later";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Grow, ::testing::Values("native", "gloo"),

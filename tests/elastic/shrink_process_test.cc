@@ -77,6 +77,12 @@ TEST(ElasticLaunch, ThreeOfEightLostOneAfterAnother) {
   std::printf("%s\n", line_with(e.r.output, "shrunk to 5 ranks").c_str());
 }
 
+TEST(ElasticLaunch, MaxRestartsNeedsElastic) {
+  const auto r = run_command(std::string(MPCOMM_CLI) + " launch -n 2 --max-restarts 1 -- true 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(line_with(r.output, "--max-restarts"), "") << r.output;
+}
+
 TEST(ElasticLaunch, WithoutElasticAKilledRankEndsTheJob) {
   const std::string dir = std::filesystem::temp_directory_path() / ("mpcomm-elastic-" + testing::unique_tag());
   std::filesystem::create_directories(dir);

@@ -30,6 +30,10 @@ Runner add_launch(CLI::App& app) {
   app.add_flag("--elastic", opts->elastic,
                "a rank killed by a signal is lost and the others go on (MPCOMM_ELASTIC=1: they can shrink their "
                "communicators); exit 0 when every other rank ended with 0");
+  app.add_option("--max-restarts", opts->max_restarts,
+                 "with --elastic: start a lost rank's program again as a joiner (MPCOMM_JOIN=1: init_from_env() "
+                 "joins the running job when the others grow()), up to this many times in all")
+      ->check(non_negative_number());
   app.add_option("--grace", opts->grace_s, "seconds the other ranks get to end after the first failure")->check(non_negative_number());
   app.add_option("--addr", opts->bind_addr, "address the store listens on");
   app.add_flag("!--no-prefix", opts->prefix_output, "do not prefix output lines with the rank");

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -33,9 +34,9 @@
 #include "bootstrap/env.h"
 #include "bootstrap/launch/launch_internal.h"
 #include "log/log.h"
-#include "net/socket.h"
 #include "mpcomm/error.h"
 #include "mpcomm/store.h"
+#include "net/socket.h"
 
 namespace mpcomm {
 
@@ -141,7 +142,8 @@ int launch(const LaunchOptions& o) {
     const std::string host_base = hosts > 1 ? host_id_from_env() : "";
     std::vector<std::string> overridden = {"RANK",          "WORLD_SIZE",     "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
                                            "MASTER_ADDR",   "MASTER_PORT",    "MPCOMM_STORE",   "MPCOMM_TOKEN",
-                                           "MPCOMM_JOB_ID", "MPCOMM_TIMEOUT", "MPCOMM_BACKEND", "MPCOMM_ELASTIC"};
+                                           "MPCOMM_JOB_ID", "MPCOMM_TIMEOUT", "MPCOMM_BACKEND", "MPCOMM_ELASTIC",
+                                           "MPCOMM_JOIN"};
     if (hosts > 1) overridden.push_back("MPCOMM_HOST_ID");  // with one host the inherited value (or hostname) holds
     const std::vector<std::string> inherited = environment_without(overridden);
     plans.resize(static_cast<size_t>(n));
@@ -190,6 +192,7 @@ int launch(const LaunchOptions& o) {
     r.out.demux = &mpirun_out;
     r.err.demux = &mpirun_err;
   } else {
+    job.ranks.reserve(static_cast<size_t>(n + std::max(0, o.max_restarts)));  // restarts: no reallocation
     job.ranks.resize(static_cast<size_t>(n));
     int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // stdin of every rank but 0, like mpirun
     try {
@@ -230,6 +233,8 @@ int launch(const LaunchOptions& o) {
   std::string elsewhere;   // across nodes: why the job ended on another node (or the store was lost)
   std::vector<std::string> lost;  // --elastic: the ranks killed by a signal while the others went on
   int lost_status = 0;            // the last lost rank's status: the job's when no rank was left
+  int restarts = 0;               // --max-restarts: lost ranks started again so far
+  std::deque<ExecPlan> restart_plans;  // theirs (a started child has its own copy; kept for the pointers)
   Clock::time_point next_look = Clock::now();
   std::vector<pollfd> fds;
   std::vector<std::pair<Stream*, const std::string*>> polled;  // stream, its rank's prefix
@@ -312,6 +317,7 @@ int launch(const LaunchOptions& o) {
     // Of the ranks reaped in one pass, one killed by a signal is more likely the cause than those that
     // exited with an error after noticing it, so it is reported as the first failure.
     Rank* failed = nullptr;
+    std::vector<int> restart;  // --max-restarts: the plans (local rank) of lost ranks to start again
     for (Rank& r : job.ranks) {
       if (!r.running || !reap(r) || r.status == 0) continue;
       bool signaled = r.how.find("signal") != std::string::npos;
@@ -319,9 +325,25 @@ int launch(const LaunchOptions& o) {
         lost.push_back(r.name);
         lost_status = r.status;
         say(r.name + " " + r.how + "; --elastic: " + std::to_string(job.running()) + " other rank(s) go on");
+        if (restarts < o.max_restarts && job.running() > 0) restart.push_back(r.rank - rank_base);
         continue;
       }
       if (failed == nullptr || (signaled && failed->how.find("signal") == std::string::npos)) failed = &r;
+    }
+    for (int local : restart) {  // as a joiner of the running job, in a new slot (reserved: no reallocation)
+      if (restarts >= o.max_restarts) break;
+      ++restarts;
+      ExecPlan& p = restart_plans.emplace_back();
+      const ExecPlan& was = plans[static_cast<size_t>(local)];
+      p.path = was.path, p.env = was.env, p.cpu = was.cpu, p.exec_failed = was.exec_failed;
+      p.env.push_back("MPCOMM_JOIN=1");
+      finish_plan(p, o.argv);
+      Rank& again = job.ranks.emplace_back();
+      again.rank = rank_base + local;
+      again.name = "rank " + std::to_string(again.rank) + " (restart " + std::to_string(restarts) + ")";
+      again.prefix = o.prefix_output ? "[" + std::to_string(again.rank) + "+] " : "";
+      start_rank(again, p, /*stdin_fd=*/-1);
+      say("started " + again.name + " as a joiner (" + std::to_string(o.max_restarts - restarts) + " restart(s) left)");
     }
     if (failed != nullptr && first_failure == 0 && interrupted_by == 0 && !via_mpirun) {
       Rank& r = *failed;

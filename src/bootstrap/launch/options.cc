@@ -66,6 +66,9 @@ void validate(const LaunchOptions& o) {
   if (!(o.grace_s >= 0) || !std::isfinite(o.grace_s))
     bad("the grace period must be >= 0 seconds (got " + seconds_text(o.grace_s) + ")");
   if (o.backend.empty()) bad("the backend name is empty");
+  if (o.max_restarts < 0) bad("--max-restarts must not be negative");
+  if (o.max_restarts > 0 && !o.elastic)
+    bad("--max-restarts starts lost ranks again as joiners, and ranks are lost only with --elastic: give it too");
   if (o.bind_addr.empty()) bad("the bind address is empty");
   if (o.argv.empty()) bad("no program given (mpcomm launch -n N -- PROGRAM ARGS...)");
   if (o.nnodes < 1) bad("--nnodes must be at least 1 (got " + std::to_string(o.nnodes) + ")");
