@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -74,87 +75,183 @@ std::vector<int> minus(const std::vector<int>& a, const std::vector<int>& b) {
 
 }  // namespace
 
-ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const ElasticHooks& hooks) {
-  blas_single_thread();
-  ResolvedRun run = resolve(cfg, world.size());
-  run.cfg.elastic = true;
-  if (run.cfg.micro_size == 0) run.cfg.micro_size = cfg.batch / (cfg.dims.dp * cfg.micro_batches);
-  ElasticResult result;
-  Communicator* w = &world;  // the world training runs on
-  struct Made {  // the communicators recovery made, kept to the end and closed in reverse order (children first)
-    std::vector<std::unique_ptr<Communicator>> v;
-    ~Made() {
-      while (!v.empty()) v.pop_back();
-    }
-  } made;
-  std::vector<int> starting(static_cast<size_t>(world.size()));  // starting-world rank of each rank of w
-  for (int r = 0; r < world.size(); ++r) starting[static_cast<size_t>(r)] = r;
-  const int my_start = world.rank();
+namespace {
+
+// The run's state on this rank, as recovery and growing change it.
+struct Run {
+  ResolvedRun run;
+  int start_dp = 1;
+  Communicator* w = nullptr;                        // the world training runs on
+  std::vector<std::unique_ptr<Communicator>> made;  // the communicators made on the way, kept to the end
+  std::vector<int> starting;                        // starting-world rank of each rank of w (-1: unknown)
+  int my_start = -1;
   int next = 0;                           // the first step not finished
   TrainerState before_next, before_prev;  // the state before step `next`, and before the step that preceded it
   bool have_next = false, have_prev = false;
   std::vector<double> earlier;  // the stats of the trainers replaced
   std::vector<int> lost, left;
+
+  ~Run() {  // children before the communicators they were split from
+    while (!made.empty()) made.pop_back();
+  }
+  int shard() const { return run.cfg.dims.tp * run.cfg.dims.pp; }
+
+  void keep_stats(Trainer& trainer, ParallelGroups& groups) {
+    record_spent(trainer, groups);
+    const std::vector<double> v = trainer.stats().to_vector();
+    earlier.resize(v.size(), 0.0);
+    for (size_t i = 0; i < v.size(); ++i) earlier[i] += v[i];
+  }
+
+  // Collective over `grown` (from grow() on the ranks that train, from join() on the joiners): the joiners
+  // become the next replicas, dealt out tp fastest, then pp, in the order they came; the world is made anew
+  // in the trainer's rank order.
+  void adopt(Communicator& grown, bool joiner) {
+    const ParallelDims dims = run.cfg.dims;
+    const Coords me = joiner ? Coords{-1, -1, -1} : coords_of(w->rank(), dims);
+    const int mine[6] = {joiner ? 1 : 0, my_start, me.tp, me.pp, me.dp, next};
+    std::vector<int> all(6 * static_cast<size_t>(grown.size()));
+    grown.allgather(mine, all.data(), 6, DataType::int32);
+    int dp_old = 0, joiners = 0, old_next = -1;
+    for (size_t i = 0; i < all.size(); i += 6) {
+      if (all[i] != 0) {
+        ++joiners;
+        continue;
+      }
+      dp_old = std::max(dp_old, all[i + 4] + 1);
+      if (old_next >= 0 && all[i + 5] != old_next)
+        throw Internal("elastic training: the ranks that grew are at different steps");
+      old_next = all[i + 5];
+    }
+    if (joiners % shard() != 0 || old_next < 0)
+      throw Internal("elastic training: " + std::to_string(joiners) + " joiners do not make whole replicas of " +
+                     std::to_string(shard()) + " ranks");
+    ParallelDims now = dims;
+    now.dp = dp_old + joiners / shard();
+    std::vector<int> new_starting(static_cast<size_t>(now.world()), -1);
+    Coords mine_now = me;
+    for (size_t i = 0, j = 0; i < all.size(); i += 6) {
+      Coords c{all[i + 2], all[i + 3], all[i + 4]};
+      if (all[i] != 0) {
+        const int s = static_cast<int>(j % static_cast<size_t>(shard()));
+        c = {s % dims.tp, s / dims.tp, dp_old + static_cast<int>(j / static_cast<size_t>(shard()))};
+        ++j;
+      }
+      new_starting[static_cast<size_t>(rank_of(c, now))] = all[i + 1];
+      if (static_cast<int>(i / 6) == grown.rank()) mine_now = c;
+    }
+    made.push_back(grown.split(0, rank_of(mine_now, now)));
+    w = made.back().get();
+    starting = std::move(new_starting);
+    run.cfg.dims = now;
+    if (joiner) next = old_next, have_next = false, have_prev = false;
+  }
+};
+
+}  // namespace
+
+ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const ElasticHooks& hooks, int joined_as) {
+  blas_single_thread();
+  Run r;
+  const bool joining = joined_as >= 0;
+  r.run = resolve(cfg, joining ? cfg.dims.world() : world.size());
+  r.run.cfg.elastic = true;
+  if (r.run.cfg.micro_size == 0) r.run.cfg.micro_size = cfg.batch / (cfg.dims.dp * cfg.micro_batches);
+  r.start_dp = cfg.dims.dp;
+  r.w = &world;
+  r.my_start = joining ? joined_as : world.rank();
+  if (!joining)
+    for (int q = 0; q < world.size(); ++q) r.starting.push_back(q);
+  ElasticResult result;
   const auto t0 = Clock::now();
   Clock::time_point failed_at{};
   Recovery recovering;
   bool in_recovery = false;
+  Communicator* grown = joining ? &world : nullptr;  // to adopt before training goes on
+  bool is_joiner = joining;
   for (;;) {
     std::optional<ParallelGroups> groups;
     std::unique_ptr<Trainer> trainer;
     auto step_start = Clock::now();
     std::string cause;
     try {
-      groups.emplace(ParallelGroups::create(*w, run.cfg.dims));
-      trainer = std::make_unique<Trainer>(run, *groups, have_next ? &before_next : nullptr);
+      if (grown != nullptr) {
+        const auto g0 = Clock::now();
+        r.adopt(*grown, is_joiner);
+        grown = nullptr;
+        groups.emplace(ParallelGroups::create(*r.w, r.run.cfg.dims));
+        trainer = std::make_unique<Trainer>(r.run, *groups, r.have_next ? &r.before_next : nullptr);
+        trainer->take_state_from(0);  // data-parallel rank 0 is a replica that trained all along
+        if (is_joiner) result.losses.assign(static_cast<size_t>(r.next), std::nan(""));
+        is_joiner = false;
+        Recovery grew;
+        grew.grew = true, grew.step = r.next, grew.dp = r.run.cfg.dims.dp, grew.lost = r.lost, grew.left = r.left;
+        grew.rebuild_s = since(g0);
+        result.recoveries.push_back(grew);
+        if (hooks.on_recovery) hooks.on_recovery(grew, *r.w);
+      } else {
+        groups.emplace(ParallelGroups::create(*r.w, r.run.cfg.dims));
+        trainer = std::make_unique<Trainer>(r.run, *groups, r.have_next ? &r.before_next : nullptr);
+      }
       if (in_recovery) {
         recovering.rebuild_s = since(failed_at);
         result.recoveries.push_back(recovering);
-        if (hooks.on_recovery) hooks.on_recovery(recovering, *w);
+        if (hooks.on_recovery) hooks.on_recovery(recovering, *r.w);
         in_recovery = false;
       }
-      for (; next < run.cfg.steps; ++next) {
+      for (; r.next < r.run.cfg.steps; ++r.next) {
         step_start = Clock::now();
-        trainer->save_state(before_next);
-        have_next = true;
-        const double loss = trainer->step(next);
-        std::swap(before_prev, before_next);
-        have_prev = true;
-        result.losses.resize(static_cast<size_t>(next));
+        trainer->save_state(r.before_next);
+        r.have_next = true;
+        if (cfg.grow_back && r.run.cfg.dims.dp < r.start_dp) {  // whole replicas waiting to come back?
+          int64_t waiting = r.w->rank() == 0 ? waiting_joiners(*r.w) : 0;
+          r.w->broadcast(&waiting, 1, DataType::int64, 0);
+          const int add = static_cast<int>(std::min<int64_t>(waiting / r.shard(), r.start_dp - r.run.cfg.dims.dp));
+          if (add > 0) {
+            r.made.push_back(r.w->grow(add * r.shard()));
+            grown = r.made.back().get();
+            break;
+          }
+        }
+        const double loss = trainer->step(r.next);
+        std::swap(r.before_prev, r.before_next);
+        r.have_prev = true;
+        result.losses.resize(static_cast<size_t>(r.next));
         result.losses.push_back(loss);
-        if (hooks.on_step) hooks.on_step(next, loss, since(step_start), *w);
+        if (hooks.on_step) hooks.on_step(r.next, loss, since(step_start), *r.w);
       }
+      if (grown != nullptr) {  // rebuild at the larger dp
+        r.keep_stats(*trainer, *groups);
+        continue;
+      }
+      if (cfg.grow_back && r.w->rank() == 0) close_joins(*r.w);  // nobody waits in join() for a grow to come
       result.seconds = since(t0);
-      finish_run(run, *trainer, *groups, *w, result, earlier);
+      finish_run(r.run, *trainer, *groups, *r.w, result, r.earlier);
       return result;
     } catch (const Error& e) {
       if (!is_failure(e)) throw;
       cause = e.what();
+      grown = nullptr;
     }
     failed_at = Clock::now();
     recovering = Recovery{};
     recovering.detect_s = std::chrono::duration<double>(failed_at - step_start).count();
     recovering.cause = cause;
-    if (trainer) {  // what it did counts in the run's stats
-      record_spent(*trainer, *groups);
-      const std::vector<double> v = trainer->stats().to_vector();
-      earlier.resize(v.size(), 0.0);
-      for (size_t i = 0; i < v.size(); ++i) earlier[i] += v[i];
-    }
+    if (trainer) r.keep_stats(*trainer, *groups);
 
     // Shrink w, then agree on who goes on; a rank lost meanwhile: shrink the shrunk one again. A shrink that
     // throws counted this rank out (the others went on without it): it ends with that error.
-    const ParallelDims dims = run.cfg.dims;
-    const Coords me = coords_of(w->rank(), dims);
-    Communicator* failing = w;
+    const ParallelDims dims = r.run.cfg.dims;
+    const Coords me = coords_of(r.w->rank(), dims);
+    Communicator* failing = r.w;
     bool no_replica = false;
     for (;;) {
-      made.v.push_back(failing->shrink());
-      Communicator& shrunk = *made.v.back();
+      r.made.push_back(failing->shrink());
+      Communicator& shrunk = *r.made.back();
       failing = &shrunk;
       trainer.reset(), groups.reset();  // their communicators were revoked with w
       try {
-        const int mine[5] = {my_start, me.tp, me.pp, me.dp, next};
+        const int mine[5] = {r.my_start, me.tp, me.pp, me.dp, r.next};
         std::vector<int> all(5 * static_cast<size_t>(shrunk.size()));
         shrunk.allgather(mine, all.data(), 5, DataType::int32);
         std::vector<Survivor> survivors;
@@ -170,29 +267,36 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
         now.dp = static_cast<int>(plan.whole.size());
         const bool goes_on = at != plan.whole.end();
         const int key = goes_on ? rank_of({me.tp, me.pp, static_cast<int>(at - plan.whole.begin())}, now) : 0;
-        made.v.push_back(shrunk.split(goes_on ? 0 : -1, key));
+        r.made.push_back(shrunk.split(goes_on ? 0 : -1, key));
         std::vector<int> here;
         for (const auto& s : survivors) here.push_back(s.start_rank);
-        for (int r : minus(starting, here)) lost.push_back(r);
-        for (int r : minus(here, plan.starting_ranks)) left.push_back(r);
-        if (!goes_on) {  // this rank's replica lost a rank: it leaves
-          result.left = true;
-          result.seconds = since(t0);
-          return result;
+        for (int q : minus(r.starting, here)) r.lost.push_back(q);
+        for (int q : minus(here, plan.starting_ranks)) r.left.push_back(q);
+        if (!goes_on) {  // this rank's replica lost a rank: it leaves, or waits to come back with it
+          std::unique_ptr<Communicator> back = cfg.grow_back ? join(shrunk) : nullptr;
+          if (back == nullptr) {
+            result.left = true;
+            result.seconds = since(t0);
+            return result;
+          }
+          r.made.push_back(std::move(back));
+          grown = r.made.back().get();
+          is_joiner = true;
+          break;
         }
-        w = made.v.back().get();
-        if (plan.next < next) {  // this rank finished the step some did not: back to the state before it
-          if (!have_prev)
-            throw Internal("elastic training: rank " + std::to_string(my_start) + " must go back to step " +
+        r.w = r.made.back().get();
+        if (plan.next < r.next) {  // this rank finished the step some did not: back to the state before it
+          if (!r.have_prev)
+            throw Internal("elastic training: rank " + std::to_string(r.my_start) + " must go back to step " +
                            std::to_string(plan.next) + " and holds no state from before it");
-          std::swap(before_next, before_prev);
-          have_prev = false;
+          std::swap(r.before_next, r.before_prev);
+          r.have_prev = false;
         }
-        next = plan.next;
-        result.losses.resize(static_cast<size_t>(next));
-        run.cfg.dims = now;
-        starting = plan.starting_ranks;
-        recovering.step = next, recovering.dp = now.dp, recovering.lost = lost, recovering.left = left;
+        r.next = plan.next;
+        result.losses.resize(static_cast<size_t>(r.next));
+        r.run.cfg.dims = now;
+        r.starting = plan.starting_ranks;
+        recovering.step = r.next, recovering.dp = now.dp, recovering.lost = r.lost, recovering.left = r.left;
         in_recovery = true;
         break;
       } catch (const Error& e) {

@@ -9,7 +9,9 @@
 //     those that finished it go back one;
 //   - with TrainConfig::reproducible the sums do not depend on dp, so the losses and the saved model are
 //     the bits of a run that lost nothing.
-// A failure during the recovery itself (a second rank lost) shrinks again.
+// A failure during the recovery itself (a second rank lost) shrinks again. With TrainConfig::grow_back, whole
+// replicas of processes that join (mpcomm::join: a lost rank started again, and the ranks its replica lost it
+// with) are grown in at a step boundary and receive the parameters and optimizer state over the network.
 #pragma once
 
 #include <functional>
@@ -22,6 +24,7 @@ namespace mpcomm::parallel {
 
 // One recovery, as the ranks that go on saw it.
 struct Recovery {
+  bool grew = false;      // replicas grew back in (else: a failure was survived)
   int step = 0;           // the step training went on from
   int dp = 0;             // the data-parallel replicas left
   std::vector<int> lost;  // ranks of the starting world no longer there (every one so far)
@@ -45,6 +48,11 @@ struct ElasticResult : TrainResult {
 };
 
 // The whole run on one rank of `world`, which must be elastic (Options::elastic; mpcomm launch --elastic).
-ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const ElasticHooks& hooks = {});
+// joined_as >= 0: `world` came from mpcomm::join() (a restart of rank joined_as of the starting world, for the
+// reports); the process trains from the step the others are at, with their state. With cfg.grow_back the ranks
+// of a broken replica wait in join() to come back with it, and the ranks that train take whole replicas of
+// joiners in at step boundaries, up to the starting dp.
+ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const ElasticHooks& hooks = {},
+                            int joined_as = -1);
 
 }  // namespace mpcomm::parallel

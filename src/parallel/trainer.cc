@@ -157,6 +157,19 @@ void Trainer::save_state(TrainerState& into) const {
   into.adam_steps = adamw_.steps();
 }
 
+void Trainer::take_state_from(int root) {
+  if (run_.cfg.zero) throw Unsupported("trainer: the state of a ZeRO-1 rank is a piece of its replica's");
+  if (g_.dims.dp == 1) return;
+  std::vector<float> m = adamw_.m(), v = adamw_.v();
+  int32_t t = adamw_.steps();
+  Communicator& dp = *g_.dp;
+  dp.broadcast(params_.data(), params_.size(), DataType::float32, root);
+  dp.broadcast(m.data(), m.size(), DataType::float32, root);
+  dp.broadcast(v.data(), v.size(), DataType::float32, root);
+  dp.broadcast(&t, 1, DataType::int32, root);
+  adamw_.restore(m, v, t);
+}
+
 const ParamSpec& Trainer::spec_of(const std::string& name) const {
   for (const auto& l : layouts_)
     if (l.has(name)) return l.at(name);

@@ -76,6 +76,10 @@ struct TrainConfig {
   int micro_size = 0;
   // Survive a lost rank (train_elastic, elastic.h): its replica leaves and the rest go on at dp - 1.
   bool elastic = false;
+  // Elastic: replicas grow back in — processes that join the job (a lost rank started again, the other ranks
+  // of its replica waiting in join()) are taken in at a step boundary, up to the starting dp, and receive the
+  // parameters and optimizer state from data-parallel rank 0.
+  bool grow_back = false;
   // A timeline of the run (mpcomm/trace.h): every rank's ops and its forwards, backwards and optimizer
   // steps, written here by world rank 0 at the end. Empty: none.
   std::string trace;
@@ -143,6 +147,9 @@ class Trainer {
   const std::vector<float>& params() const { return params_; }
   // Copies the parameters and the optimizer's state into `into` (reusing its memory). Not under ZeRO.
   void save_state(TrainerState& into) const;
+  // Collective over the data-parallel group: every rank takes the parameters and optimizer state of
+  // data-parallel rank `root` (a replica that joined gets what the others learned). Not under ZeRO.
+  void take_state_from(int root);
   // This rank's micro-batches per step, and the first one's index in the global batch.
   int micro_batches() const { return micro_count_; }
   int first_micro() const { return micro_first_; }

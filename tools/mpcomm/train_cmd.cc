@@ -15,12 +15,14 @@
 #include "as_rank.h"
 #include "backends/registry.h"
 #include "bench.h"
+#include "bootstrap/env.h"
 #include "bootstrap/launcher.h"
 #include "commands.h"
 #include "mpcomm/mpcomm.h"
 #include "parallel/elastic.h"
 #include "parallel/trainer.h"
 #include "progress.h"
+#include "settings/settings.h"
 
 namespace mpcomm::cli {
 
@@ -66,7 +68,8 @@ json to_json(const TrainConfig& c) {
           {"moe_every", c.moe_every},
           {"aux_loss_coef", c.aux_loss_coef},
           {"reproducible", c.reproducible},
-          {"elastic", c.elastic}};
+          {"elastic", c.elastic},
+          {"grow_back", c.grow_back}};
 }
 
 TrainConfig from_json(const json& j) {
@@ -85,7 +88,7 @@ TrainConfig from_json(const json& j) {
   c.virtual_stages = j.at("virtual_stages");
   c.experts = j.at("experts"), c.top_k = j.at("top_k"), c.dims.ep = j.at("ep"), c.moe_every = j.at("moe_every");
   c.aux_loss_coef = j.at("aux_loss_coef"), c.reproducible = j.at("reproducible");
-  c.elastic = j.value("elastic", false);
+  c.elastic = j.value("elastic", false), c.grow_back = j.value("grow_back", false);
   return c;
 }
 
@@ -237,7 +240,9 @@ void die_if_chosen(const std::vector<std::pair<int, int>>& failures, int start_r
 
 // One rank's training; rank 0 (of the world training runs on: an elastic run's changes) appends the per-step
 // rows, the recoveries and the summary to `out`.
-int train_rank(Communicator& world, const TrainConfig& c, const std::string& out, const std::string& fail_spec) {
+// joined_as >= 0: `world` came from join() (MPCOMM_JOIN=1: a restart of that rank).
+int train_rank(Communicator& world, const TrainConfig& c, const std::string& out, const std::string& fail_spec,
+               int joined_as = -1) {
   std::ofstream rows;
   auto row = [&](const Communicator& now, const json& j) {
     if (now.rank() != 0) return;
@@ -247,15 +252,15 @@ int train_rank(Communicator& world, const TrainConfig& c, const std::string& out
   parallel::TrainResult result;
   if (c.elastic) {
     const auto failures = parse_failures(fail_spec);
-    const int start_rank = world.rank();
-    die_if_chosen(failures, start_rank, 0);
+    const int start_rank = joined_as >= 0 ? joined_as : world.rank();
+    if (joined_as < 0) die_if_chosen(failures, start_rank, 0);
     parallel::ElasticHooks hooks;
     hooks.on_step = [&](int k, double loss, double seconds, const Communicator& now) {
       row(now, {{"step", k}, {"loss", loss}, {"seconds", seconds}});
       die_if_chosen(failures, start_rank, k + 1);
     };
     hooks.on_recovery = [&](const parallel::Recovery& r, const Communicator& now) {
-      row(now, {{"event", "recovery"},
+      row(now, {{"event", r.grew ? "grew" : "recovery"},
                 {"step", r.step},
                 {"dp", r.dp},
                 {"lost", r.lost},
@@ -264,7 +269,7 @@ int train_rank(Communicator& world, const TrainConfig& c, const std::string& out
                 {"rebuild_s", r.rebuild_s},
                 {"cause", r.cause}});
     };
-    parallel::ElasticResult e = parallel::train_elastic(c, world, hooks);
+    parallel::ElasticResult e = parallel::train_elastic(c, world, hooks, joined_as);
     if (e.left) {
       std::fprintf(stderr, "mpcomm train: rank %d leaves: its data-parallel replica lost a rank\n", start_rank);
       return 0;
@@ -297,6 +302,7 @@ Runner add_train(CLI::App& app) {
     TrainConfig c;
     int ranks = 0, hosts = 1;
     std::string backends = "native", loss_log, launcher = "auto", fail;
+    int max_restarts = 0;
     double timeout_s = 300;
   };
   auto o = std::make_shared<Opts>();
@@ -356,6 +362,10 @@ Runner add_train(CLI::App& app) {
                "MPCOMM_ELASTIC=1 under another launcher)");
   app.add_option("--fail-rank", o->fail,
                  "with --elastic, for testing: RANK@STEP[,...]: that rank kills itself (SIGKILL) as that step begins");
+  app.add_option("--max-restarts", o->max_restarts,
+                 "with --elastic: a lost rank is started again (up to this many times in all) and its replica grows "
+                 "back in at a step boundary, taking the parameters and optimizer state from a live replica")
+      ->capture_default_str();
   app.add_option("--experts", c.experts,
                  "mixture of experts: the MLP of every --moe-every-th layer becomes this many experts behind a learned "
                  "router (default 0: none)")
@@ -390,6 +400,7 @@ Runner add_train(CLI::App& app) {
     const bool lead = prints_results();
     if (o->ranks == 0) o->ranks = c.dims.world();
     if (o->ranks < 1) throw InvalidArgument("mpcomm train: --ranks must be at least 1");
+    if (o->max_restarts > 0 && !c.elastic) throw InvalidArgument("mpcomm train: --max-restarts needs --elastic");
     if (dp_opt->count() == 0 && c.dims.tp * c.dims.pp > 0 && o->ranks % (c.dims.tp * c.dims.pp) == 0)
       c.dims.dp = o->ranks / (c.dims.tp * c.dims.pp);
     auto have = bench::all_backends_for("cpu");
@@ -436,6 +447,8 @@ Runner add_train(CLI::App& app) {
       lo.needs = launch_needs(backend);
       lo.grace_s = 5;
       lo.elastic = c.elastic;
+      lo.max_restarts = o->max_restarts;
+      one.grow_back = c.elastic && o->max_restarts > 0;
       lo.argv = {exe, "train-worker", "--config", to_json(one).dump(), "--out", tmp, "--fail-rank", o->fail};
       BackendRun run;
       run.backend = backend;
@@ -454,6 +467,13 @@ Runner add_train(CLI::App& app) {
       while (std::getline(f, line)) {
         auto j = json::parse(line, nullptr, false);
         if (j.is_discarded()) continue;
+        if (j.contains("event") && j.at("event") == "grew") {  // replicas that came back
+          std::printf(
+              "# %s: grew back at step %d: dp %d goes on, the joiners' state received %.3f s after the grow "
+              "began\n",
+              backend.c_str(), j.value("step", 0), j.value("dp", 0), j.value("rebuild_s", 0.0));
+          continue;
+        }
         if (j.contains("event")) {  // an elastic run's recovery (rank 0 of the world that went on)
           std::printf(
               "# %s: recovered at step %d: ranks %s lost, %s left with their replica; dp %d goes on; "
@@ -523,7 +543,12 @@ Runner add_train_worker(CLI::App& app) {
   return [config, out, fail] {
     TrainConfig c = from_json(json::parse(*config));
     auto world = init_from_env();
-    return train_rank(*world, c, *out, *fail);
+    const bool joined = param_int("MPCOMM_JOIN") != 0;
+    if (world == nullptr) {  // a joiner the job did not take in before it ended
+      std::fprintf(stderr, "mpcomm train: started again to rejoin, but the run had closed its joins: nothing to do\n");
+      return 0;
+    }
+    return train_rank(*world, c, *out, *fail, joined ? discover_env().rank : -1);
   };
 }
 
