@@ -88,6 +88,7 @@ struct Run {
   int next = 0;                           // the first step not finished
   TrainerState before_next, before_prev;  // the state before step `next`, and before the step that preceded it
   bool have_next = false, have_prev = false;
+  bool stateless = false;       // a joiner that has not received the others' state yet
   std::vector<double> earlier;  // the stats of the trainers replaced
   std::vector<int> lost, left;
 
@@ -144,7 +145,7 @@ struct Run {
     w = made.back().get();
     starting = std::move(new_starting);
     run.cfg.dims = now;
-    if (joiner) next = old_next, have_next = false, have_prev = false;
+    if (joiner) next = old_next, have_next = false, have_prev = false, stateless = true;
   }
 };
 
@@ -182,6 +183,7 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
         groups.emplace(ParallelGroups::create(*r.w, r.run.cfg.dims));
         trainer = std::make_unique<Trainer>(r.run, *groups, r.have_next ? &r.before_next : nullptr);
         trainer->take_state_from(0);  // data-parallel rank 0 is a replica that trained all along
+        r.stateless = false;
         if (is_joiner) result.losses.assign(static_cast<size_t>(r.next), std::nan(""));
         is_joiner = false;
         Recovery grew;
@@ -192,6 +194,16 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
       } else {
         groups.emplace(ParallelGroups::create(*r.w, r.run.cfg.dims));
         trainer = std::make_unique<Trainer>(r.run, *groups, r.have_next ? &r.before_next : nullptr);
+      }
+      if (in_recovery) {  // a joiner lost a peer before it got the state: it takes it now
+        int32_t need = r.stateless ? 1 : 0;
+        r.w->allreduce(&need, &need, 1, DataType::int32, ReduceOp::max);
+        if (need != 0) {
+          if (r.stateless && groups->me.dp == 0)
+            throw PeerFailure("elastic training: every replica that trained was lost while replicas joined");
+          trainer->take_state_from(0);
+          r.stateless = false;
+        }
       }
       if (in_recovery) {
         recovering.rebuild_s = since(failed_at);
