@@ -39,7 +39,9 @@ std::unique_ptr<Communicator> join(std::shared_ptr<Store> job_store, const Optio
     if (root->check({kClosed})) return nullptr;
     if (std::chrono::steady_clock::now() >= deadline)
       throw Timeout("mpcomm: join: place " + std::to_string(place) +
-                    " in the job's queue: no grow() seated it within " + "the timeout");
+                    " in the job's queue: no grow() seated it within " +
+                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(opts.timeout).count()) +
+                    " ms (the job's ranks must call grow(); MPCOMM_TIMEOUT sets how long a joiner waits)");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const std::string seat = root->get_string(seat_key(place), opts.timeout);

@@ -66,16 +66,32 @@ Plan plan_of(const std::vector<Survivor>& all, const ParallelDims& dims) {
   return p;
 }
 
+// Thrown where a failure cannot be recovered from: not an Error, so the recovery's catch lets it through.
+struct Unrecoverable {
+  std::string why;
+};
+
+void add_once(std::vector<int>& to, int x) {
+  if (std::find(to.begin(), to.end(), x) == to.end()) to.push_back(x);
+}
+
+// A rank out of the world that goes on (its replica broke, or shrink() counted it out): it waits in join() to
+// come back with its replica (grow_back), or leaves. A join that times out or is closed leaves too.
+std::unique_ptr<Communicator> rejoin(Communicator& member, bool grow_back) {
+  if (!grow_back) return nullptr;
+  try {
+    return join(member);
+  } catch (const Timeout&) {
+    return nullptr;
+  }
+}
+
 std::vector<int> minus(const std::vector<int>& a, const std::vector<int>& b) {
   std::vector<int> out;
   for (int x : a)
     if (std::find(b.begin(), b.end(), x) == b.end()) out.push_back(x);
   return out;
 }
-
-}  // namespace
-
-namespace {
 
 // The run's state on this rank, as recovery and growing change it.
 struct Run {
@@ -121,7 +137,8 @@ struct Run {
       }
       dp_old = std::max(dp_old, all[i + 4] + 1);
       if (old_next >= 0 && all[i + 5] != old_next)
-        throw Internal("elastic training: the ranks that grew are at different steps");
+        throw Internal("elastic training: the ranks that grew are at different steps (" + std::to_string(old_next) +
+                       " and " + std::to_string(all[i + 5]) + ", starting rank " + std::to_string(all[i + 1]) + ")");
       old_next = all[i + 5];
     }
     if (joiners % shard() != 0 || old_next < 0)
@@ -169,6 +186,7 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
   Recovery recovering;
   bool in_recovery = false;
   Communicator* grown = joining ? &world : nullptr;  // to adopt before training goes on
+  Clock::time_point grow_began = Clock::now();       // (a joiner: when it came)
   bool is_joiner = joining;
   for (;;) {
     std::optional<ParallelGroups> groups;
@@ -177,7 +195,6 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
     std::string cause;
     try {
       if (grown != nullptr) {
-        const auto g0 = Clock::now();
         r.adopt(*grown, is_joiner);
         grown = nullptr;
         groups.emplace(ParallelGroups::create(*r.w, r.run.cfg.dims));
@@ -188,24 +205,19 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
         is_joiner = false;
         Recovery grew;
         grew.grew = true, grew.step = r.next, grew.dp = r.run.cfg.dims.dp, grew.lost = r.lost, grew.left = r.left;
-        grew.rebuild_s = since(g0);
+        grew.rebuild_s = since(grow_began);
         result.recoveries.push_back(grew);
         if (hooks.on_recovery) hooks.on_recovery(grew, *r.w);
       } else {
         groups.emplace(ParallelGroups::create(*r.w, r.run.cfg.dims));
         trainer = std::make_unique<Trainer>(r.run, *groups, r.have_next ? &r.before_next : nullptr);
       }
-      if (in_recovery) {  // a joiner lost a peer before it got the state: it takes it now
-        int32_t need = r.stateless ? 1 : 0;
-        r.w->allreduce(&need, &need, 1, DataType::int32, ReduceOp::max);
-        if (need != 0) {
-          if (r.stateless && groups->me.dp == 0)
-            throw PeerFailure("elastic training: every replica that trained was lost while replicas joined");
-          trainer->take_state_from(0);
-          r.stateless = false;
-        }
-      }
       if (in_recovery) {
+        // A joiner that lost a peer before it got the state takes it now, from a replica that trained.
+        int32_t need[2] = {r.stateless ? 1 : 0, r.stateless && groups->me.dp == 0 ? 1 : 0};
+        r.w->allreduce(need, need, 2, DataType::int32, ReduceOp::max);
+        if (need[1] != 0) throw Unrecoverable{"every replica that trained was lost while replicas joined"};
+        if (need[0] != 0) trainer->take_state_from(0), r.stateless = false;
         recovering.rebuild_s = since(failed_at);
         result.recoveries.push_back(recovering);
         if (hooks.on_recovery) hooks.on_recovery(recovering, *r.w);
@@ -220,6 +232,7 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
           r.w->broadcast(&waiting, 1, DataType::int64, 0);
           const int add = static_cast<int>(std::min<int64_t>(waiting / r.shard(), r.start_dp - r.run.cfg.dims.dp));
           if (add > 0) {
+            grow_began = Clock::now();
             r.made.push_back(r.w->grow(add * r.shard()));
             grown = r.made.back().get();
             break;
@@ -244,6 +257,8 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
       if (!is_failure(e)) throw;
       cause = e.what();
       grown = nullptr;
+    } catch (const Unrecoverable& u) {
+      throw PeerFailure("elastic training: " + u.why + "; nothing is left to go on");
     }
     failed_at = Clock::now();
     recovering = Recovery{};
@@ -258,7 +273,24 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
     Communicator* failing = r.w;
     bool no_replica = false;
     for (;;) {
-      r.made.push_back(failing->shrink());
+      std::unique_ptr<Communicator> next_comm;
+      try {
+        next_comm = failing->shrink();
+      } catch (const Error& e) {  // counted out: the others agreed without this rank
+        if (!is_failure(e)) throw;
+        trainer.reset(), groups.reset();
+        std::unique_ptr<Communicator> back = rejoin(*failing, cfg.grow_back);
+        if (back == nullptr) {
+          result.left = true;
+          result.seconds = since(t0);
+          return result;
+        }
+        r.made.push_back(std::move(back));
+        grown = r.made.back().get();
+        is_joiner = true;
+        break;
+      }
+      r.made.push_back(std::move(next_comm));
       Communicator& shrunk = *r.made.back();
       failing = &shrunk;
       trainer.reset(), groups.reset();  // their communicators were revoked with w
@@ -282,10 +314,10 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
         r.made.push_back(shrunk.split(goes_on ? 0 : -1, key));
         std::vector<int> here;
         for (const auto& s : survivors) here.push_back(s.start_rank);
-        for (int q : minus(r.starting, here)) r.lost.push_back(q);
-        for (int q : minus(here, plan.starting_ranks)) r.left.push_back(q);
+        for (int q : minus(r.starting, here)) add_once(r.lost, q);
+        for (int q : minus(here, plan.starting_ranks)) add_once(r.left, q);
         if (!goes_on) {  // this rank's replica lost a rank: it leaves, or waits to come back with it
-          std::unique_ptr<Communicator> back = cfg.grow_back ? join(shrunk) : nullptr;
+          std::unique_ptr<Communicator> back = rejoin(shrunk, cfg.grow_back);
           if (back == nullptr) {
             result.left = true;
             result.seconds = since(t0);

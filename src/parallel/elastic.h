@@ -27,8 +27,8 @@ struct Recovery {
   bool grew = false;      // replicas grew back in (else: a failure was survived)
   int step = 0;           // the step training went on from
   int dp = 0;             // the data-parallel replicas left
-  std::vector<int> lost;  // ranks of the starting world no longer there (every one so far)
-  std::vector<int> left;  // ranks of the starting world that left with a broken replica (every one so far)
+  std::vector<int> lost;  // ranks of the starting world lost so far (listed once, also if started again)
+  std::vector<int> left;  // ranks of the starting world that left with a broken replica so far (once each)
   double detect_s = 0;    // the failed step's start to the failure seen (on this rank)
   double rebuild_s = 0;   // the failure seen to the new groups and trainer ready
   std::string cause;      // the failure's message, on this rank

@@ -128,11 +128,9 @@ Trainer::Trainer(const ResolvedRun& run, ParallelGroups& groups, const TrainerSt
   }
   const MoEConfig moe{c.experts, c.top_k, static_cast<float>(c.aux_loss_coef), g_.ep.get(), &stats_.ep, wire_};
   for (size_t v = 0; v < layouts_.size(); ++v) {
-    if (from != nullptr)
-      ;  // below
-    else if (run_.checkpoint)
+    if (from == nullptr && run_.checkpoint)  // (with `from`, the parameters are copied below)
       load_shard(*run_.checkpoint, layouts_[v], params_.data() + bases_[v]);
-    else
+    else if (from == nullptr)
       init_params(layouts_[v], c.seed, params_.data() + bases_[v]);
     stages_.push_back(std::make_unique<GPTStage>(layouts_[v], tp_, params_.data() + bases_[v],
                                                  grads_.data() + bases_[v], micro_seqs_, static_cast<size_t>(c.seq),
@@ -557,7 +555,7 @@ void finish_run(const ResolvedRun& run, Trainer& trainer, ParallelGroups& groups
   if (world.rank() == 0)
     for (int r = 0; r < world.size(); ++r) result.ranks.push_back(RankStats::from_vector(all.data() + r * mine.size()));
   if (!run.cfg.trace.empty()) result.trace_bytes = trace::write(world, run.cfg.trace);
-  const int P = run.cfg.dims.pp, M = run.cfg.micro_batches;
+  const int P = run.cfg.dims.pp, M = trainer.micro_batches();
   // A chunk is 1/V of a stage: the bubble is (P-1)/V of a stage's time, of a step of M + (P-1)/V.
   const int V = chunks_of(run.cfg);
   result.bubble_theory = static_cast<double>(P - 1) / (static_cast<double>(V) * M + P - 1);

@@ -120,8 +120,9 @@ TEST_F(ElasticTraining, ARestartedRankGrowsItsReplicaBackWithTheSameBits) {
 TEST_F(ElasticTraining, RestartsUsedUpTheReplicaThatWaitsToComeBackLeavesAtTheEnd) {
   const Outcome want = train("native", "-n 4 --tp 2 --dp 2", "", kLonger);
   ASSERT_EQ(want.r.status, 0) << want.r.output;
-  // The restarted rank 1 dies again; rank 0 of its replica waits in join() until the run closes its joins.
-  const Outcome got = train("native", "-n 4 --tp 2 --dp 2", "--elastic --max-restarts 1 --fail-rank 1@3,1@6", kLonger);
+  // The restarted rank 1 (back well before step 10) dies again; rank 0 of its replica waits in join() until the run
+  // closes its joins.
+  const Outcome got = train("native", "-n 4 --tp 2 --dp 2", "--elastic --max-restarts 1 --fail-rank 1@3,1@10", kLonger);
   ASSERT_EQ(got.r.status, 0) << got.r.output;
   EXPECT_EQ(count(got.r.output, "recovered at step"), 2u) << got.r.output;
   EXPECT_NE(line_with(got.r.output, "rank 0 leaves"), "") << got.r.output;

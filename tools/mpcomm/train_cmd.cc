@@ -385,13 +385,14 @@ Runner add_train(CLI::App& app) {
   return [o, dp_opt, ranks_opt, hosts_opt, timeout_opt] {
     TrainConfig& c = o->c;
     // As a rank of a launcher's job: the job's ranks and hosts; the timeout is the job's MPCOMM_TIMEOUT.
+    // Under another launcher the job's communicators are made in run_as_rank: elastic from the start.
+    if (c.elastic) ::setenv("MPCOMM_ELASTIC", "1", 1);
     const bool as_rank = run_as_rank("mpcomm train", o->launcher,
                                      {{"--ranks", ranks_opt->count() > 0}, {"--hosts", hosts_opt->count() > 0},
                                       {"--timeout", timeout_opt->count() > 0}});
     std::unique_ptr<Communicator> first;  // as a rank: the first backend's, made before anything prints
     std::vector<std::string> backends = o->backends == "all" ? bench::all_backends_for("cpu") : bench::split_list(o->backends);
     if (as_rank && o->backends == "all") backends = startable_backends(backends);
-    if (as_rank && c.elastic) ::setenv("MPCOMM_ELASTIC", "1", 1);  // the job's communicators are elastic
     if (as_rank) {
       first = rank_communicator(backends.at(0), "cpu");
       o->ranks = first->size();
@@ -542,8 +543,15 @@ Runner add_train_worker(CLI::App& app) {
   app.group("");  // internal: started by mpcomm train
   return [config, out, fail] {
     TrainConfig c = from_json(json::parse(*config));
-    auto world = init_from_env();
     const bool joined = param_int("MPCOMM_JOIN") != 0;
+    std::unique_ptr<Communicator> world;
+    try {
+      world = init_from_env();
+    } catch (const Timeout& e) {  // a restart the run did not take back within the timeout: not the job's failure
+      if (!joined) throw;
+      std::fprintf(stderr, "mpcomm train: started again to rejoin, but no replica grew back in: %s\n", e.what());
+      return 0;
+    }
     if (world == nullptr) {  // a joiner the job did not take in before it ended
       std::fprintf(stderr, "mpcomm train: started again to rejoin, but the run had closed its joins: nothing to do\n");
       return 0;

@@ -325,7 +325,9 @@ int launch(const LaunchOptions& o) {
         lost.push_back(r.name);
         lost_status = r.status;
         say(r.name + " " + r.how + "; --elastic: " + std::to_string(job.running()) + " other rank(s) go on");
-        if (restarts < o.max_restarts && job.running() > 0) restart.push_back(r.rank - rank_base);
+        // Not while the job is ending: a rank the launcher signals itself is no loss to make good.
+        if (restarts < o.max_restarts && job.running() > 0 && first_failure == 0 && elsewhere.empty() && !term_at)
+          restart.push_back(r.rank - rank_base);
         continue;
       }
       if (failed == nullptr || (signaled && failed->how.find("signal") == std::string::npos)) failed = &r;
