@@ -272,6 +272,19 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
     const Coords me = coords_of(r.w->rank(), dims);
     Communicator* failing = r.w;
     bool no_replica = false;
+    // This rank is out of the world that goes on: it waits to come back (true: `grown` is its way in) or leaves.
+    const auto out_of_the_world = [&](Communicator& member) {
+      std::unique_ptr<Communicator> back = rejoin(member, cfg.grow_back);
+      if (back == nullptr) {
+        result.left = true;
+        result.seconds = since(t0);
+        return false;
+      }
+      r.made.push_back(std::move(back));
+      grown = r.made.back().get();
+      is_joiner = true;
+      return true;
+    };
     for (;;) {
       std::unique_ptr<Communicator> next_comm;
       try {
@@ -279,15 +292,7 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
       } catch (const Error& e) {  // counted out: the others agreed without this rank
         if (!is_failure(e)) throw;
         trainer.reset(), groups.reset();
-        std::unique_ptr<Communicator> back = rejoin(*failing, cfg.grow_back);
-        if (back == nullptr) {
-          result.left = true;
-          result.seconds = since(t0);
-          return result;
-        }
-        r.made.push_back(std::move(back));
-        grown = r.made.back().get();
-        is_joiner = true;
+        if (!out_of_the_world(*failing)) return result;
         break;
       }
       r.made.push_back(std::move(next_comm));
@@ -317,15 +322,7 @@ ElasticResult train_elastic(const TrainConfig& cfg, Communicator& world, const E
         for (int q : minus(r.starting, here)) add_once(r.lost, q);
         for (int q : minus(here, plan.starting_ranks)) add_once(r.left, q);
         if (!goes_on) {  // this rank's replica lost a rank: it leaves, or waits to come back with it
-          std::unique_ptr<Communicator> back = rejoin(shrunk, cfg.grow_back);
-          if (back == nullptr) {
-            result.left = true;
-            result.seconds = since(t0);
-            return result;
-          }
-          r.made.push_back(std::move(back));
-          grown = r.made.back().get();
-          is_joiner = true;
+          if (!out_of_the_world(shrunk)) return result;
           break;
         }
         r.w = r.made.back().get();
