@@ -34,6 +34,10 @@ class AdamW {
   const std::vector<float>& m() const { return m_; }
   const std::vector<float>& v() const { return v_; }
   void restore(const std::vector<float>& m, const std::vector<float>& v, int t);
+  // In place (a broadcast from another replica's AdamW): the state's buffers and its step count.
+  float* m_data() { return m_.data(); }
+  float* v_data() { return v_.data(); }
+  void set_steps(int t) { t_ = t; }
   size_t size() const { return m_.size(); }
   size_t state_bytes() const { return (m_.size() + v_.size()) * sizeof(float); }
 

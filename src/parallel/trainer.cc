@@ -158,14 +158,13 @@ void Trainer::save_state(TrainerState& into) const {
 void Trainer::take_state_from(int root) {
   if (run_.cfg.zero) throw Unsupported("trainer: the state of a ZeRO-1 rank is a piece of its replica's");
   if (g_.dims.dp == 1) return;
-  std::vector<float> m = adamw_.m(), v = adamw_.v();
   int32_t t = adamw_.steps();
   Communicator& dp = *g_.dp;
   dp.broadcast(params_.data(), params_.size(), DataType::float32, root);
-  dp.broadcast(m.data(), m.size(), DataType::float32, root);
-  dp.broadcast(v.data(), v.size(), DataType::float32, root);
+  dp.broadcast(adamw_.m_data(), adamw_.size(), DataType::float32, root);
+  dp.broadcast(adamw_.v_data(), adamw_.size(), DataType::float32, root);
   dp.broadcast(&t, 1, DataType::int32, root);
-  adamw_.restore(m, v, t);
+  adamw_.set_steps(t);
 }
 
 const ParamSpec& Trainer::spec_of(const std::string& name) const {
@@ -545,10 +544,9 @@ void finish_run(const ResolvedRun& run, Trainer& trainer, ParallelGroups& groups
   std::vector<double> mine = trainer.stats().to_vector();
   for (size_t i = 0; i < earlier.size() && i < mine.size(); ++i) mine[i] += earlier[i];
   if (!earlier.empty()) {  // what the rank holds now, not a sum over the trainers it had
-    const RankStats now = trainer.stats(), summed = RankStats::from_vector(mine.data());
-    RankStats fixed = summed;
-    fixed.optimizer_bytes = now.optimizer_bytes, fixed.params = now.params;
-    mine = fixed.to_vector();
+    RankStats summed = RankStats::from_vector(mine.data());
+    summed.optimizer_bytes = trainer.stats().optimizer_bytes, summed.params = trainer.stats().params;
+    mine = summed.to_vector();
   }
   std::vector<double> all(world.rank() == 0 ? mine.size() * static_cast<size_t>(world.size()) : 0);
   world.gather(mine.data(), world.rank() == 0 ? all.data() : nullptr, mine.size(), DataType::float64, 0);

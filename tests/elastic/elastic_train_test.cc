@@ -26,6 +26,12 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
 struct Outcome {
   testing::RunResult r;
   std::string losses, model;
@@ -62,9 +68,7 @@ class ElasticTraining : public ::testing::Test {
     const Outcome got = train(backend, split, "--elastic --fail-rank " + fail);
     ASSERT_EQ(got.r.status, 0) << got.r.output;
     EXPECT_NE(line_with(got.r.output, "lost rank"), "") << got.r.output;
-    size_t seen = 0;
-    for (size_t at = 0; (at = got.r.output.find("recovered at step", at)) != std::string::npos; ++at) ++seen;
-    EXPECT_EQ(seen, static_cast<size_t>(recoveries)) << got.r.output;
+    EXPECT_EQ(count(got.r.output, "recovered at step"), static_cast<size_t>(recoveries)) << got.r.output;
     EXPECT_EQ(got.losses, want.losses) << got.r.output;
     EXPECT_TRUE(got.model == want.model) << "the saved model differs";
     std::printf("%s\n", line_with(got.r.output, "recovered at step").c_str());
@@ -85,12 +89,6 @@ TEST_F(ElasticTraining, TwoFailuresOneAfterTheOther) { same_bits("native", "-n 8
 
 // Steps long enough (about 0.15 s, 2 s after the failure) that a restarted process is back before the run ends.
 constexpr const char* kLonger = "--layers 2 --hidden 64 --heads 4 --seq 64 --batch 16 --micro-batches 2 --steps 16";
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; ++at) ++n;
-  return n;
-}
 
 TEST_F(ElasticTraining, ARestartedRankGrowsItsReplicaBackWithTheSameBits) {
   // --reproducible: the same bytes on every backend, so one uninterrupted run per split.

@@ -22,7 +22,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -234,7 +233,6 @@ int launch(const LaunchOptions& o) {
   std::vector<std::string> lost;  // --elastic: the ranks killed by a signal while the others went on
   int lost_status = 0;            // the last lost rank's status: the job's when no rank was left
   int restarts = 0;               // --max-restarts: lost ranks started again so far
-  std::deque<ExecPlan> restart_plans;  // theirs (a started child has its own copy; kept for the pointers)
   Clock::time_point next_look = Clock::now();
   std::vector<pollfd> fds;
   std::vector<std::pair<Stream*, const std::string*>> polled;  // stream, its rank's prefix
@@ -335,7 +333,7 @@ int launch(const LaunchOptions& o) {
     for (int local : restart) {  // as a joiner of the running job, in a new slot (reserved: no reallocation)
       if (restarts >= o.max_restarts) break;
       ++restarts;
-      ExecPlan& p = restart_plans.emplace_back();
+      ExecPlan p;  // start_rank forks and execs before it returns: the child has its own copy
       const ExecPlan& was = plans[static_cast<size_t>(local)];
       p.path = was.path, p.env = was.env, p.cpu = was.cpu, p.exec_failed = was.exec_failed;
       p.env.push_back("MPCOMM_JOIN=1");
