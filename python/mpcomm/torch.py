@@ -54,7 +54,8 @@ if _TORCH_2:
 else:
     from mpcomm import _C
 
-__all__ = ["create_process_group", "backend_of", "flight_record", "available_backends", "ReproducibleGradients"]
+__all__ = ["create_process_group", "backend_of", "flight_record", "available_backends", "ReproducibleGradients",
+           "shrink"]
 
 create_process_group = _C.create_process_group
 available_backends = _C.available_backends
@@ -75,6 +76,40 @@ def backend_of(pg) -> str:
 def flight_record(pg) -> str:
     """The flight recorder's text of an mpcomm group: its last operations with state and times."""
     return _C.flight_record(_mpcomm_group(pg))
+
+
+def shrink(group=None, exclude=None):
+    """After an op on an mpcomm group raised RuntimeError because a rank died or stopped answering, called on every
+    survivor: a new group over the ranks still alive, in their order, numbered from 0, that takes the old group's
+    place in torch.distributed (group=None: the default group, replaced — get_rank() and get_world_size() then
+    answer for the new world, and the other groups are dropped). The survivors agree on who is gone within the
+    group's timeout; every op still pending on the old group fails. With `exclude` (ranks of the group), those ranks
+    leave on purpose, also from a healthy group: every rank calls it, and the excluded get None.
+
+    Needs MPCOMM_ELASTIC=1 (set by `mpcomm launch --elastic`), without which a failure ends the job, and the
+    native or gloo backend underneath. On 2.x torch.distributed.shrink_group(ranks, group) works on mpcomm groups
+    too (docs/torch.md).
+    """
+    from mpcomm import _shrink
+    pg = group if group is not None else _shrink.default_group()
+    is_default = pg == _shrink.default_group()
+    try:
+        made = _C.shrink(_mpcomm_group(pg), sorted(exclude or []))
+    except RuntimeError as e:
+        if "c10d store" not in str(e):
+            raise
+        # The survivors agree through the store the group met through; it can go with a lost rank.
+        raise RuntimeError(f"{e}\nmpcomm.torch.shrink: the survivors cannot reach the store this group met through: "
+                           "it lived in a lost rank (init_process_group's env:// store lives in rank 0 under mpcomm "
+                           "launch and mpirun; torchrun 2.x keeps it in its agent). Give init_process_group a store "
+                           "that outlives the ranks (docs/torch.md, \"Surviving a lost rank\")") from None
+    if made is None:
+        _shrink.forget(pg, is_default)
+        return None
+    new_backend, kept = made
+    if _TORCH_2:
+        return _shrink.register_torch2(pg, is_default, new_backend, kept)
+    return _shrink.register_torch1(pg, is_default, new_backend, kept)
 
 
 class ReproducibleGradients:

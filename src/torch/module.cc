@@ -2,6 +2,7 @@
 // 1.13, a Backend on 2.x; python/mpcomm/torch.py registers it), and holds the private benchmark hook
 // _time_from_cpp.
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "mpcomm/communicator.h"
@@ -69,6 +70,29 @@ PYBIND11_MODULE(_C, m) {
         return mpcomm_group(pg, "flight_record").communicator().flight_record();
       },
       "The flight recorder's text of an mpcomm process group: its last operations with state and times.");
+  m.def(
+      "shrink",
+      [](const c10::intrusive_ptr<GroupBase>& pg, const std::vector<int>& exclude) -> py::object {
+        ProcessGroupMpcomm& g = mpcomm_group(pg, "shrink");
+        c10::intrusive_ptr<GroupBase> shrunk;
+        std::vector<int32_t> kept;
+        {
+          py::gil_scoped_release nogil;
+          shrunk = g.shrunk(exclude);
+          if (shrunk) {
+            // Each member's rank in the old group, in the new order: the caller's map from global ranks, and the
+            // new group's first collective.
+            const int32_t old_rank = g.getRank();
+            kept.resize(static_cast<size_t>(shrunk->getSize()));
+            mpcomm_group(shrunk, "shrink").communicator().allgather(&old_rank, kept.data(), 1, mpcomm::DataType::int32);
+          }
+        }
+        if (!shrunk) return py::none();
+        return py::make_tuple(shrunk, kept);
+      },
+      py::arg("pg"), py::arg("exclude"),
+      "Communicator::shrink on an mpcomm group: (the new group over the ranks still alive, each member's rank in the "
+      "old group), or None on a rank that `exclude` names.");
   // scripts/torch-bench's "c++" column: private, not part of mpcomm.torch's API.
   m.def(
       "_time_from_cpp",

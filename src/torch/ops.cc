@@ -39,7 +39,16 @@ Ops::Ops(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::
       rank_(rank),
       size_(size),
       cuda_(comm_->options().device.kind == Device::cuda),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      backend_name_(comm_->backend()) {}
+
+Ops::Ops(std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout)
+    : comm_(std::move(comm)),
+      rank_(comm_->rank()),
+      size_(comm_->size()),
+      cuda_(comm_->options().device.kind == Device::cuda),
+      timeout_(timeout),
+      backend_name_(comm_->backend()) {}
 
 Ops::~Ops() { shutdown(); }
 
@@ -52,6 +61,11 @@ void Ops::shutdown() {
 void Ops::abort(const std::string& reason) {
   std::lock_guard<std::mutex> g(issue_mu_);
   if (comm_) comm_->abort(reason);
+}
+
+std::unique_ptr<Communicator> Ops::shrink(const std::vector<int>& exclude) {
+  std::lock_guard<std::mutex> g(issue_mu_);
+  return communicator().shrink(exclude);
 }
 
 Communicator& Ops::communicator() const {

@@ -31,17 +31,25 @@ class Ops {
   // Creates the communicator (MPCOMM_BACKEND, native by default) over `store`; blocks until every rank
   // of the group joined or `timeout` passed. The timeout bounds every op too.
   Ops(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout);
+  // Ops on a communicator made already (a shrink()'s); `timeout` bounds every op, as the parent group's did.
+  Ops(std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout);
   ~Ops();
   Ops(const Ops&) = delete;
   Ops& operator=(const Ops&) = delete;
 
   // The group's communicator; throws once the group was shut down.
   Communicator& communicator() const;
+  // The mpcomm backend underneath (native, gloo, mpi, nccl, auto), also once shut down.
+  const std::string& backend_name() const { return backend_name_; }
   // Ends the completion thread and frees the communicator (destroy_process_group on 2.x; the destructor):
   // every later op is refused.
   void shutdown();
   // Fails every pending and later op with `reason` (nothing once shut down).
   void abort(const std::string& reason);
+  // Communicator::shrink(exclude): the communicator over the ranks still alive (nullptr on an excluded rank);
+  // this group's pending and later ops fail with Revoked.
+  std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude);
+  std::chrono::milliseconds timeout() const { return timeout_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   // One thread at a time issues on the communicator: each op holds this while it issues.
@@ -111,6 +119,7 @@ class Ops {
   const int rank_, size_;
   const bool cuda_;  // the communicator takes CUDA tensors: ops wait for PyTorch's current stream first
   const std::chrono::milliseconds timeout_;
+  const std::string backend_name_;
   std::atomic<uint64_t> collectives_{0};
   std::mutex issue_mu_;  // one thread at a time issues on the communicator
   Completions done_;     // started once the communicator exists; stopped before it goes

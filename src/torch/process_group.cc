@@ -84,7 +84,30 @@ void ProcessGroupMpcomm::monitoredBarrier(const c10d::BarrierOptions& opts, bool
   ops_.monitored_barrier(opts, wait_all_ranks);
 }
 
+c10::intrusive_ptr<GroupBase> ProcessGroupMpcomm::shrunk(const std::vector<int>& exclude) {
+  std::unique_ptr<Communicator> c = ops_.shrink(exclude);
+  if (!c) return {};
+  return c10::make_intrusive<ProcessGroupMpcomm>(std::move(c), ops_.timeout());
+}
+
 #if MPCOMM_TORCH_2
+bool ProcessGroupMpcomm::supportsShrinking() const {
+  return ops_.backend_name() == "native" || ops_.backend_name() == "gloo";
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupMpcomm::shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                                             int /*shrink_flags*/,
+                                                             const c10::intrusive_ptr<Options>& /*opts_override*/) {
+  std::vector<int> exclude;
+  for (int64_t r : ranks_to_exclude) {
+    if (r < 0 || r >= getSize())
+      throw std::invalid_argument("mpcomm: shrink_group: rank " + std::to_string(r) +
+                                  " is not a rank of this group of " + std::to_string(getSize()));
+    exclude.push_back(static_cast<int>(r));
+  }
+  return shrunk(exclude);
+}
+
 Works ProcessGroupMpcomm::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllgatherOptions& opts) {

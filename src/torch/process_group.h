@@ -21,12 +21,19 @@ class ProcessGroupMpcomm final : public GroupBase {
   ProcessGroupMpcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout)
       : GroupBase(rank, size), ops_(store, rank, size, timeout) {}
+  // The group over a communicator made already (shrunk()'s); `timeout` bounds every op.
+  ProcessGroupMpcomm(std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout)
+      : GroupBase(comm->rank(), comm->size()), ops_(std::move(comm), timeout) {}
 
   const std::string getBackendName() const override { return "mpcomm"; }
   // The mpcomm backend underneath ("native", "gloo", "mpi", "nccl").
   std::string mpcomm_backend() const { return std::string(ops_.communicator().backend()); }
   Communicator& communicator() { return ops_.communicator(); }
   Ops& ops() { return ops_; }
+  // After an op failed (a peer died or timed out), on every survivor — or, with `exclude` (ranks of this group),
+  // on purpose: a new group over the ranks still alive, in their order, numbered from 0 (Communicator::shrink;
+  // native and gloo underneath). Null on an excluded rank. This group's pending and later ops fail.
+  c10::intrusive_ptr<GroupBase> shrunk(const std::vector<int>& exclude);
 
   using Works = c10::intrusive_ptr<c10d::Work>;
   Works broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
@@ -63,6 +70,13 @@ class ProcessGroupMpcomm final : public GroupBase {
   void shutdown() override { ops_.shutdown(); }
   // ProcessGroup.abort(): every pending and later op fails.
   void abort() override { ops_.abort("aborted by torch.distributed (ProcessGroup abort)"); }
+  // torch.distributed.shrink_group: the backends whose communicators shrink (native, gloo).
+  bool supportsShrinking() const override;
+  // shrink_group(ranks_to_exclude): shrunk(ranks) on the ranks that stay (those excluded do not call it). Every
+  // shrink revokes the old group's pending ops first, so SHRINK_ABORT and the default behave alike; the new group
+  // keeps this one's timeout (options are not taken).
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts_override) override;
   Works allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::AllgatherOptions& opts) override;
   Works reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,

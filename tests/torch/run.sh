@@ -38,7 +38,9 @@ case "$launcher" in
   torchrun) cmd=("$py" -m torch.distributed.run --redirects 1 --tee 1
                  ${MPCOMM_TEST_TORCHRUN_MONITOR:+--monitor_interval "$MPCOMM_TEST_TORCHRUN_MONITOR"} --nproc_per_node "$n"
                  --master_port "$(free_port)" "$script" "$@" --tag "$tag") ;;
-  mpcomm)   cmd=("$MPCOMM_TEST_CLI" launch -n "$n" --timeout 300 -- "$py" "$script" "$@" --tag "$tag") ;;
+  # MPCOMM_TEST_LAUNCH_ARGS: more options of mpcomm launch (--elastic).
+  mpcomm)   cmd=("$MPCOMM_TEST_CLI" launch ${MPCOMM_TEST_LAUNCH_ARGS:-} -n "$n" --timeout 300 -- "$py" "$script" "$@"
+                 --tag "$tag") ;;
   mpirun)   cmd=(mpirun -n "$n" --oversubscribe -x PYTHONPATH -x OMP_NUM_THREADS -x MPCOMM_JOB_ID)
             [[ $(id -u) -eq 0 ]] && cmd+=(--allow-run-as-root)
             cmd+=("$py" "$script" "$@" --tag "$tag") ;;
