@@ -47,6 +47,9 @@ FrontDoor::FrontDoor(std::unique_ptr<Backend> backend, BackendFactory recreate)
 }
 
 FrontDoor::~FrontDoor() {
+  // A failed child dropped before its parent's shrink() still makes the parent's family a failed one.
+  if (auto parent = parent_.lock(); parent != nullptr && failed_in_family())
+    parent->child_failed_.store(true, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;

@@ -77,6 +77,8 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   std::unique_ptr<Communicator> split(int color, int key);
   // Communicator::shrink (shrink.cc).
   std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude);
+  // One round of shrink()'s agreement: the members (old ranks) every caller reads; PeerFailure when counted out.
+  std::vector<int> agree(const std::vector<bool>& excluded, bool elastic, const std::string& who);
   // Communicator::grow (grow.cc).
   std::unique_ptr<Communicator> grow(int n);
   // Fails pending and later ops with Revoked, here and in the communicators split from this one (shrink.cc);
@@ -210,6 +212,8 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   bool replaced_ = false;             // by its own shrink() (the issuing thread's)
   mutable std::mutex children_mu_;
   std::vector<std::weak_ptr<FrontDoor>> children_;
+  std::weak_ptr<FrontDoor> parent_;        // the communicator split() made this one from
+  std::atomic<bool> child_failed_{false};  // a child went away failed: this family still failed (shrink.cc)
   std::vector<std::shared_ptr<FrontDoor>> live_children() const;  // made by split(): revoked with this one
   mutable std::mutex abort_mu_;
   std::string abort_reason_;

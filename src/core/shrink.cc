@@ -13,8 +13,9 @@
 //      written, or is not in it, is counted out (PeerFailure).
 // A further failure while this runs: a rank that dies before checking in is left out (at the latest when
 // the timeout passes); one that dies after is in the list, and creating the new communicator fails with a
-// peer failure or timeout — shrink that one again. The writer dying between its ticket and its write leaves
-// the others waiting for `members` until the timeout.
+// peer failure or timeout on the others — who then agree again, under "shrink<k+1>/", without it (at most
+// size() rounds). The writer dying between its ticket and its write leaves the others waiting for `members`
+// until the timeout.
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "bootstrap/process_state.h"
 #include "core/front_door.h"
 #include "core/topology.h"
+#include "log/log.h"
 
 namespace mpcomm::detail {
 
@@ -74,6 +76,7 @@ std::vector<std::shared_ptr<FrontDoor>> FrontDoor::live_children() const {
 
 bool FrontDoor::failed_in_family() const {
   if (aborted_.load(std::memory_order_acquire) && !revoked_.load(std::memory_order_acquire)) return true;
+  if (child_failed_.load(std::memory_order_acquire)) return true;
   for (const auto& c : live_children())
     if (c->failed_in_family()) return true;
   return false;
@@ -125,13 +128,47 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
   // 1. Revoke (this communicator and those split from it), then check in.
   replaced_ = true;
   revoke("shrink() replaced it" + (exclude.empty() ? "" : " (excluding ranks " + list_of(exclude) + ")"), failed);
+  if (excluded[static_cast<size_t>(me)]) {
+    ++shrinks_;
+    return nullptr;
+  }
+  // A member lost after it checked in (during the new communicator's setup) fails the setup on the others:
+  // they agree again, under new keys, without it. Each round is bounded by the timeout; a round removes the
+  // ranks lost since the last, so size() rounds at most.
+  for (int round = 1;; ++round) {
+    std::vector<int> members = agree(excluded, elastic, who);
+    const auto at = std::find(members.begin(), members.end(), me);
+    // The new communicator, as split() makes a group.
+    SplitPlan plan;
+    plan.color = 0;
+    plan.members = members;
+    plan.new_rank = static_cast<int>(at - members.begin());
+    plan.seq = seq_;
+    plan.recreate = recreate_;
+    std::vector<std::string> hosts;
+    for (int m : members)
+      hosts.push_back(b.topology().host_names[static_cast<size_t>(b.topology().host_of_rank[static_cast<size_t>(m)])]);
+    plan.topology = topology_from_hosts(hosts, plan.new_rank);
+    plan.store = std::make_shared<PrefixStore>("shrink" + std::to_string(shrinks_ - 1) + "/group", b.store());
+    try {
+      return make_communicator(b.split(plan), recreate_);
+    } catch (const Error& e) {
+      if ((e.code() != ErrorCode::timeout && e.code() != ErrorCode::peer_failure) || round >= n) throw;
+      MPCOMM_LOG(warn, "%s: the communicator over ranks %s could not be set up (%s); agreeing again without the lost",
+                 who.c_str(), list_of(members).c_str(), e.what());
+    }
+  }
+}
+
+std::vector<int> FrontDoor::agree(const std::vector<bool>& excluded, bool elastic, const std::string& who) {
+  Backend& b = *backend_;
+  const int n = b.size(), me = b.rank();
   const std::string base = "shrink" + std::to_string(shrinks_++) + "/";
-  if (excluded[static_cast<size_t>(me)]) return nullptr;
   Store& store = *b.store();
   const auto key = [&](const char* what, int r) { return base + what + "/" + std::to_string(r); };
   store.set_string(key("here", me), "1");
 
-  // 2. Wait for every rank here, excluded or gone, or the timeout.
+  // Wait for every rank here, excluded or gone, or the timeout.
   const auto deadline = std::chrono::steady_clock::now() + b.options().timeout;
   std::vector<bool> here(static_cast<size_t>(n), false), gone(static_cast<size_t>(n), false);
   here[static_cast<size_t>(me)] = true;
@@ -155,7 +192,7 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 
-  // 3. One writer of the members; every caller reads them.
+  // One writer of the members; every caller reads them.
   if (store.add(base + "decide", 1) == 1) {
     std::vector<int> members;
     for (int q = 0; q < n; ++q)
@@ -163,25 +200,11 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
         members.push_back(q);
     store.set_string(base + "members", list_of(members));
   }
-  const std::vector<int> members = parse_list(store.get_string(base + "members", b.options().timeout));
-  const auto at = std::find(members.begin(), members.end(), me);
-  if (at == members.end())
+  std::vector<int> members = parse_list(store.get_string(base + "members", b.options().timeout));
+  if (std::find(members.begin(), members.end(), me) == members.end())
     throw PeerFailure(who + ": counted out: the others agreed on ranks " + list_of(members) +
                       " before this rank checked in");
-
-  // The new communicator, as split() makes a group.
-  SplitPlan plan;
-  plan.color = 0;
-  plan.members = members;
-  plan.new_rank = static_cast<int>(at - members.begin());
-  plan.seq = seq_;
-  plan.recreate = recreate_;
-  std::vector<std::string> hosts;
-  for (int m : members)
-    hosts.push_back(b.topology().host_names[static_cast<size_t>(b.topology().host_of_rank[static_cast<size_t>(m)])]);
-  plan.topology = topology_from_hosts(hosts, plan.new_rank);
-  plan.store = std::make_shared<PrefixStore>(base + "group", b.store());
-  return make_communicator(b.split(plan), recreate_);
+  return members;
 }
 
 }  // namespace mpcomm::detail

@@ -56,6 +56,7 @@ std::unique_ptr<Communicator> FrontDoor::split(int color, int key) {
     std::erase_if(children_, [](const std::weak_ptr<FrontDoor>& w) { return w.expired(); });
     children_.push_back(of(*comm).shared_from_this());
   }
+  of(*comm).parent_ = weak_from_this();
   if (Timeline* t = timeline()) {  // traced: so is the group, on a track of its own
     const std::vector<int> mine = t->world_ranks(track_);
     std::vector<int> world;

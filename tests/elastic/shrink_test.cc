@@ -106,6 +106,33 @@ TEST_P(Shrink, SplitChildrenAreRevokedWithTheirParentAndShrinkTheSameWay) {
   });
 }
 
+TEST_P(Shrink, AFailedChildDroppedBeforeTheShrinkStillLetsItsParentShrink) {
+  // rank 3 aborts the child {1, 3} and leaves; rank 1 sees the failure there, drops that child and shrinks the
+  // parent at once (no op of its own failed on the parent); ranks 0 and 2 learn of it on the parent (told by
+  // rank 1's revoke)
+  ThreadWorld w(GetParam(), 4, elastic(2));
+  w.run([&](int rank, Communicator& comm) {
+    std::unique_ptr<Communicator> half = comm.split(rank % 2, rank);
+    double x = 1;
+    if (rank == 3) {
+      half->abort("rank 3 is lost");
+      return;
+    }
+    if (rank == 1) {
+      EXPECT_ANY_THROW(half->allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum));
+      half.reset();
+    } else {
+      EXPECT_ANY_THROW({
+        for (int i = 0; i < 100; ++i) comm.allreduce(&x, &x, 1, DataType::float64, ReduceOp::sum);
+      });
+    }
+    std::unique_ptr<Communicator> c = comm.shrink();
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->size(), 3);
+    EXPECT_EQ(survivors_sum(*c, rank), 1 + 2 + 3);
+  });
+}
+
 TEST_P(Shrink, PendingRequestsFailWithRevoked) {
   ThreadWorld w(GetParam(), 2, elastic(30));
   w.run([&](int rank, Communicator& comm) {
