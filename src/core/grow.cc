@@ -3,12 +3,14 @@
 //   mpcomm/join/arrivals  a counter: a joiner's add gives its place in the queue (0, 1, ...);
 //   mpcomm/join/taken     a counter: a grow(n) takes the next n places;
 //   mpcomm/join/seat/<j>  what the joiner in place j gets: the group, its rank, the size, the backend;
-//   mpcomm/join/closed    set by close_joins(): joiners without a seat stop waiting.
+//   mpcomm/join/closed    set by close_joins(): joiners without a seat stop waiting;
+//   mpcomm/join/limit     set by the launcher: how many joiners it starts in all (mpcomm launch --max-restarts).
 // grow(n) is collective over a healthy communicator: its rank 0 takes n places and tells its ranks the first
 // (a broadcast; the group is named after it, "mpcomm/join/grow<first>/group"); every rank waits (up to the
 // timeout) for that many joiners; rank 0 seats them; then every member — this communicator's ranks in their order, then
 // the joiners in the order they came — makes the new communicator with the factory that made this one. Joiners prove
 // the job's secret to the store and to the transports like any rank (Options::token).
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 #include <thread>
@@ -23,6 +25,7 @@ namespace {
 constexpr const char* kArrivals = "mpcomm/join/arrivals";
 constexpr const char* kTaken = "mpcomm/join/taken";
 constexpr const char* kClosed = "mpcomm/join/closed";
+constexpr const char* kLimit = "mpcomm/join/limit";
 std::string seat_key(int64_t place) { return "mpcomm/join/seat/" + std::to_string(place); }
 std::string group_prefix(int64_t g) { return "mpcomm/join/grow" + std::to_string(g) + "/group"; }
 
@@ -89,16 +92,30 @@ std::unique_ptr<Communicator> FrontDoor::grow(int n) {
   throw_if_aborted(op);
   const std::shared_ptr<Store> root = root_store(b.store());
   // Rank 0 takes the places; every rank learns the first over this communicator (it names the group too).
-  int64_t first = -1;
+  // Under a launcher that says how many joiners it starts, a grow that no joiner could ever fill is refused at
+  // once on every rank (rather than waiting out the timeout). Joiners already waiting count even beyond it.
+  int64_t first = -1, limit = -1, taken = 0, arrived = 0;
   if (b.rank() == 0) {
     try {
-      first = root->add(kTaken, n) - n;
-    } catch (const Error&) {
+      if (root->check({kLimit})) {
+        limit = std::stoll(root->get_string(kLimit, b.options().timeout));
+        taken = root->add(kTaken, 0);
+        arrived = root->add(kArrivals, 0);
+      }
+      first = (limit >= 0 && taken + n > std::max(limit, arrived)) ? -2 : root->add(kTaken, n) - n;
+    } catch (const std::exception&) {
       first = -1;  // every rank says so below
     }
   }
-  Op tell{.kind = OpKind::broadcast, .send = &first, .recv = &first, .count = 1, .dtype = DataType::int64, .root = 0};
+  int64_t told[4] = {first, limit, taken, arrived};
+  Op tell{.kind = OpKind::broadcast, .send = told, .recv = told, .count = 4, .dtype = DataType::int64, .root = 0};
   collective(tell);
+  first = told[0];
+  if (first == -2)
+    throw InvalidArgument(who + ": grow by " + std::to_string(n) + " ranks: the launcher starts at most " +
+                          std::to_string(told[1]) + " joiners in all (mpcomm launch --max-restarts " +
+                          std::to_string(told[1]) + "); " + std::to_string(told[2]) + " were seated already and " +
+                          std::to_string(told[3] - told[2]) + " wait");
   if (first < 0) throw PeerFailure(who + ": rank 0 could not take places in the job's store");
   // Every rank waits for the joiners itself, so that none waits in a collective longer than the timeout.
   const auto deadline = std::chrono::steady_clock::now() + b.options().timeout;

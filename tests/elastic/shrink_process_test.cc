@@ -22,16 +22,17 @@ struct Elastic {
 };
 
 Elastic run_elastic(const std::string& backend, int n, const std::string& victims, int timeout_s,
-                    const std::string& extra = "") {
+                    const std::string& extra = "", const std::string& op = "allreduce") {
   const std::string dir = std::filesystem::temp_directory_path() / ("mpcomm-elastic-" + testing::unique_tag());
   std::filesystem::create_directories(dir);
   Elastic e;
   e.r = run_command(std::string(MPCOMM_CLI) + " launch --elastic -n " + std::to_string(n) + " --backend " + backend +
                     " --timeout " + std::to_string(timeout_s) + " " + extra + " -- " + MPCOMM_ELASTIC_PROG + " " +
-                    victims + " 20 100 " + dir + " 2>&1");
+                    victims + " 20 100 " + dir + " " + op + " 2>&1");
   std::filesystem::remove_all(dir);
   for (size_t at = 0; (at = e.r.output.find("shrunk to ", at)) != std::string::npos; ++at) ++e.shrunk;
-  for (size_t at = 0; (at = e.r.output.find(" allreduces right", at)) != std::string::npos; ++at) ++e.right;
+  const std::string right = " " + (op == "grow" || op == "badjoin" || op == "overgrow" ? "allreduce" : op) + "s right";
+  for (size_t at = 0; (at = e.r.output.find(right, at)) != std::string::npos; ++at) ++e.right;
   return e;
 }
 
@@ -75,6 +76,64 @@ TEST(ElasticLaunch, ThreeOfEightLostOneAfterAnother) {
   nothing_left(e.r.output);
   EXPECT_NE(line_with(e.r.output, "shrunk to 5 ranks"), "") << e.r.output;
   std::printf("%s\n", line_with(e.r.output, "shrunk to 5 ranks").c_str());
+}
+
+TEST(ElasticLaunch, ARankKilledDuringEveryKindOfOpIsLostTheOthersGoOn) {
+  for (const char* backend : {"native", "gloo"})
+    for (const char* op :
+         {"iallreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "sendrecv", "isend", "split"}) {
+      SCOPED_TRACE(std::string(backend) + " " + op);
+      Elastic e = run_elastic(backend, 4, "2", 30, "", op);
+      EXPECT_EQ(e.r.status, 0) << e.r.output;
+      EXPECT_EQ(e.shrunk, 1) << e.r.output;
+      EXPECT_EQ(e.right, 3) << e.r.output;  // every survivor, every result right
+      EXPECT_NE(line_with(e.r.output, "lost rank 2; every other rank ended with 0"), "") << e.r.output;
+      nothing_left(e.r.output);
+    }
+}
+
+TEST(ElasticLaunch, ASecondRankLostDuringTheShrinkIsLeftOutToo) {
+  for (const char* backend : {"native", "gloo"}) {
+    SCOPED_TRACE(backend);
+    // rank 1 dies 2 ms into its shrink: checked in, it fails the new communicator's setup, and the others
+    // agree again without it (bounded by the timeout, 3 s)
+    Elastic e = run_elastic(backend, 4, "2,1:inshrink", 3);
+    EXPECT_EQ(e.r.status, 0) << e.r.output;
+    EXPECT_EQ(e.right, 2) << e.r.output;
+    EXPECT_NE(line_with(e.r.output, "shrunk to 2 ranks"), "") << e.r.output;
+    EXPECT_NE(line_with(e.r.output, "lost rank 2, rank 1"), "") << e.r.output;
+    std::printf("%s: %s\n", backend, line_with(e.r.output, "shrunk to").c_str());
+    nothing_left(e.r.output);
+  }
+}
+
+TEST(ElasticLaunch, AJoinerLostDuringTheGrowFailsTheGrowOnlyTheOthersGoOn) {
+  // the restarted rank SIGKILLs itself once seated, while the others are inside grow(1)
+  Elastic e = run_elastic("native", 4, "2", 3, "--max-restarts 1", "grow");
+  EXPECT_EQ(e.r.status, 0) << e.r.output;
+  EXPECT_NE(line_with(e.r.output, "grow failed after"), "") << e.r.output;
+  EXPECT_EQ(e.right, 3) << e.r.output;
+  EXPECT_NE(line_with(e.r.output, "lost rank 2, rank 2 (restart 1)"), "") << e.r.output;
+  nothing_left(e.r.output);
+}
+
+TEST(ElasticLaunch, AJoinerWithAWrongSecretIsRefusedAndTheJobGoesOn) {
+  Elastic e = run_elastic("native", 4, "2", 30, "", "badjoin");
+  EXPECT_EQ(e.r.status, 0) << e.r.output;
+  EXPECT_NE(line_with(e.r.output, "does not know this job's secret"), "") << e.r.output;
+  EXPECT_NE(line_with(e.r.output, "refused joiner: exit status 3, 0 joiners waiting"), "") << e.r.output;
+  EXPECT_EQ(e.right, 3) << e.r.output;
+}
+
+TEST(ElasticLaunch, AGrowBeyondWhatTheLauncherStartsIsRefusedAtOnce) {
+  Elastic e = run_elastic("native", 4, "2", 30, "--max-restarts 1", "overgrow");
+  EXPECT_EQ(e.r.status, 0) << e.r.output;
+  const std::string refused = line_with(e.r.output, "grow refused after");
+  EXPECT_NE(refused.find("the launcher starts at most 1 joiners in all (mpcomm launch --max-restarts 1)"),
+            std::string::npos)
+      << e.r.output;
+  EXPECT_NE(line_with(e.r.output, "joiner: the job closed its joins"), "") << e.r.output;
+  EXPECT_EQ(e.right, 3) << e.r.output;
 }
 
 TEST(ElasticLaunch, MaxRestartsNeedsElastic) {
