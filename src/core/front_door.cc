@@ -12,6 +12,7 @@
 
 #include "core/argument_checks.h"
 #include "core/device_staging.h"
+#include "core/heartbeat.h"
 #include "core/op_clock.h"
 #include "core/request.h"
 #include "settings/settings.h"
@@ -41,9 +42,12 @@ FrontDoor::FrontDoor(std::unique_ptr<Backend> backend, BackendFactory recreate)
                   b.options().host_id + ", pid " + pid;
   recorder_tag_ = name + "-r" + std::to_string(b.rank()) + "of" + std::to_string(b.size()) + "-pid" + pid + "-c" +
                   std::to_string(created.fetch_add(1));
-  // Elastic: where this rank's process runs, for shrink() to tell a dead rank of this host at once (shrink.cc).
-  if (b.options().elastic > 0 && b.size() > 1 && b.store() != nullptr)
+  // Elastic: where this rank's process runs, for shrink() to tell a dead rank of this host at once, and the
+  // process's heartbeat, for shrink() on another host to tell it cut off or stopped (shrink.cc).
+  if (b.options().elastic > 0 && b.size() > 1 && b.store() != nullptr) {
     b.store()->set_string(shrink_process_key(b.rank()), b.options().host_id + "\n" + pid);
+    heartbeat_ = keep_beating(root_store(b.store()), heartbeat_key(b.options().host_id, pid));
+  }
 }
 
 FrontDoor::~FrontDoor() {

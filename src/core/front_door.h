@@ -77,8 +77,9 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   std::unique_ptr<Communicator> split(int color, int key);
   // Communicator::shrink (shrink.cc).
   std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude);
-  // One round of shrink()'s agreement: the members (old ranks) every caller reads; PeerFailure when counted out.
-  std::vector<int> agree(const std::vector<bool>& excluded, bool elastic, const std::string& who);
+  // One round of shrink()'s agreement, waiting up to `timeouts` timeouts for the ranks to check in: the members
+  // (old ranks) every caller reads; PeerFailure when counted out.
+  std::vector<int> agree(const std::vector<bool>& excluded, bool elastic, const std::string& who, int timeouts);
   // Communicator::grow (grow.cc).
   std::unique_ptr<Communicator> grow(int n);
   // Fails pending and later ops with Revoked, here and in the communicators split from this one (shrink.cc);
@@ -213,6 +214,7 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   mutable std::mutex children_mu_;
   std::vector<std::weak_ptr<FrontDoor>> children_;
   std::weak_ptr<FrontDoor> parent_;        // the communicator split() made this one from
+  std::shared_ptr<void> heartbeat_;        // elastic: this process beats while the communicator lives (heartbeat.h)
   std::atomic<bool> child_failed_{false};  // a child went away failed: this family still failed (shrink.cc)
   std::vector<std::shared_ptr<FrontDoor>> live_children() const;  // made by split(): revoked with this one
   mutable std::mutex abort_mu_;

@@ -7,7 +7,9 @@
 //   1. every caller revokes its communicator (its pending ops fail with Revoked; after a failure its backend
 //      was aborted already, so ops blocked in it have ended) and sets here/<rank>;
 //   2. it waits until every rank is here, excluded, or gone — known gone by any caller (a rank of its host
-//      whose process has ended or is stopped: process_gone; published as gone/<rank>) — or until the timeout;
+//      whose process has ended or is stopped: process_gone; a rank of another host whose process's heartbeat
+//      has not moved for kBeatStalled: cut off or stopped, heartbeat.h; published as gone/<rank>) — or until
+//      the timeout;
 //   3. the first caller to get there takes ticket 1 of an atomic add and writes `members`: the ranks here
 //      then. Every caller reads `members`: one writer, so one list. A rank that checks in after it was
 //      written, or is not in it, is counted out (PeerFailure).
@@ -26,6 +28,7 @@
 
 #include "bootstrap/process_state.h"
 #include "core/front_door.h"
+#include "core/heartbeat.h"
 #include "core/topology.h"
 #include "log/log.h"
 
@@ -60,6 +63,25 @@ std::vector<int> parse_list(const std::string& s) {
   while (std::getline(in, item, ','))
     if (!item.empty()) out.push_back(std::stoi(item));
   return out;
+}
+
+// Whether rank q's process — on another host — has stopped beating (heartbeat.h): `last` and `since` hold what
+// this caller saw of its counter and since when. A process that never beat is not judged.
+bool beat_stalled(Store& store, Store& root, int q, const std::string& host, int64_t& last,
+                  std::chrono::steady_clock::time_point& since) {
+  const std::string key = shrink_process_key(q);
+  if (!store.check({key})) return false;
+  const std::string v = store.get_string(key, Millis(1000));
+  const size_t nl = v.rfind('\n');
+  if (nl == std::string::npos || v.substr(0, nl) == host) return false;
+  const int64_t beats = root.add(heartbeat_key(v.substr(0, nl), v.substr(nl + 1)), 0);
+  const auto now = std::chrono::steady_clock::now();
+  if (beats != last) {
+    last = beats;
+    since = now;
+    return false;
+  }
+  return beats > 0 && now - since >= kBeatStalled;
 }
 
 }  // namespace
@@ -136,7 +158,12 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
   // they agree again, under new keys, without it. Each round is bounded by the timeout; a round removes the
   // ranks lost since the last, so size() rounds at most.
   for (int round = 1;; ++round) {
-    std::vector<int> members = agree(excluded, elastic, who);
+    // A later round: the others of the failed setup may still be in it. A setup can fail at once on one rank (a
+    // connection refused by the lost one) and only after several of its waits time out on another (gloo's full
+    // mesh tries its peers one by one, each up to the timeout), so the live ones get up to ten timeouts to come;
+    // the lost are left out as soon as they are known gone (their process ended or stopped on this host, their
+    // heartbeat stalled on another), which is what ends such a round early.
+    std::vector<int> members = agree(excluded, elastic, who, round == 1 ? 1 : 10);
     const auto at = std::find(members.begin(), members.end(), me);
     // The new communicator, as split() makes a group.
     SplitPlan plan;
@@ -160,7 +187,8 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
   }
 }
 
-std::vector<int> FrontDoor::agree(const std::vector<bool>& excluded, bool elastic, const std::string& who) {
+std::vector<int> FrontDoor::agree(const std::vector<bool>& excluded, bool elastic, const std::string& who,
+                                  int timeouts) {
   Backend& b = *backend_;
   const int n = b.size(), me = b.rank();
   const std::string base = "shrink" + std::to_string(shrinks_++) + "/";
@@ -169,9 +197,12 @@ std::vector<int> FrontDoor::agree(const std::vector<bool>& excluded, bool elasti
   store.set_string(key("here", me), "1");
 
   // Wait for every rank here, excluded or gone, or the timeout.
-  const auto deadline = std::chrono::steady_clock::now() + b.options().timeout;
+  const auto deadline = std::chrono::steady_clock::now() + timeouts * b.options().timeout;
   std::vector<bool> here(static_cast<size_t>(n), false), gone(static_cast<size_t>(n), false);
   here[static_cast<size_t>(me)] = true;
+  const std::shared_ptr<Store> root = root_store(b.store());
+  std::vector<int64_t> beats(static_cast<size_t>(n), -1);
+  std::vector<std::chrono::steady_clock::time_point> beat_since(static_cast<size_t>(n));
   for (;;) {
     bool all = true;
     for (int q = 0; q < n; ++q) {
@@ -179,7 +210,8 @@ std::vector<int> FrontDoor::agree(const std::vector<bool>& excluded, bool elasti
       if (here[i] || gone[i] || excluded[i]) continue;
       if (store.check({key("here", q)})) {
         here[i] = true;
-      } else if (elastic && process_gone(store, q, b.options().host_id)) {
+      } else if (elastic && (process_gone(store, q, b.options().host_id) ||
+                             beat_stalled(store, *root, q, b.options().host_id, beats[i], beat_since[i]))) {
         gone[i] = true;
         store.set_string(key("gone", q), "1");
       } else if (store.check({key("gone", q)})) {

@@ -3,16 +3,17 @@
 # Slurm's srun and sbatch, Open MPI's mpirun, torchrun, mpcomm launch --nnodes — on network hosts of
 # their own (network namespaces on a bridge, each with its hostname), never over loopback between hosts.
 #
-#   tests/cluster/run.sh STEP      STEP: selftest | bench | train | faults | torch | launch | strangers | tls
+#   tests/cluster/run.sh STEP      STEP: selftest | bench | train | faults | torch | launch | elastic | strangers | tls
 #
 # Environment: MPCOMM_TEST_CLI (the mpcomm executable), MPCOMM_TEST_PROG (tests/errors/testprog, for `tls`),
+# MPCOMM_TEST_ELASTIC_PROG (tests/elastic/elastic_prog, for `elastic`),
 # MPCOMM_TEST_PYTHONPATH (the built python package, for `torch`), MINICLUSTER (scripts/minicluster). Exit 0 on success, 77 when the machine cannot host the
 # cluster (not root, no network namespaces, no Slurm), 1 with the reason on stderr otherwise.
 # The cluster is torn down on every way out, and each step checks that no rank process is left on any
 # host and no shared-memory segment of its jobs in /dev/shm.
 set -euo pipefail
 
-STEP=${1:?usage: run.sh selftest|bench|train|faults|torch|launch|strangers|tls}
+STEP=${1:?usage: run.sh selftest|bench|train|faults|torch|launch|elastic|strangers|tls}
 HERE=$(cd "$(dirname "$0")" && pwd)
 CLI=${MPCOMM_TEST_CLI:?set MPCOMM_TEST_CLI to the mpcomm executable}
 MC=${MINICLUSTER:-$HERE/../../scripts/minicluster}
@@ -299,6 +300,69 @@ launch)
   expect "rank 1 exited with status 3" "node 0 names the rank that failed on node 1"
   say "a failure on node 1 ended node 0's ranks in $((SECONDS - failed)) s: ok"
   nothing_left launch
+  ;;
+
+elastic)
+  # docs/reliability.md, section 7: 2 hosts × 2 ranks under mpcomm launch --nnodes 2 --elastic, running
+  # tests/elastic/elastic_prog (checked allreduces; a survivor whose op fails shrinks and goes on).
+  EP=${MPCOMM_TEST_ELASTIC_PROG:?set MPCOMM_TEST_ELASTIC_PROG to tests/mpcomm_elastic_prog}
+  (umask 077 && head -c 24 /dev/urandom | base64 >"$WORK/job.secret")
+  mkdir -p "$WORK/ep"
+  elastic_job() {  # elastic_job PORT TIMEOUT_S VICTIMS ITERS: both nodes, in the background; node k's output in $WORK/el<k>.out
+    local k
+    for k in 0 1; do
+      local h=$H0
+      [[ $k -eq 1 ]] && h=$H1
+      on "$h" "$CLI" launch --nnodes 2 --node-rank $k --master "$A0:$1" --token-file "$WORK/job.secret" \
+        --nproc-per-node 2 --elastic --backend "$backend" --timeout "$2" -- "$EP" "$3" 20 "$4" "$WORK/ep" >"$WORK/el$k.out" 2>&1 &
+      pids[k]=$!
+    done
+  }
+  # 1. Rank 3 (host 1) SIGKILLs itself at iteration 20: the three others, on both hosts, shrink and go on; the
+  #    time from the kill to their first good collective on the shrunk communicator, 3 runs per backend.
+  port=29560
+  for backend in native gloo; do
+    times=""
+    for run in 1 2 3; do
+      rm -f "$WORK"/ep/*
+      elastic_job $((port++)) 30 3 200
+      for k in 0 1; do timeout 120 tail --pid="${pids[k]}" -f /dev/null || fail "$backend: node $k did not end"; done
+      wait "${pids[0]}" || { tail -20 "$WORK/el0.out" >&2; fail "$backend: node 0's launcher failed"; }
+      wait "${pids[1]}" || { tail -20 "$WORK/el1.out" >&2; fail "$backend: node 1's launcher failed"; }
+      cat "$WORK/el0.out" "$WORK/el1.out" >"$WORK/out"
+      [[ $(grep -c "200 allreduces right, 1 shrinks" "$WORK/out") -eq 3 ]] || { cat "$WORK/out" >&2; fail "$backend: not every survivor's sums right"; }
+      expect "lost rank 3" "$backend: node 1 lists rank 3 lost"
+      times+=" $(grep -o "shrunk to 3 ranks: first good collective [0-9.]* ms" "$WORK/out" | grep -o "[0-9.]* ms")"
+    done
+    say "$backend, 2 hosts × 2 ranks, rank 3 SIGKILLed: first good collective on the shrunk communicator after:$times"
+  done
+  nothing_left "the killed rank"
+  # 2. Host 1's link cut mid-loop (--timeout 3): host 0's ranks see a timeout, agree without ranks 2 and 3 and go
+  #    on by themselves; host 1's ranks fail (they lose the store). The link comes back once they have given up.
+  backend=native
+  rm -f "$WORK"/ep/*
+  elastic_job $((port++)) 3 9 200000  # "9": no rank is killed; the cut's time goes to killed.9
+  b1=$(tx_bytes "$H1")
+  for _ in $(seq 300); do
+    (($(tx_bytes "$H1") - b1 > 4 << 20)) && break
+    sleep 0.1
+  done
+  ip link set "${NAME}v1" down
+  date +%s%N >"$WORK/ep/killed.9"
+  timeout 60 tail --pid="${pids[0]}" -f /dev/null || fail "node 0 did not end 60 s after the cut"
+  ip link set "${NAME}v1" up
+  timeout 60 tail --pid="${pids[1]}" -f /dev/null || fail "node 1 did not end 60 s after the cut"
+  wait "${pids[0]}" || true  # node 0's launcher may say node 1 never reported
+  wait "${pids[1]}" && fail "node 1's ranks went on without the store"
+  cp "$WORK/el0.out" "$WORK/out"
+  expect "shrunk to 2 ranks" "the cut: host 0's ranks shrink"
+  [[ $(grep -c "200000 allreduces right, 1 shrinks" "$WORK/out") -eq 2 ]] || { cat "$WORK/out" >&2; fail "the cut: host 0's sums"; }
+  took=$(grep -o "first good collective [0-9]*" "$WORK/out" | grep -o "[0-9]*$")
+  # The op's timeout, then the agreement: ranks 2 and 3 are left out once their heartbeats stall (0.9 s), not
+  # after a second timeout.
+  ((took <= 5000)) || fail "the cut: host 0's first good collective came $took ms after the cut (timeout 3 s)"
+  say "native, 2 hosts × 2 ranks, host 1's link cut (--timeout 3): $(grep -o "first good collective [0-9.]* ms after the kill ([a-z ]*)" "$WORK/out" | sed 's/the kill/the cut/')"
+  nothing_left "the cut link"
   ;;
 
 strangers)

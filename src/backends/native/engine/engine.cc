@@ -16,6 +16,7 @@ EngineSettings engine_settings(const Options& opts) {
   s.max_unexpected = static_cast<uint64_t>(std::max<int64_t>(1, param_int(opts, "MPCOMM_MAX_UNEXPECTED_MB"))) << 20;
   const int64_t cpus = param_int(opts, "MPCOMM_CPUS");
   s.cpus = cpus > 0 ? static_cast<long>(cpus) : ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (opts.elastic > 0) s.store_every = std::chrono::milliseconds(50);
   return s;
 }
 
@@ -34,7 +35,7 @@ Engine::Engine(int rank, int size, std::vector<std::unique_ptr<Link>> links, std
       seg_holder_(std::move(seg)),
       seg_(seg_holder_.get()),
       my_local_(my_local),
-      failures_(rank, size, seg_, std::move(abort_store)),
+      failures_(rank, size, seg_, std::move(abort_store), settings.store_every),
       timeout_(timeout),
       settings_(settings),
       single_copy_(settings.single_copy, rank, info_, seg_, my_local) {

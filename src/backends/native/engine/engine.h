@@ -85,6 +85,9 @@ struct EngineSettings {
   // Ranks of the whole communicator on this machine (its hostname), emulated hosts included (0: this
   // host's ranks only).
   int machine_ranks = 0;
+  // How often a long wait asks the store for a failure another host published: an elastic communicator's
+  // survivors must hear at once that a peer moved on to shrink(); otherwise a failure ends the job anyway.
+  std::chrono::milliseconds store_every{500};
 };
 EngineSettings engine_settings(const Options& opts);
 

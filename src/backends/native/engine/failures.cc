@@ -5,14 +5,12 @@
 
 namespace mpcomm::native {
 
-// The store is asked for failures elsewhere at most this often: a wait sleeps 50 ms at a time.
-static constexpr auto kStoreEvery = std::chrono::milliseconds(500);
-
-Failures::Failures(int rank, int size, const ShmSegment* seg, std::shared_ptr<Store> abort_store)
+Failures::Failures(int rank, int size, const ShmSegment* seg, std::shared_ptr<Store> abort_store,
+                   std::chrono::milliseconds store_every)
     : rank_(rank),
       size_(size),
       seg_(seg),
-      watch_(abort_store, kStoreEvery, "rank " + std::to_string(rank), /*job_wide=*/false) {}
+      watch_(abort_store, store_every, "rank " + std::to_string(rank), /*job_wide=*/false) {}
 
 std::string Failures::context() const {
   return op_ != nullptr ? detail::describe(*op_, rank_, size_, "native") : "rank " + std::to_string(rank_);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,8 +21,9 @@ class ShmSegment;
 class Failures {
  public:
   // abort_store: where failures are published and looked up (the job's root store, or with Options::elastic
-  // the communicator's own).
-  Failures(int rank, int size, const ShmSegment* seg, std::shared_ptr<Store> abort_store);
+  // the communicator's own), asked at most every `store_every` by a long wait.
+  Failures(int rank, int size, const ShmSegment* seg, std::shared_ptr<Store> abort_store,
+           std::chrono::milliseconds store_every);
 
   // The op whose name errors carry (it must live until the next begin()).
   void begin(const detail::Op* op) { op_ = op; }
@@ -41,7 +43,7 @@ class Failures {
 
   // A failure another rank of this host published in the segment: recorded and thrown as its own kind.
   void check_host_reports();
-  // A failure reported through the store (any host; looked up at most every 500 ms): recorded, kept in
+  // A failure reported through the store (any host; looked up at most every store_every): recorded, kept in
   // the segment for this host's ranks, and thrown.
   void check_store_reports();
   // " (first failure reported: ...)" when a peer reported one, for errors that may only follow from it.
