@@ -12,6 +12,7 @@
 #include "harness/thread_world.h"
 #include "mpcomm/communicator.h"
 #include "mpcomm/error.h"
+#include "testing/collective_check.h"
 
 namespace mpcomm {
 namespace {
@@ -131,6 +132,25 @@ TEST_P(Shrink, AFailedChildDroppedBeforeTheShrinkStillLetsItsParentShrink) {
     EXPECT_EQ(c->size(), 3);
     EXPECT_EQ(survivors_sum(*c, rank), 1 + 2 + 3);
   });
+}
+
+TEST_P(Shrink, TheShrunkCommunicatorPassesTheConformanceSuite) {
+  // 5 ranks, rank 1 leaves: every op's conformance cases (dtypes, reduce ops, counts, in and out of place) on the
+  // 4 that stay, over the communicator shrink() made
+  ThreadWorld w(GetParam(), 5, elastic(30));
+  std::vector<size_t> wrong(5, 0);
+  std::vector<std::string> first(5);
+  w.run([&](int rank, Communicator& comm) {
+    std::unique_ptr<Communicator> c = comm.shrink({1});
+    if (rank == 1) return;
+    for (OpKind op : check::checked_ops())
+      for (const auto& k : check::conformance_cases(op, c->size())) {
+        const check::Result r = check::run_case(*c, k);
+        if (r.wrong > 0 && wrong[static_cast<size_t>(rank)] == 0) first[static_cast<size_t>(rank)] = check::describe(k);
+        wrong[static_cast<size_t>(rank)] += r.wrong;
+      }
+  });
+  for (int r = 0; r < 5; ++r) EXPECT_EQ(wrong[static_cast<size_t>(r)], 0u) << "rank " << r << ", first in " << first[r];
 }
 
 TEST_P(Shrink, PendingRequestsFailWithRevoked) {
