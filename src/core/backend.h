@@ -103,8 +103,15 @@ class Backend {
   // would not gather it) itself, with the bits of the front door's integer collectives
   // (core/reproducible/exact.h: sum_values); every rank answers alike. Else the front door runs it.
   virtual bool runs_reproducible(const Op&) const { return false; }
-  // Whether shrink() may replace this communicator (mpi and nccl: no).
+  // Whether shrink() may replace this communicator (mpi: no; nccl: with NCCL 2.28+).
   virtual bool shrinks() const { return true; }
+  // shrink()'s new communicator over plan.members, after the agreement; `after_failure`: this one was revoked
+  // (its backend aborted) by a failure. Backends that rebuild through the store make it as split() makes a group;
+  // nccl through ncclCommShrink, which the excluded ranks do not call.
+  virtual std::unique_ptr<Backend> shrunk(const SplitPlan& plan, bool after_failure) {
+    (void)after_failure;
+    return split(plan);
+  }
 
   // Whether start() takes a receive from kAnySource (the request's source() then names the sender).
   virtual bool receives_from_any_source() const { return true; }

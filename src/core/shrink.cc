@@ -127,7 +127,8 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
                           std::to_string(n) + " [" + std::string(b.name()) + "]";
   if (!b.shrinks() || b.store() == nullptr)
     throw Unsupported(who + ": the " + std::string(b.name()) +
-                      " backend cannot shrink (Open MPI 4 has no ULFM; nccl: ncclCommShrink is not wired in)");
+                      " backend cannot shrink (Open MPI 4 has no ULFM; nccl: the NCCL built against has no "
+                      "ncclCommShrink and ncclCommRevoke, which came with 2.28)");
   std::vector<bool> excluded(static_cast<size_t>(n), false);
   for (int r : exclude) {
     if (r < 0 || r >= n) throw InvalidArgument(who + ": exclude names rank " + std::to_string(r) + ", not a rank");
@@ -178,7 +179,7 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
     plan.topology = topology_from_hosts(hosts, plan.new_rank);
     plan.store = std::make_shared<PrefixStore>("shrink" + std::to_string(shrinks_ - 1) + "/group", b.store());
     try {
-      return make_communicator(b.split(plan), recreate_);
+      return make_communicator(b.shrunk(plan, failed || revoked), recreate_);
     } catch (const Error& e) {
       if ((e.code() != ErrorCode::timeout && e.code() != ErrorCode::peer_failure) || round >= n) throw;
       MPCOMM_LOG(warn, "%s: the communicator over ranks %s could not be set up (%s); agreeing again without the lost",

@@ -53,8 +53,11 @@ class NcclBackend final : public detail::Backend {
   // A test() hands every posted send and receive to NCCL as one group, and an exchange needs both of a
   // pair's operations in one group: the progress thread must not test them one at a time.
   bool cheap_test() const override { return false; }
-  // ncclCommShrink (NCCL 2.27+) is not wired in: no GPU has run this backend.
-  bool shrinks() const override { return false; }
+  // ncclCommShrink and ncclCommRevoke (NCCL 2.28+). Written against nccl.h; no GPU has run it yet.
+  bool shrinks() const override { return MPCOMM_NCCL_SHRINKS != 0; }
+#if MPCOMM_NCCL_SHRINKS
+  std::unique_ptr<detail::Backend> shrunk(const detail::SplitPlan& plan, bool after_failure) override;
+#endif
   // ncclRecv names its peer.
   bool receives_from_any_source() const override { return false; }
 
@@ -116,7 +119,7 @@ std::unique_ptr<detail::Backend> NcclBackend::split(const detail::SplitPlan& pla
     st.fail(ErrorCode::internal, "mpcomm: " + what.str() + ": ncclCommSplit returned no communicator");
 
   const int new_size = static_cast<int>(plan.members.size());
-  auto cst = std::make_shared<CommState>(plan.new_rank, new_size, st.device, options().timeout, plan.store);
+  auto cst = std::make_shared<CommState>(plan.new_rank, new_size, st.device, options().timeout, plan.store, st.elastic);
   cst->adopt(child);  // from here on a failure aborts the child through cst
   cst->setup(what);
   cst->settle(what, "ncclCommSplit", deadline);
@@ -127,6 +130,36 @@ std::unique_ptr<detail::Backend> NcclBackend::split(const detail::SplitPlan& pla
                                        std::to_string(plan.new_rank) + " of " + std::to_string(new_size));
   return std::make_unique<NcclBackend>(std::move(cst), plan.topology, options(), plan.store);
 }
+
+#if MPCOMM_NCCL_SHRINKS
+std::unique_ptr<detail::Backend> NcclBackend::shrunk(const detail::SplitPlan& plan, bool after_failure) {
+  const ErrorSubject what("shrink to " + std::to_string(plan.members.size()) + " ranks on rank " +
+                          std::to_string(rank()) + " of " + std::to_string(size()) + " [nccl]");
+  CommState& st = *st_;
+  st.make_current(what);
+  const auto deadline = net::deadline_after(options().timeout);
+  std::vector<int> exclude;  // NCCL keeps the others in their order, numbered from 0, as mpcomm does
+  for (int r = 0, m = 0; r < size(); ++r) {
+    if (m < static_cast<int>(plan.members.size()) && plan.members[static_cast<size_t>(m)] == r)
+      ++m;
+    else
+      exclude.push_back(r);
+  }
+  ncclComm_t child = st.shrink(std::move(exclude), after_failure, what, deadline);
+  if (child == nullptr) throw Internal("mpcomm: " + what.str() + ": ncclCommShrink returned no communicator");
+  const int new_size = static_cast<int>(plan.members.size());
+  auto cst = std::make_shared<CommState>(plan.new_rank, new_size, st.device, options().timeout, plan.store, st.elastic);
+  cst->adopt(child);
+  cst->setup(what);
+  cst->settle(what, "ncclCommShrink", deadline);
+  const auto [nccl_rank, nccl_size] = cst->rank_and_count(what);
+  if (nccl_rank != plan.new_rank || nccl_size != new_size)
+    cst->fail(ErrorCode::internal, "mpcomm: " + what.str() + ": NCCL made this rank " + std::to_string(nccl_rank) +
+                                       " of " + std::to_string(nccl_size) + ", mpcomm expected rank " +
+                                       std::to_string(plan.new_rank) + " of " + std::to_string(new_size));
+  return std::make_unique<NcclBackend>(std::move(cst), plan.topology, options(), plan.store);
+}
+#endif
 
 // ---- setup ----------------------------------------------------------------------------------------
 
@@ -188,7 +221,7 @@ std::unique_ptr<detail::Backend> create_nccl(std::shared_ptr<Store> store, int r
   use_host_id(opts.host_id, rank);  // before this process's first NCCL call
 
   const ErrorSubject what(who);
-  auto st = std::make_shared<CommState>(rank, size, device, opts.timeout, store);
+  auto st = std::make_shared<CommState>(rank, size, device, opts.timeout, store, opts.elastic > 0);
   st->setup(what);
 
   // Rank 0's unique id goes through the store under a key of this creation's own: ranks count themselves

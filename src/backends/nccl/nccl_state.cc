@@ -87,8 +87,18 @@ void CommState::abort(ErrorCode code, const std::string& reason) {
 // an unfinished non-blocking call, such as a split, so nothing writes split_out_ afterwards).
 void CommState::abort_comm_locked() noexcept {
   if (comm_ == nullptr || comm_gone_) return;
-  comm_gone_ = true;
   (void)cudaSetDevice(device);
+#if MPCOMM_NCCL_SHRINKS
+  if (elastic) {  // stopped, not freed: shrink() makes the next communicator from it
+    if (!comm_revoked_) {
+      comm_revoked_ = true;
+      if (ncclResult_t rc = ncclCommRevoke(comm_, NCCL_REVOKE_DEFAULT); rc != ncclSuccess && rc != ncclInProgress)
+        MPCOMM_LOG(warn, "nccl rank %d: ncclCommRevoke: %s", rank, nccl_text(rc).c_str());
+    }
+    return;
+  }
+#endif
+  comm_gone_ = true;
   if (ncclResult_t rc = ncclCommAbort(comm_); rc != ncclSuccess)
     MPCOMM_LOG(warn, "nccl rank %d: ncclCommAbort: %s", rank, nccl_text(rc).c_str());
   if (ncclComm_t orphan = __atomic_exchange_n(&split_out_, nullptr, __ATOMIC_ACQ_REL); orphan != nullptr)
@@ -99,14 +109,16 @@ void CommState::abort_comm_locked() noexcept {
 // ncclCommDestroy frees the rest locally. If finalizing fails or does not finish in time, ncclCommAbort.
 void CommState::release_comm() noexcept {
   ncclComm_t c = nullptr;
+  bool revoked = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (comm_ == nullptr || comm_gone_) return;
     c = comm_;
     comm_gone_ = true;
+    revoked = comm_revoked_;
   }
   bool clean = false;
-  if (ok(ncclCommFinalize(c))) {
+  if (!revoked && ok(ncclCommFinalize(c))) {  // finalizing a revoked communicator is invalid
     const auto deadline = Clock::now() + std::min(timeout, kFinalizeFor);
     for (;;) {
       ncclResult_t state = ncclInProgress;
@@ -196,6 +208,39 @@ ncclComm_t CommState::split(int color, int key, const ErrorSubject& what, net::D
           [&](ncclComm_t c) { return ncclCommSplit(c, color, key, &split_out_, &config); });
   return __atomic_exchange_n(&split_out_, nullptr, __ATOMIC_ACQ_REL);
 }
+
+#if MPCOMM_NCCL_SHRINKS
+ncclComm_t CommState::shrink(std::vector<int> exclude, bool after_failure, const ErrorSubject& what,
+                             net::Deadline deadline) {
+  // The communicator's asynchronous state, until it leaves ncclInProgress (a revoke quiescing, a shrink running).
+  const auto settled = [&](const char* call) {
+    for (;;) {
+      ncclResult_t state = ncclInProgress;
+      std::optional<ncclResult_t> rc = locked([&](ncclComm_t c) { return ncclCommGetAsyncError(c, &state); });
+      if (!rc) throw_gone(what);
+      if (*rc != ncclSuccess || (state != ncclSuccess && state != ncclInProgress))
+        throw PeerFailure("mpcomm: " + what.str() + ": " + call + ": NCCL reports " +
+                          nccl_text(*rc != ncclSuccess ? *rc : state));
+      if (state == ncclSuccess) return;
+      if (Clock::now() >= deadline)
+        throw Timeout("mpcomm: " + what.str() + ": " + call + " did not finish within the timeout");
+      std::this_thread::sleep_for(kNap);
+    }
+  };
+  if (after_failure) settled("ncclCommRevoke");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  __atomic_store_n(&split_out_, nullptr, __ATOMIC_RELEASE);
+  std::optional<ncclResult_t> rc = locked([&](ncclComm_t c) {
+    return ncclCommShrink(c, exclude.data(), static_cast<int>(exclude.size()), &split_out_, &config,
+                          after_failure ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
+  });
+  if (!rc) throw_gone(what);
+  if (!ok(*rc)) throw PeerFailure("mpcomm: " + what.str() + ": ncclCommShrink failed: " + nccl_text(*rc));
+  settled("ncclCommShrink");
+  return __atomic_exchange_n(&split_out_, nullptr, __ATOMIC_ACQ_REL);
+}
+#endif
 
 std::pair<int, int> CommState::rank_and_count(const ErrorSubject& what) {
   int r = -1, n = -1;

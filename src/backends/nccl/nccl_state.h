@@ -43,6 +43,13 @@
 #include "core/wait.h"
 #include "net/socket.h"
 
+// ncclCommShrink came with NCCL 2.27, ncclCommRevoke (what lets a failed communicator be shrunk) with 2.28.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define MPCOMM_NCCL_SHRINKS 1
+#else
+#define MPCOMM_NCCL_SHRINKS 0
+#endif
+
 namespace mpcomm::nccl {
 
 using detail::ErrorSubject;
@@ -65,9 +72,15 @@ struct P2PSlot {
 
 class CommState {
  public:
-  CommState(int rank, int size, int device, Millis timeout, const std::shared_ptr<Store>& store)
-      : rank(rank), size(size), device(device), timeout(timeout),
-        abort_watch_(store, kStoreEvery, "nccl rank " + std::to_string(rank)) {}
+  // elastic (Options::elastic): a failure revokes the NCCL communicator (ncclCommRevoke) instead of aborting it,
+  // so that shrink() can still make a new one from it, and is published as this communicator's, not the job's.
+  CommState(int rank, int size, int device, Millis timeout, const std::shared_ptr<Store>& store, bool elastic)
+      : rank(rank),
+        size(size),
+        device(device),
+        timeout(timeout),
+        elastic(elastic),
+        abort_watch_(store, kStoreEvery, "nccl rank " + std::to_string(rank), /*job_wide=*/!elastic) {}
   ~CommState();
   CommState(const CommState&) = delete;
   CommState& operator=(const CommState&) = delete;
@@ -76,6 +89,7 @@ class CommState {
   const int size;
   const int device;
   const Millis timeout;
+  const bool elastic;
   cudaStream_t stream = nullptr;       // NCCL operations and device-to-device copies
   cudaStream_t copy_stream = nullptr;  // host staging copies and scratch allocations
 
@@ -200,6 +214,13 @@ class CommState {
 
   // ncclCommSplit (non-blocking) polled to completion; nullptr for NCCL_SPLIT_NOCOLOR.
   ncclComm_t split(int color, int key, const ErrorSubject& what, net::Deadline deadline);
+#if MPCOMM_NCCL_SHRINKS
+  // ncclCommShrink without the `exclude` ranks (non-blocking, polled to completion). `after_failure`: the
+  // communicator was revoked; NCCL must see it quiescent first, and shrinks it with NCCL_SHRINK_ABORT. Waits
+  // without the abort record, which the failure set.
+  ncclComm_t shrink(std::vector<int> exclude, bool after_failure, const ErrorSubject& what, net::Deadline deadline);
+#endif
+
   // ncclCommUserRank and ncclCommCount of the (settled) communicator.
   std::pair<int, int> rank_and_count(const ErrorSubject& what);
 
@@ -246,6 +267,7 @@ class CommState {
   mutable std::mutex mu_;  // comm_ and its calls, comm_gone_, abort_reason_, lists below
   ncclComm_t comm_ = nullptr;
   bool comm_gone_ = false;  // ncclCommAbort/ncclCommDestroy done: never touch comm_ again
+  bool comm_revoked_ = false;       // ncclCommRevoke done: no ncclCommFinalize, only shrink and abort
   ncclComm_t split_out_ = nullptr;  // where a non-blocking ncclCommSplit stores the new communicator
   std::string abort_reason_;
   AbortWatch abort_watch_;
