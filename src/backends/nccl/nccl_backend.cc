@@ -72,6 +72,9 @@ class NcclBackend final : public detail::Backend {
   detail::StagingMemory& staging() override { return staging_; }
 
  private:
+  // The backend over a communicator ncclCommSplit or ncclCommShrink (`call`) made from this one.
+  std::unique_ptr<detail::Backend> adopt_child(ncclComm_t child, const detail::SplitPlan& plan, const char* call,
+                                               const ErrorSubject& what, net::Deadline deadline);
   std::shared_ptr<CommState> st_;
   DeviceStaging staging_;
 };
@@ -118,11 +121,20 @@ std::unique_ptr<detail::Backend> NcclBackend::split(const detail::SplitPlan& pla
   if (child == nullptr)
     st.fail(ErrorCode::internal, "mpcomm: " + what.str() + ": ncclCommSplit returned no communicator");
 
+  return adopt_child(child, plan, "ncclCommSplit", what, deadline);
+}
+
+// The backend over an NCCL communicator that `call` made from this one for plan's group, once it settled, with
+// the rank and size NCCL gave it checked against mpcomm's.
+std::unique_ptr<detail::Backend> NcclBackend::adopt_child(ncclComm_t child, const detail::SplitPlan& plan,
+                                                          const char* call, const ErrorSubject& what,
+                                                          net::Deadline deadline) {
+  const CommState& st = *st_;
   const int new_size = static_cast<int>(plan.members.size());
   auto cst = std::make_shared<CommState>(plan.new_rank, new_size, st.device, options().timeout, plan.store, st.elastic);
   cst->adopt(child);  // from here on a failure aborts the child through cst
   cst->setup(what);
-  cst->settle(what, "ncclCommSplit", deadline);
+  cst->settle(what, call, deadline);
   const auto [nccl_rank, nccl_size] = cst->rank_and_count(what);
   if (nccl_rank != plan.new_rank || nccl_size != new_size)
     cst->fail(ErrorCode::internal, "mpcomm: " + what.str() + ": NCCL made this rank " + std::to_string(nccl_rank) +
@@ -147,17 +159,7 @@ std::unique_ptr<detail::Backend> NcclBackend::shrunk(const detail::SplitPlan& pl
   }
   ncclComm_t child = st.shrink(std::move(exclude), after_failure, what, deadline);
   if (child == nullptr) throw Internal("mpcomm: " + what.str() + ": ncclCommShrink returned no communicator");
-  const int new_size = static_cast<int>(plan.members.size());
-  auto cst = std::make_shared<CommState>(plan.new_rank, new_size, st.device, options().timeout, plan.store, st.elastic);
-  cst->adopt(child);
-  cst->setup(what);
-  cst->settle(what, "ncclCommShrink", deadline);
-  const auto [nccl_rank, nccl_size] = cst->rank_and_count(what);
-  if (nccl_rank != plan.new_rank || nccl_size != new_size)
-    cst->fail(ErrorCode::internal, "mpcomm: " + what.str() + ": NCCL made this rank " + std::to_string(nccl_rank) +
-                                       " of " + std::to_string(nccl_size) + ", mpcomm expected rank " +
-                                       std::to_string(plan.new_rank) + " of " + std::to_string(new_size));
-  return std::make_unique<NcclBackend>(std::move(cst), plan.topology, options(), plan.store);
+  return adopt_child(child, plan, "ncclCommShrink", what, deadline);
 }
 #endif
 
