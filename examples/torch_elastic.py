@@ -18,6 +18,7 @@ rank (docs/reliability.md).
 """
 
 import argparse
+import copy
 import hashlib
 import os
 import signal
@@ -67,10 +68,12 @@ def train_step(step, grads):
 
 grads = mpcomm.torch.ReproducibleGradients(model.parameters())
 step, lost = 0, 0
+before = None  # the model and optimizer as the last step began
 while step < args.steps:
     if me == args.fail_rank and step == args.fail_step:
         os.kill(os.getpid(), signal.SIGKILL)
     try:
+        before = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()))
         train_step(step, grads)
         step += 1
     except RuntimeError as e:
@@ -79,6 +82,14 @@ while step < args.steps:
         mpcomm.torch.shrink()  # the default group, now over the survivors
         grads = mpcomm.torch.ReproducibleGradients(model.parameters())  # drops the failed step's partial sums
         opt.zero_grad()
+        # A rank lost late in a step's sum can leave some survivors past that step and others in it (never more
+        # than one apart: every step sums over all): all go on from the earliest, those ahead from their copy.
+        earliest = torch.tensor([step])
+        dist.all_reduce(earliest, op=dist.ReduceOp.MIN)
+        if int(earliest) < step:
+            model.load_state_dict(before[0])
+            opt.load_state_dict(before[1])
+            step = int(earliest)
         lost += was - dist.get_world_size()
         print(f"rank {me}: step {step} failed ({str(e).splitlines()[0][:120]}); shrunk from {was} to "
               f"{dist.get_world_size()} ranks in {time.monotonic() - t0:.2f} s, running step {step} again", flush=True)

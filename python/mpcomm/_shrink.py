@@ -34,7 +34,12 @@ def register_torch2(pg, is_default: bool, new_backend, kept: list):
             "pg_options_override": None}
     # torch filters the old group's global ranks by this set: global ranks, not group ranks.
     gone = {old[r] for r in range(len(old)) if r not in set(kept)}
-    return finalize(info, gone, new_backend)
+    new_pg = finalize(info, gone, new_backend)
+    if is_default:
+        # torch keeps the survivors' old global ranks ({0: 0, 2: 1, 3: 2}); the new world numbers them from 0, as
+        # get_rank() does, so that a later shrink or new_group names ranks the way get_rank() gives them.
+        _c10d._world.pg_group_ranks[new_pg] = {i: i for i in range(new_pg.size())}
+    return new_pg
 
 
 def register_torch1(pg, is_default: bool, new_pg, kept: list):

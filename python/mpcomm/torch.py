@@ -83,7 +83,8 @@ def shrink(group=None, exclude=None):
     survivor: a new group over the ranks still alive, in their order, numbered from 0, that takes the old group's
     place in torch.distributed (group=None: the default group, replaced — get_rank() and get_world_size() then
     answer for the new world, and the other groups are dropped). The survivors agree on who is gone within the
-    group's timeout; every op still pending on the old group fails. With `exclude` (ranks of the group), those ranks
+    group's timeout (longer when another rank is lost while they agree); every op still pending on the old group
+    fails. With `exclude` (ranks of the group), those ranks
     leave on purpose, also from a healthy group: every rank calls it, and the excluded get None.
 
     Needs MPCOMM_ELASTIC=1 (set by `mpcomm launch --elastic`), without which a failure ends the job, and the

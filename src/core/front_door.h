@@ -80,6 +80,9 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   // One round of shrink()'s agreement, waiting up to `timeouts` timeouts for the ranks to check in: the members
   // (old ranks) every caller reads; PeerFailure when counted out.
   std::vector<int> agree(const std::vector<bool>& excluded, bool elastic, const std::string& who, int timeouts);
+  // After this rank made shrink()'s new communicator under keys `base`: whether every member made it too (false
+  // as soon as one says it did not, or is known lost).
+  bool all_made(const std::vector<int>& members, const std::string& base, const std::string& who);
   // Communicator::grow (grow.cc).
   std::unique_ptr<Communicator> grow(int n);
   // Fails pending and later ops with Revoked, here and in the communicators split from this one (shrink.cc);

@@ -4,7 +4,7 @@
 //   mpcomm/join/taken     a counter: a grow(n) takes the next n places;
 //   mpcomm/join/seat/<j>  what the joiner in place j gets: the group, its rank, the size, the backend;
 //   mpcomm/join/closed    set by close_joins(): joiners without a seat stop waiting;
-//   mpcomm/join/limit     set by the launcher: how many joiners it starts in all (mpcomm launch --max-restarts).
+//   mpcomm/join/limit     set by mpcomm launch --max-restarts: how many joiners the job's launchers start in all.
 // grow(n) is collective over a healthy communicator: its rank 0 takes n places and tells its ranks the first
 // (a broadcast; the group is named after it, "mpcomm/join/grow<first>/group"); every rank waits (up to the
 // timeout) for that many joiners; rank 0 seats them; then every member — this communicator's ranks in their order, then
@@ -112,10 +112,10 @@ std::unique_ptr<Communicator> FrontDoor::grow(int n) {
   collective(tell);
   first = told[0];
   if (first == -2)
-    throw InvalidArgument(who + ": grow by " + std::to_string(n) + " ranks: the launcher starts at most " +
-                          std::to_string(told[1]) + " joiners in all (mpcomm launch --max-restarts " +
-                          std::to_string(told[1]) + "); " + std::to_string(told[2]) + " were seated already and " +
-                          std::to_string(told[3] - told[2]) + " wait");
+    throw InvalidArgument(who + ": grow by " + std::to_string(n) + " ranks: the job's launchers start at most " +
+                          std::to_string(told[1]) + " joiners in all (mpcomm launch --max-restarts, per node); " +
+                          std::to_string(told[2]) + " were seated already and " + std::to_string(told[3] - told[2]) +
+                          " wait");
   if (first < 0) throw PeerFailure(who + ": rank 0 could not take places in the job's store");
   // Every rank waits for the joiners itself, so that none waits in a collective longer than the timeout.
   const auto deadline = std::chrono::steady_clock::now() + b.options().timeout;

@@ -5,17 +5,40 @@
 #include <thread>
 #include <vector>
 
+#include "log/log.h"
+
 namespace mpcomm::detail {
 
 namespace {
 
-// The process's beat thread and what it beats. Made once and never destroyed, its thread detached: a process
-// that exits with communicators still alive must not wait on a store that no longer answers.
+// The connection the beats go through: a store client of their own, so that a beat never queues behind a
+// communicator's long wait on the shared one (a TcpStore serves one request at a time). A store of another kind
+// (in this process, PyTorch's) is shared: nothing of it blocks a beat that long.
+std::shared_ptr<Store> beat_connection(const std::shared_ptr<Store>& root) {
+  const auto* tcp = dynamic_cast<const TcpStore*>(root.get());
+  if (tcp == nullptr) return root;
+  try {
+    return std::make_shared<TcpStore>(tcp->host(), tcp->port(), tcp->secret(), kBeatStalled);
+  } catch (const std::exception& e) {
+    MPCOMM_LOG(info, "heartbeat: a connection of its own to the store failed (%s); beating on the shared one",
+               e.what());
+    return root;
+  }
+}
+
+// The process's beat thread and what it beats: one entry per (store, key), held while any of its handles lives.
+// Made once and never destroyed, its thread detached: a process that exits with communicators still alive must
+// not wait on a store that no longer answers.
 class Beater {
  public:
   void add(const std::shared_ptr<Store>& root, const std::string& key, const std::shared_ptr<void>& handle) {
     std::lock_guard<std::mutex> g(mu_);
-    beats_.push_back({root, key, handle});
+    for (Beat& b : beats_)
+      if (b.key == key && b.of.lock() == root) {
+        b.handles.push_back(handle);
+        return;
+      }
+    beats_.push_back({root, beat_connection(root), key, {handle}});
     if (!started_) {
       started_ = true;
       std::thread([this] { run(); }).detach();
@@ -24,9 +47,10 @@ class Beater {
 
  private:
   struct Beat {
-    std::weak_ptr<Store> root;
+    std::weak_ptr<Store> of;     // the job's store the communicators use
+    std::shared_ptr<Store> via;  // the connection the beats take (kept while a handle lives)
     std::string key;
-    std::weak_ptr<void> handle;
+    std::vector<std::weak_ptr<void>> handles;
   };
 
   void run() {
@@ -34,9 +58,9 @@ class Beater {
       std::vector<std::pair<std::shared_ptr<Store>, std::string>> now;
       {
         std::lock_guard<std::mutex> g(mu_);
-        std::erase_if(beats_, [](const Beat& b) { return b.handle.expired() || b.root.expired(); });
-        for (const Beat& b : beats_)
-          if (auto s = b.root.lock()) now.emplace_back(std::move(s), b.key);
+        for (Beat& b : beats_) std::erase_if(b.handles, [](const std::weak_ptr<void>& h) { return h.expired(); });
+        std::erase_if(beats_, [](const Beat& b) { return b.handles.empty() || b.of.expired(); });
+        for (const Beat& b : beats_) now.emplace_back(b.via, b.key);
       }
       for (auto& [store, key] : now) {
         try {
@@ -44,7 +68,7 @@ class Beater {
         } catch (...) {  // the store is out of reach: the beats stop, which is what they tell
         }
       }
-      now.clear();  // no store kept alive while asleep
+      now.clear();  // no connection kept alive by this thread while asleep
       std::this_thread::sleep_for(kBeatEvery);
     }
   }

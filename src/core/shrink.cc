@@ -13,11 +13,13 @@
 //   3. the first caller to get there takes ticket 1 of an atomic add and writes `members`: the ranks here
 //      then. Every caller reads `members`: one writer, so one list. A rank that checks in after it was
 //      written, or is not in it, is counted out (PeerFailure).
+//   4. every member makes the new communicator and says whether it could (made/<rank> or unmade/<rank>); it is
+//      kept only when every member made it.
 // A further failure while this runs: a rank that dies before checking in is left out (at the latest when
 // the timeout passes); one that dies after is in the list, and creating the new communicator fails with a
-// peer failure or timeout on the others — who then agree again, under "shrink<k+1>/", without it (at most
-// size() rounds). The writer dying between its ticket and its write leaves the others waiting for `members`
-// until the timeout.
+// peer failure or timeout on the others (or on some of them) — who then agree again, under "shrink<k+1>/",
+// without it (at most size() rounds). The writer dying between its ticket and its write leaves the others waiting for
+// `members` until the timeout.
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,6 +85,29 @@ bool beat_stalled(Store& store, Store& root, int q, const std::string& host, int
   }
   return beats > 0 && now - since >= kBeatStalled;
 }
+
+// Which ranks are known lost, for the waits of a shrink: a process of this host that ended or stopped, or one of
+// another host whose heartbeat stalled (it keeps what it saw of each counter).
+class LostRanks {
+ public:
+  LostRanks(Store& store, std::shared_ptr<Store> root, std::string host, int n)
+      : store_(store),
+        root_(std::move(root)),
+        host_(std::move(host)),
+        beats_(static_cast<size_t>(n), -1),
+        since_(static_cast<size_t>(n)) {}
+  bool lost(int q) {
+    const auto i = static_cast<size_t>(q);
+    return process_gone(store_, q, host_) || beat_stalled(store_, *root_, q, host_, beats_[i], since_[i]);
+  }
+
+ private:
+  Store& store_;
+  std::shared_ptr<Store> root_;
+  std::string host_;
+  std::vector<int64_t> beats_;
+  std::vector<std::chrono::steady_clock::time_point> since_;
+};
 
 }  // namespace
 
@@ -177,14 +202,53 @@ std::unique_ptr<Communicator> FrontDoor::shrink(const std::vector<int>& exclude)
     for (int m : members)
       hosts.push_back(b.topology().host_names[static_cast<size_t>(b.topology().host_of_rank[static_cast<size_t>(m)])]);
     plan.topology = topology_from_hosts(hosts, plan.new_rank);
-    plan.store = std::make_shared<PrefixStore>("shrink" + std::to_string(shrinks_ - 1) + "/group", b.store());
+    const std::string base = "shrink" + std::to_string(shrinks_ - 1) + "/";
+    plan.store = std::make_shared<PrefixStore>(base + "group", b.store());
+    std::unique_ptr<Communicator> made;
+    std::string why;
     try {
-      return make_communicator(b.shrunk(plan, failed || revoked), recreate_);
+      made = make_communicator(b.shrunk(plan, failed || revoked), recreate_);
     } catch (const Error& e) {
       if ((e.code() != ErrorCode::timeout && e.code() != ErrorCode::peer_failure) || round >= n) throw;
-      MPCOMM_LOG(warn, "%s: the communicator over ranks %s could not be set up (%s); agreeing again without the lost",
-                 who.c_str(), list_of(members).c_str(), e.what());
+      why = e.what();
     }
+    // Kept only where every member made it: a setup can end well on one rank and fail on another (a member lost
+    // after the others had what they needed from it), and the ones that made it must not go on without the rest.
+    if (made == nullptr) b.store()->set_string(base + "unmade/" + std::to_string(me), "1");
+    if (made != nullptr && all_made(members, base, who)) return made;
+    made.reset();
+    if (round >= n)
+      throw PeerFailure(who + ": the communicator over ranks " + list_of(members) + " was not made on every one");
+    MPCOMM_LOG(warn,
+               "%s: the communicator over ranks %s was not made on every member (%s); agreeing again without the lost",
+               who.c_str(), list_of(members).c_str(), why.empty() ? "another member's setup failed" : why.c_str());
+  }
+}
+
+bool FrontDoor::all_made(const std::vector<int>& members, const std::string& base, const std::string& who) {
+  Backend& b = *backend_;
+  Store& store = *b.store();
+  store.set_string(base + "made/" + std::to_string(b.rank()), "1");
+  LostRanks lost(store, root_store(b.store()), b.options().host_id, b.size());
+  // A member still in its setup ends it within its own waits; ten timeouts bound that (see shrink()).
+  const auto deadline = std::chrono::steady_clock::now() + 10 * b.options().timeout;
+  std::vector<bool> seen(static_cast<size_t>(b.size()), false);
+  for (;;) {
+    bool all = true;
+    for (int m : members) {
+      if (seen[static_cast<size_t>(m)]) continue;
+      if (store.check({base + "made/" + std::to_string(m)})) {
+        seen[static_cast<size_t>(m)] = true;
+      } else if (store.check({base + "unmade/" + std::to_string(m)}) || lost.lost(m)) {
+        return false;
+      } else {
+        all = false;
+      }
+    }
+    if (all) return true;
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw Timeout(who + ": the members of the new communicator did not all say how their setup went");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
 
@@ -201,9 +265,7 @@ std::vector<int> FrontDoor::agree(const std::vector<bool>& excluded, bool elasti
   const auto deadline = std::chrono::steady_clock::now() + timeouts * b.options().timeout;
   std::vector<bool> here(static_cast<size_t>(n), false), gone(static_cast<size_t>(n), false);
   here[static_cast<size_t>(me)] = true;
-  const std::shared_ptr<Store> root = root_store(b.store());
-  std::vector<int64_t> beats(static_cast<size_t>(n), -1);
-  std::vector<std::chrono::steady_clock::time_point> beat_since(static_cast<size_t>(n));
+  LostRanks lost(store, root_store(b.store()), b.options().host_id, n);
   for (;;) {
     bool all = true;
     for (int q = 0; q < n; ++q) {
@@ -211,8 +273,7 @@ std::vector<int> FrontDoor::agree(const std::vector<bool>& excluded, bool elasti
       if (here[i] || gone[i] || excluded[i]) continue;
       if (store.check({key("here", q)})) {
         here[i] = true;
-      } else if (elastic && (process_gone(store, q, b.options().host_id) ||
-                             beat_stalled(store, *root, q, b.options().host_id, beats[i], beat_since[i]))) {
+      } else if (elastic && lost.lost(q)) {
         gone[i] = true;
         store.set_string(key("gone", q), "1");
       } else if (store.check({key("gone", q)})) {

@@ -63,10 +63,9 @@ void Ops::abort(const std::string& reason) {
   if (comm_) comm_->abort(reason);
 }
 
-std::unique_ptr<Communicator> Ops::shrink(const std::vector<int>& exclude) {
-  std::lock_guard<std::mutex> g(issue_mu_);
-  return communicator().shrink(exclude);
-}
+// Not under the issue lock: a shrink can take several timeouts, and abort() (which takes it) must not wait that
+// long; ops issued meanwhile fail with Revoked.
+std::unique_ptr<Communicator> Ops::shrink(const std::vector<int>& exclude) { return communicator().shrink(exclude); }
 
 Communicator& Ops::communicator() const {
   if (!comm_) throw std::runtime_error("mpcomm: the group was shut down (destroy_process_group): no op can run on it");

@@ -10,7 +10,8 @@
 //     DIR/killed.<r> and SIGKILLs itself at iteration AT·(k+1); a victim written R:stop SIGSTOPs itself instead
 //     (and writes its process id to DIR/pid.<r>: the survivors' new rank 0 SIGKILLs it once it has printed, so
 //     that the job ends); a victim written R:inshrink is not killed at an iteration: when its op fails (another
-//     victim died), it SIGKILLs itself 2 ms into its own shrink() — a second failure during the agreement.
+//     victim died), it SIGKILLs itself 2 ms after it checked in to its own shrink() — a second failure the others
+//     only see when the new communicator's setup fails.
 //     A survivor whose op fails shrinks its communicator, learns the survivors' job ranks (an allgather) and
 //     runs the op again; the new communicator's rank 0 prints "shrunk to N ranks: first good collective T ms
 //     after the kill (<the error's code>)". After the first shrink, OP may also be
@@ -268,7 +269,9 @@ int main(int argc, char** argv) {
         const std::string code(mpcomm::to_string(e.code()));
         for (const Victim& v : victims)
           if (v.rank == w.me && v.how == "inshrink")
-            std::thread([] {
+            std::thread([here = "world/" + std::string(w.comm->backend()) + "/shrink0/here/" + std::to_string(w.me)] {
+              auto store = job_store();  // dies once it has checked in: the others count it in, then its setup fails
+              while (!store->check({here})) std::this_thread::sleep_for(std::chrono::milliseconds(1));
               std::this_thread::sleep_for(std::chrono::milliseconds(2));
               ::raise(SIGKILL);
             }).detach();

@@ -91,6 +91,7 @@ def killed_rank():
     fails = [] if dist.get_world_size() == 3 else [f"world size {dist.get_world_size()} after the shrink"]
     want_rank = {0: 0, 2: 1, 3: 2}[ME]
     fails += [] if dist.get_rank() == want_rank else [f"rank {dist.get_rank()} after the shrink, not {want_rank}"]
+    fails += [] if ranks_of(dist.group.WORLD) == [0, 1, 2] else [f"the new world's ranks {ranks_of(dist.group.WORLD)}"]
     fails += summed()
     pair = dist.new_group([0, 2], backend="mpcomm")
     if dist.get_rank() in (0, 2):
@@ -110,6 +111,7 @@ def leave_on_purpose():
         if leaving or g is None:
             return [] if leaving and g is None else [f"leaving: {leaving}, but got the group {g}"]
     fails += [] if g == dist.group.WORLD and dist.get_world_size() == 2 else ["the default group was not replaced"]
+    fails += [] if ranks_of(g) == [0, 1] else [f"the world left has ranks {ranks_of(g)}, not [0, 1]"]
     return fails + summed()
 
 

@@ -128,13 +128,16 @@ int launch(const LaunchOptions& o) {
     watch = std::make_unique<TcpStore>(o.node_rank == 0 ? (net::wildcard_for(mhost) == "::" ? "::1" : "127.0.0.1") : mhost,
                                        mport, token, std::min(timeout, Millis(5000)));
   }
-  // How many joiners this job's launchers start in all (each node's up to --max-restarts): a grow() beyond it is
-  // refused at once (src/core/grow.cc) instead of waiting for joiners that never come.
-  const std::string join_limit = std::to_string(o.elastic ? std::max(0, o.max_restarts) * o.nnodes : 0);
-  if (!multi)
-    server->set_local_if_absent("mpcomm/join/limit", Bytes(join_limit.begin(), join_limit.end()));
-  else if (o.node_rank == 0)
-    client->set_string("mpcomm/join/limit", join_limit);
+  // With --max-restarts, how many joiners this job's launchers start in all (each node's up to K): a grow() beyond
+  // it is refused at once (src/core/grow.cc) instead of waiting for joiners that never come. Without it nothing is
+  // said: a program may start its joiners itself.
+  if (o.elastic && o.max_restarts > 0) {
+    const std::string join_limit = std::to_string(o.max_restarts * o.nnodes);
+    if (!multi)
+      server->set_local_if_absent("mpcomm/join/limit", Bytes(join_limit.begin(), join_limit.end()));
+    else if (o.node_rank == 0)
+      client->set_string("mpcomm/join/limit", join_limit);
+  }
   MPCOMM_LOG(info, "launch: job %s, %d ranks on %d host(s), node %d of %d, store %s%s", job_id.c_str(), n, hosts,
              o.node_rank, o.nnodes, store_url.c_str(), via_mpirun ? ", through mpirun" : "");
 
