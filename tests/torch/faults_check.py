@@ -133,23 +133,30 @@ def monitored():
     return [f"raised after {took:.1f} s, past the timeout + 5 s"] if took > 8 else []
 
 
-def kill():
-    r, n = dist.get_rank(), dist.get_world_size()
-    t = torch.ones(1 << 22)
-    dist.all_reduce(t)  # everyone connected
+def killed_mid_all_reduce(victim, elements):
+    """`victim` SIGKILLs itself with an all_reduce of `elements` floats in flight; every other rank keeps issuing
+    them until one raises. Returns (seconds until it raised, the error's text), or (None, None) if none did."""
+    t = torch.ones(elements)
     w = dist.all_reduce(t, async_op=True)
-    if r == 1:
+    if dist.get_rank() == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.monotonic()
     try:
         for _ in range(50):  # the one in flight, then more: one of them must fail
             w.wait()
             w = dist.all_reduce(t, async_op=True)
-        return ["no all_reduce failed after rank 1 was killed"]
+        return None, None
     except RuntimeError as e:
-        took = time.monotonic() - t0
-        out(f"raised after {took:.1f} s: {str(e).splitlines()[0][:300]}")
-        return [] if took < 15 else [f"raised only after {took:.1f} s"]
+        return time.monotonic() - t0, str(e)
+
+
+def kill():
+    dist.all_reduce(torch.ones(1 << 22))  # everyone connected
+    took, text = killed_mid_all_reduce(1, 1 << 22)
+    if took is None:
+        return ["no all_reduce failed after rank 1 was killed"]
+    out(f"raised after {took:.1f} s: {text.splitlines()[0][:300]}")
+    return [] if took < 15 else [f"raised only after {took:.1f} s"]
 
 
 def subgroup():
