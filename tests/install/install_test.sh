@@ -126,10 +126,10 @@ unset PKG_CONFIG_PATH
 
 step "linkage"
 for dir in cmake-shared pc-shared; do
-  readelf -d "$work/$dir/hello_allreduce" | grep -q 'NEEDED.*libmpcomm\.so' || fail "$dir/hello_allreduce does not use libmpcomm.so"
+  grep -q 'NEEDED.*libmpcomm\.so' <<<"$(readelf -d "$work/$dir/hello_allreduce")" || fail "$dir/hello_allreduce does not use libmpcomm.so"
 done
 for dir in cmake-static pc-static; do
-  readelf -d "$work/$dir/hello_allreduce" | grep -q 'NEEDED.*libmpcomm\.so' && fail "$dir/hello_allreduce uses libmpcomm.so"
+  grep -q 'NEEDED.*libmpcomm\.so' <<<"$(readelf -d "$work/$dir/hello_allreduce")" && fail "$dir/hello_allreduce uses libmpcomm.so"
 done
 
 # run N EXPECTED_LINES PROGRAM [launch options...]: every rank prints one line ending in ": ok".

@@ -25,7 +25,11 @@ where=$(cd "$work" && "$work/venv/bin/python" -c 'import mpcomm.torch, os; print
   fail "import mpcomm.torch after the install"
 [[ "$where" == "$mysite/mpcomm" ]] || fail "mpcomm imported from $where, not from the environment ($mysite/mpcomm)"
 [[ -f "$where/libmpcomm.so" ]] || fail "libmpcomm.so is not inside the installed package"
-ldd "$where"/_C*.so | grep -q "libmpcomm.so => $where/libmpcomm.so" || fail "the extension does not load the package's libmpcomm.so"
+# Read whole before it is searched: under pipefail, `ldd | grep -q` fails when grep leaves at its match while the
+# loader is still writing lines (SIGPIPE).
+deps=$(ldd "$where"/_C*.so) || fail "ldd of the extension: $deps"
+grep -qF "libmpcomm.so => $where/libmpcomm.so" <<<"$deps" ||
+  { echo "$deps" >&2; fail "the extension does not load the package's libmpcomm.so"; }
 
 cp "$src/tests/torch/ops2_check.py" "$src/tests/torch/workloads2_check.py" "$work/"
 cd "$work"
