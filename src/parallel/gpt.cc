@@ -36,6 +36,19 @@ struct GPTStage::Activations {
   std::vector<float> logits, maxv, sumexp;     // [N,Vl], [N], [N]
 };
 
+size_t GPTStage::activation_floats() const {
+  size_t n = 0;
+  for (const auto& [micro, a] : acts_) {
+    n += a->input.size() + a->lnf.size() + a->lnf_mean.size() + a->lnf_rstd.size() + a->lnf_full.size() +
+         a->logits.size() + a->maxv.size() + a->sumexp.size();
+    for (const auto& l : a->layers)
+      n += l.ln1.size() + l.ln1_mean.size() + l.ln1_rstd.size() + l.ln1_full.size() + l.ln2_full.size() + l.qkv.size() +
+           l.att.size() + l.atty.size() + l.res2.size() + l.ln2.size() + l.ln2_mean.size() + l.ln2_rstd.size() +
+           l.fch.size() + l.fch_gelu.size() + l.res3.size();
+  }
+  return n;
+}
+
 GPTStage::GPTStage(const ShardLayout& layout, TensorParallel& tp, const float* params, float* grads, size_t B, size_t T,
                    bool sequence_parallel, const MoEConfig& moe)
     : layout_(layout),

@@ -52,6 +52,8 @@ class GPTStage {
 
   // Micro-batches whose forward has run and backward not yet.
   size_t in_flight() const { return acts_.size(); }
+  // The floats their activations hold (what the planner's memory accounting counts).
+  size_t activation_floats() const;
   // Rows of the stage's input and output (and of the gradients the pipeline passes): N, or N/tp with
   // sequence parallelism.
   size_t rows() const { return R_; }

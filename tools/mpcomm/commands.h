@@ -25,5 +25,6 @@ Runner add_train_worker(CLI::App& app);
 Runner add_tune(CLI::App& app);
 Runner add_tune_worker(CLI::App& app);
 Runner add_trace_merge(CLI::App& app);
+Runner add_plan(CLI::App& app);
 
 }  // namespace mpcomm::cli

@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
   add("tune-worker", "(internal) one rank of tune", mpcomm::cli::add_tune_worker);
   add("trace-merge", "join the ranks' MPCOMM_TRACE part files into one timeline (trace-merge OUT PARTS...)",
       mpcomm::cli::add_trace_merge);
+  add("plan",
+      "the cost model: calibrate it on this machine, validate it, predict a collective, or plan the TP x PP x DP "
+      "split of a model on a cluster",
+      mpcomm::cli::add_plan);
   add("info", "backends, versions, this host's cores and memory, and the MPCOMM_* variables", mpcomm::cli::add_info);
   CLI11_PARSE(app, argc, argv);
   try {

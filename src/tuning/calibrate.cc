@@ -1,0 +1,249 @@
+#include "tuning/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "mpcomm/error.h"
+
+namespace mpcomm::tuning {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// Solves the square system a·c = b by Gaussian elimination with partial pivoting; false when singular.
+bool solve(std::vector<std::vector<double>> a, std::vector<double> b, std::vector<double>* c) {
+  const size_t n = b.size();
+  for (size_t i = 0; i < n; ++i) {
+    size_t p = i;
+    for (size_t r = i + 1; r < n; ++r)
+      if (std::fabs(a[r][i]) > std::fabs(a[p][i])) p = r;
+    if (std::fabs(a[p][i]) < 1e-300) return false;
+    std::swap(a[i], a[p]);
+    std::swap(b[i], b[p]);
+    for (size_t r = i + 1; r < n; ++r) {
+      const double f = a[r][i] / a[i][i];
+      for (size_t k = i; k < n; ++k) a[r][k] -= f * a[i][k];
+      b[r] -= f * b[i];
+    }
+  }
+  c->assign(n, 0);
+  for (size_t i = n; i-- > 0;) {
+    double s = b[i];
+    for (size_t k = i + 1; k < n; ++k) s -= a[i][k] * (*c)[k];
+    (*c)[i] = s / a[i][i];
+  }
+  return true;
+}
+
+struct Cores {
+  int per_host = 0;
+  bool emulated = false;
+};
+
+Shape shape_of(const Measurement& m, const Cores& c) { return Shape{m.ranks, m.hosts, c.per_host, c.emulated}; }
+
+struct OpFit {
+  BackendCosts::OpCosts costs;
+  double error = std::numeric_limits<double>::infinity();
+  int rows = 0;
+};
+
+double rel_error(const BackendCosts& c, const std::string& op, const Measurement& m, const Cores& cores) {
+  const double p = predict(c, op, m.bytes, shape_of(m, cores)).seconds;
+  return (p - m.seconds) / m.seconds;
+}
+
+// The within-host fit of one op for one algorithm structure: overhead, α, 1/bw.
+OpFit fit_intra(const std::string& op, const std::string& algorithm, const std::vector<Measurement>& rows,
+                const Cores& cores) {
+  std::vector<std::vector<double>> x;
+  std::vector<double> y, w;
+  for (const auto& m : rows) {
+    const Shape s = shape_of(m, cores);
+    double steps = 0, bytes = 0;
+    for (const auto& p : phases(op, algorithm, m.bytes, s)) steps += p.steps_intra, bytes += p.bytes_rank;
+    x.push_back({1, steps, bytes});
+    y.push_back(m.seconds / s.crowding());
+    w.push_back(1 / y.back());
+  }
+  const auto c = nonnegative_least_squares(x, y, w);
+  OpFit f;
+  f.rows = static_cast<int>(rows.size());
+  f.costs.overhead_s = c[0];
+  f.costs.intra = {c[1], c[2] > 0 ? 1 / c[2] : 1e30};
+  f.costs.has_intra = true;
+  f.costs.algorithm = algorithm;
+  BackendCosts b;
+  b.ops[op] = f.costs;
+  std::vector<double> e;
+  for (const auto& m : rows) e.push_back(std::fabs(rel_error(b, op, m, cores)));
+  f.error = median(e);
+  return f;
+}
+
+// Between hosts, the within-host constants held: α between hosts and 1/bw per host.
+void fit_inter(const std::string& op, OpFit* f, const std::vector<Measurement>& rows, const Cores& cores) {
+  std::vector<std::vector<double>> x;
+  std::vector<double> y, w;
+  const std::string algorithm = f->costs.algorithm;
+  for (const auto& m : rows) {
+    const Shape s = shape_of(m, cores);
+    double known = f->costs.overhead_s, steps = 0, bytes = 0;
+    for (const auto& p : phases(op, algorithm, m.bytes, s)) {
+      known += p.steps_intra * f->costs.intra.alpha_s;
+      steps += p.steps_inter;
+      if (p.bytes_host > 0)
+        bytes += p.bytes_host;  // the slower link sets a mixed phase's time
+      else
+        known += p.bytes_rank / f->costs.intra.bw_Bps;
+    }
+    const double t = m.seconds / s.crowding();
+    x.push_back({steps, bytes});
+    y.push_back(std::max(0.0, t - known));
+    w.push_back(1 / t);
+  }
+  const auto c = nonnegative_least_squares(x, y, w);
+  f->costs.inter = {c[0], c[1] > 0 ? 1 / c[1] : 1e30};
+  f->costs.has_inter = true;
+}
+
+}  // namespace
+
+std::vector<double> nonnegative_least_squares(const std::vector<std::vector<double>>& x, const std::vector<double>& y,
+                                              const std::vector<double>& w) {
+  const size_t k = x.empty() ? 0 : x[0].size();
+  std::vector<bool> free(k, true);
+  std::vector<double> c(k, 0);
+  // An active set: a coefficient that comes out negative is held at 0 and the rest fitted again.
+  for (size_t round = 0; round <= k; ++round) {
+    std::vector<size_t> cols;
+    for (size_t j = 0; j < k; ++j)
+      if (free[j]) cols.push_back(j);
+    if (cols.empty()) break;
+    std::vector<std::vector<double>> a(cols.size(), std::vector<double>(cols.size(), 0));
+    std::vector<double> b(cols.size(), 0), sol;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double ww = w[i] * w[i];
+      for (size_t p = 0; p < cols.size(); ++p) {
+        b[p] += ww * x[i][cols[p]] * y[i];
+        for (size_t q = 0; q < cols.size(); ++q) a[p][q] += ww * x[i][cols[p]] * x[i][cols[q]];
+      }
+    }
+    // A column that is 0 in every row, or a multiple of an earlier one (sendrecv's one step is the call's
+    // overhead again), cannot be told apart: hold it at 0.
+    bool dropped = false;
+    for (size_t p = 0; p < cols.size() && !dropped; ++p) {
+      if (a[p][p] == 0) free[cols[p]] = false, dropped = true;
+      for (size_t q = 0; q < p && !dropped; ++q)
+        if (a[p][q] * a[p][q] >= a[p][p] * a[q][q] * (1 - 1e-12)) free[cols[p]] = false, dropped = true;
+    }
+    if (dropped) continue;
+    if (!solve(a, b, &sol)) {
+      free[cols.back()] = false;
+      continue;
+    }
+    size_t worst = cols.size();
+    for (size_t p = 0; p < cols.size(); ++p)
+      if (sol[p] < 0 && (worst == cols.size() || sol[p] < sol[worst])) worst = p;
+    if (worst == cols.size()) {
+      std::fill(c.begin(), c.end(), 0);
+      for (size_t p = 0; p < cols.size(); ++p) c[cols[p]] = sol[p];
+      return c;
+    }
+    free[cols[worst]] = false;
+  }
+  return std::vector<double>(k, 0);
+}
+
+Profile calibrate(const std::vector<Measurement>& rows, const std::string& name, int ranks_per_host, int cores_per_host,
+                  bool emulated_hosts, CalibrationReport* report) {
+  const Cores cores{cores_per_host, emulated_hosts};
+  CalibrationReport local;
+  CalibrationReport& r = report ? *report : local;
+  std::map<std::string, std::map<std::string, std::vector<Measurement>>> by;  // backend -> op -> rows
+  for (const auto& m : rows) {
+    if (algorithms_for(m.op, Shape{}).empty()) {
+      r.skipped.push_back(m.backend + " " + m.op + ": the model has no such op");
+    } else if (m.seconds <= 0 || m.ranks < 2 || m.hosts < 1 || m.ranks % m.hosts) {
+      r.skipped.push_back(m.backend + " " + m.op + " " + std::to_string(m.ranks) + " ranks over " +
+                          std::to_string(m.hosts) + " hosts: not a row the model can fit");
+    } else {
+      by[m.backend][m.op].push_back(m);
+    }
+  }
+  Profile p;
+  p.name = name;
+  p.ranks_per_host = ranks_per_host;
+  p.cores_per_host = cores_per_host;
+  p.emulated_hosts = emulated_hosts;
+  for (const auto& [backend, ops] : by) {
+    BackendCosts costs;
+    for (const auto& [op, list] : ops) {
+      std::vector<Measurement> one, many;
+      std::set<double> sizes;
+      std::set<int> ranks;
+      for (const auto& m : list) {
+        (m.hosts == 1 ? one : many).push_back(m);
+        if (m.hosts == 1) sizes.insert(m.bytes), ranks.insert(m.ranks);
+      }
+      if (sizes.size() < 2 || ranks.size() < 2) {
+        r.skipped.push_back(backend + " " + op + ": needs rows on one host with two sizes and two rank counts");
+        continue;
+      }
+      OpFit best;
+      for (const auto& a : algorithms_for(op, Shape{2, 1}))
+        if (auto f = fit_intra(op, a, one, cores); f.error < best.error) best = f;
+      r.fits.push_back({backend, op, "intra", best.costs.algorithm, best.rows, best.error});
+      if (!many.empty()) {
+        fit_inter(op, &best, many, cores);
+        BackendCosts b;
+        b.ops[op] = best.costs;
+        std::vector<double> e;
+        for (const auto& m : many) e.push_back(std::fabs(rel_error(b, op, m, cores)));
+        r.fits.push_back({backend, op, "inter", best.costs.algorithm, static_cast<int>(many.size()), median(e)});
+      }
+      costs.ops[op] = best.costs;
+    }
+    if (costs.ops.empty()) continue;
+    const auto& base = costs.ops.count("allreduce") ? costs.ops.at("allreduce") : costs.ops.begin()->second;
+    costs.overhead_s = base.overhead_s;
+    costs.intra = base.intra;
+    // Without rows between hosts the backend's inter constants are unknown; the within-host ones stand in,
+    // which a prediction across hosts then says nothing true about (the report says which ops have them).
+    costs.inter = base.has_inter ? base.inter : base.intra;
+    costs.algorithms = {"ring", "tree", "hierarchical"};
+    p.backends[backend] = costs;
+  }
+  if (p.backends.empty())
+    throw InvalidArgument(
+        "mpcomm plan --calibrate: no backend has rows on one host with two sizes and two rank counts"
+        " (α and β cannot be told apart)");
+  p.default_backend = p.backends.count("native") ? "native" : p.backends.begin()->first;
+  return p;
+}
+
+Validation validate(const Profile& p, const std::vector<Measurement>& rows) {
+  Validation v;
+  std::vector<double> errors;
+  for (const auto& m : rows) {
+    if (!p.backends.count(m.backend) || algorithms_for(m.op, Shape{}).empty() || m.seconds <= 0) continue;
+    const auto pred =
+        predict(p.backends.at(m.backend), m.op, m.bytes, Shape{m.ranks, m.hosts, p.cores_per_host, p.emulated_hosts});
+    Validation::Row row{m, pred.seconds, (pred.seconds - m.seconds) / m.seconds, pred.algorithm};
+    errors.push_back(std::fabs(row.rel_error));
+    v.rows.push_back(row);
+  }
+  v.median_abs_error = median(errors);
+  v.max_abs_error = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
+  return v;
+}
+
+}  // namespace mpcomm::tuning

@@ -1,0 +1,188 @@
+// The algorithms' phases (cost_model.h). With n ranks over h hosts, k = n / h per host, S the op's size:
+//
+//   allreduce ring          2(n-1) steps, of which 2(h-1) cross hosts; each rank sends 2(n-1)/n·S, and so does
+//                           each host over its network (one crossing per ring channel and host)
+//   allreduce tree          a chain within the host and a binary tree among hosts, up and down:
+//                           2(k-1) + 2·ceil(log2 h) steps; each rank and each host moves 2S
+//   allreduce hierarchical  reduce-scatter within hosts, allreduce among hosts of S/k per rank (k at once,
+//                           2(h-1)/h·S per host), allgather within hosts
+//   broadcast ring          a pipelined chain: n-1 steps (h-1 crossing), S per rank and per host
+//   broadcast tree          binomial: ceil(log2 n) rounds of the whole buffer
+//   allgather / reduce_scatter ring: n-1 steps (h-1 crossing), (n-1)/n·S per rank and per host
+//   alltoall direct         n-1 steps (1 step crossing per peer host); (n-1)/n·S per rank, k·(n-k)/n·S per host
+//   sendrecv direct         every rank sends S to the next and receives S from the one before (nccl-tests'
+//                           sendrecv, bench's): 1 step (crossing when h > 1); S per rank, S per host
+#include "tuning/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mpcomm/error.h"
+
+namespace mpcomm::tuning {
+namespace {
+
+double ceil_log2(int n) { return n <= 1 ? 0 : std::ceil(std::log2(static_cast<double>(n))); }
+
+void check_shape(const Shape& s) {
+  if (s.ranks < 1 || s.hosts < 1)
+    throw InvalidArgument("cost model: " + std::to_string(s.ranks) + " ranks over " + std::to_string(s.hosts) +
+                          " hosts: both must be at least 1");
+  if (s.ranks % s.hosts != 0)
+    throw InvalidArgument("cost model: " + std::to_string(s.ranks) + " ranks do not spread evenly over " +
+                          std::to_string(s.hosts) + " hosts");
+}
+
+// A ring over every rank: `passes` times around (2 for allreduce), `share` of S per rank per pass.
+Phase ring(double passes, double bytes, const Shape& s) {
+  const double n = s.ranks, h = s.hosts;
+  Phase p;
+  p.steps_inter = passes * (h - 1);
+  p.steps_intra = passes * (n - 1) - p.steps_inter;
+  p.bytes_rank = passes * (n - 1) / n * bytes;
+  p.bytes_host = s.hosts > 1 ? p.bytes_rank : 0;
+  return p;
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_ops() {
+  static const std::vector<std::string> ops = {"allreduce",      "broadcast", "allgather",
+                                               "reduce_scatter", "alltoall",  "sendrecv"};
+  return ops;
+}
+
+std::vector<std::string> algorithms_for(const std::string& op, const Shape& shape) {
+  if (op == "allreduce") {
+    std::vector<std::string> a = {"ring", "tree"};
+    if (shape.hosts > 1 && shape.per_host() > 1) a.push_back("hierarchical");
+    return a;
+  }
+  if (op == "broadcast") return {"ring", "tree"};
+  if (op == "allgather" || op == "reduce_scatter") return {"ring"};
+  if (op == "alltoall" || op == "sendrecv") return {"direct"};
+  return {};
+}
+
+std::vector<Phase> phases(const std::string& op, const std::string& algorithm, double bytes, const Shape& s) {
+  check_shape(s);
+  const auto known = algorithms_for(op, s);
+  if (known.empty()) throw InvalidArgument("cost model: unknown op '" + op + "'");
+  if (std::find(known.begin(), known.end(), algorithm) == known.end())
+    throw InvalidArgument("cost model: " + op + " has no algorithm '" + algorithm + "' on " + std::to_string(s.ranks) +
+                          " ranks over " + std::to_string(s.hosts) + " hosts");
+  const double n = s.ranks, h = s.hosts, k = s.per_host();
+  if (s.ranks == 1) return {};
+  if (op == "allreduce" && algorithm == "ring") return {ring(2, bytes, s)};
+  if (op == "allreduce" && algorithm == "tree") {
+    Phase p;
+    p.steps_intra = 2 * (k - 1);
+    p.steps_inter = 2 * ceil_log2(s.hosts);
+    p.bytes_rank = 2 * bytes;
+    p.bytes_host = s.hosts > 1 ? 2 * bytes : 0;
+    return {p};
+  }
+  if (op == "allreduce" && algorithm == "hierarchical") {
+    Phase within{k - 1, 0, (k - 1) / k * bytes, 0};
+    Phase among{0, 2 * (h - 1), 0, 2 * (h - 1) / h * bytes};
+    return {within, among, within};
+  }
+  if (op == "broadcast" && algorithm == "ring") {
+    Phase p{n - 1 - (h - 1), h - 1, bytes, s.hosts > 1 ? bytes : 0};
+    return {p};
+  }
+  if (op == "broadcast" && algorithm == "tree") {
+    Phase p;
+    const double rounds = ceil_log2(s.ranks), rounds_inter = ceil_log2(s.hosts);
+    p.steps_inter = rounds_inter;
+    p.steps_intra = rounds - rounds_inter;
+    p.bytes_rank = rounds * bytes;
+    p.bytes_host = rounds_inter * bytes;
+    return {p};
+  }
+  if (op == "allgather" || op == "reduce_scatter") return {ring(1, bytes, s)};
+  if (op == "alltoall") {
+    Phase p;
+    p.steps_inter = h - 1;
+    p.steps_intra = n - 1 - p.steps_inter;
+    p.bytes_rank = (n - 1) / n * bytes;
+    p.bytes_host = k * (n - k) / n * bytes;
+    return {p};
+  }
+  // sendrecv: a shift along the ranks; across hosts one rank of each host sends out.
+  Phase p;
+  (s.hosts > 1 ? p.steps_inter : p.steps_intra) = 1;
+  p.bytes_rank = bytes;
+  p.bytes_host = s.hosts > 1 ? bytes : 0;
+  return {p};
+}
+
+double phase_seconds(const Phase& p, const LinkCost& intra, const LinkCost& inter) {
+  auto over = [](double bytes, double bw) {
+    if (bytes <= 0) return 0.0;
+    return bw > 0 ? bytes / bw : std::numeric_limits<double>::infinity();
+  };
+  return p.steps_intra * intra.alpha_s + p.steps_inter * inter.alpha_s +
+         std::max(over(p.bytes_rank, intra.bw_Bps), over(p.bytes_host, inter.bw_Bps));
+}
+
+double Shape::crowding() const {
+  if (cores_per_host <= 0) return 1;
+  return std::max(1.0, static_cast<double>(emulated ? ranks : per_host()) / cores_per_host);
+}
+
+OpConstants constants(const BackendCosts& costs, const std::string& op) {
+  OpConstants c{costs.overhead_s, costs.intra, costs.inter};
+  if (auto it = costs.ops.find(op); it != costs.ops.end()) {
+    c.overhead_s = it->second.overhead_s;
+    if (it->second.has_intra) c.intra = it->second.intra;
+    if (it->second.has_inter) c.inter = it->second.inter;
+  }
+  return c;
+}
+
+Prediction predict(const BackendCosts& costs, const std::string& op, double bytes, const Shape& shape,
+                   const std::string& algorithm) {
+  check_shape(shape);
+  if (algorithms_for(op, shape).empty()) throw InvalidArgument("cost model: unknown op '" + op + "'");
+  if (bytes < 0) throw InvalidArgument("cost model: a negative size");
+  const OpConstants k = constants(costs, op);
+  std::string chosen = algorithm;
+  if (auto it = costs.ops.find(op); chosen.empty() && it != costs.ops.end() && !it->second.algorithm.empty()) {
+    const auto known = algorithms_for(op, shape);
+    if (std::find(known.begin(), known.end(), it->second.algorithm) != known.end()) chosen = it->second.algorithm;
+  }
+  const double crowding = shape.crowding();
+  std::vector<std::string> candidates;
+  if (!chosen.empty()) {
+    candidates = {chosen};
+  } else {
+    for (const auto& a : algorithms_for(op, shape))
+      if (std::find(costs.algorithms.begin(), costs.algorithms.end(), a) != costs.algorithms.end() || a == "direct")
+        candidates.push_back(a);
+    if (candidates.empty()) candidates = {algorithms_for(op, shape).front()};
+  }
+  Prediction best;
+  best.seconds = std::numeric_limits<double>::infinity();
+  for (const auto& a : candidates) {
+    Prediction p;
+    p.algorithm = a;
+    p.phases = phases(op, a, bytes, shape);
+    p.seconds = shape.ranks > 1 ? k.overhead_s : 0;
+    for (const auto& ph : p.phases) p.seconds += phase_seconds(ph, k.intra, k.inter);
+    p.seconds *= crowding;
+    if (p.seconds < best.seconds) best = std::move(p);
+  }
+  return best;
+}
+
+double bus_factor(const std::string& op, int ranks) {
+  const double n = ranks;
+  if (ranks <= 1) return 1;
+  if (op == "allreduce") return 2 * (n - 1) / n;
+  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall") return (n - 1) / n;
+  return 1;
+}
+
+}  // namespace mpcomm::tuning

@@ -1,0 +1,96 @@
+// The alpha-beta cost model: the time of a collective as a fixed cost per call, a latency per algorithm step
+// and bytes over bandwidth, per link level (within a host, between hosts), composed the way each algorithm
+// moves its bytes. The structure is the one NCCL's tuner uses (per-step latencies by interconnect, a bus
+// factor per algorithm); the constants come from a profile (profile.h): measured on this machine by
+// `mpcomm plan --calibrate`, or published figures for machines we do not have. The planner
+// (parallel/planner.h) and `mpcomm plan --predict` ask it; selection can ask it where a table has no row.
+//
+// Sizes are nccl-tests': allreduce and broadcast the buffer, allgather the whole output, reduce_scatter the
+// whole input, alltoall what one rank sends in all, sendrecv what one rank sends.
+//
+// An algorithm is a sequence of phases; a phase costs
+//     steps_intra · alpha_intra + steps_inter · alpha_inter + max(bytes_rank / bw_rank, bytes_host / bw_host)
+// where bytes_rank is what the busiest rank moves over its link within the host, and bytes_host what the busiest
+// host moves over its network links (both links stream at once, so the slower one sets the time). On a host with
+// fewer cores than ranks (cores_per_host > 0), the ranks take turns on the cores: every term grows by the ratio.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mpcomm::tuning {
+
+// One level's constants: seconds per algorithm step, and bytes per second.
+struct LinkCost {
+  double alpha_s = 0;
+  double bw_Bps = 0;
+};
+
+// One backend's constants on one kind of machine.
+struct BackendCosts {
+  double overhead_s = 0;  // per call, whatever the size or the ranks
+  LinkCost intra;         // between two ranks of a host; bw per rank
+  LinkCost inter;         // between hosts; bw per host (all of its network links together)
+  // Calibrated per op (what the op's own rows fitted); an op not here uses the constants above.
+  struct OpCosts {
+    double overhead_s = 0;
+    LinkCost intra, inter;
+    bool has_intra = false, has_inter = false;
+    std::string algorithm;  // the one whose structure fitted the op's rows best ("": the fastest)
+  };
+  std::map<std::string, OpCosts> ops;
+  // The algorithms the backend runs; a prediction without one named takes the fastest of these for the op.
+  std::vector<std::string> algorithms = {"ring", "tree", "hierarchical"};
+};
+
+// Where the ranks are: `ranks` over `hosts` hosts, the same number on each.
+struct Shape {
+  int ranks = 1;
+  int hosts = 1;
+  int cores_per_host = 0;  // 0: a core (or a GPU) per rank, never shared
+  bool emulated = false;   // the hosts are emulated on one machine: all ranks share its cores_per_host cores
+  int per_host() const { return ranks / hosts; }
+  // Ranks beyond the cores take turns on them: every term of the time grows by this.
+  double crowding() const;
+};
+
+// One phase's terms, before the constants (what the tests check by hand).
+struct Phase {
+  double steps_intra = 0, steps_inter = 0;
+  double bytes_rank = 0, bytes_host = 0;
+};
+
+struct Prediction {
+  double seconds = 0;
+  std::string algorithm;
+  std::vector<Phase> phases;
+};
+
+// The ops the model knows, and the algorithms it can compose for one (empty: unknown op).
+const std::vector<std::string>& model_ops();
+std::vector<std::string> algorithms_for(const std::string& op, const Shape& shape);
+
+// The phases of `algorithm` running `op` of `bytes` on `shape`. Throws InvalidArgument for an op or algorithm
+// the model does not know, or one that cannot run on the shape (hierarchical on one host).
+std::vector<Phase> phases(const std::string& op, const std::string& algorithm, double bytes, const Shape& shape);
+
+// The time of the phases under the constants.
+double phase_seconds(const Phase& p, const LinkCost& intra, const LinkCost& inter);
+
+// The constants `op` runs with on the backend: its own where calibration fitted them, else the backend's.
+struct OpConstants {
+  double overhead_s = 0;
+  LinkCost intra, inter;
+};
+OpConstants constants(const BackendCosts& costs, const std::string& op);
+
+// The time of `op`: with `algorithm` "" the fastest the backend runs. Throws InvalidArgument naming what is
+// wrong (unknown op, a shape that cannot be: ranks not a multiple of hosts, fewer than one).
+Prediction predict(const BackendCosts& costs, const std::string& op, double bytes, const Shape& shape,
+                   const std::string& algorithm = "");
+
+// nccl-tests' bus bandwidth factor of op on n ranks (busbw = bytes / time × factor).
+double bus_factor(const std::string& op, int ranks);
+
+}  // namespace mpcomm::tuning

@@ -1,0 +1,149 @@
+// Calibration recovers the constants that generated its rows (the model plus noise), profiles read back what
+// was written and refuse what is missing, naming it.
+#include "tuning/calibrate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "mpcomm/error.h"
+
+namespace mpcomm::tuning {
+namespace {
+
+constexpr double us = 1e-6, GB = 1e9;
+
+// Rows of every op the model has, on 2-4 ranks of one host and 2 and 4 ranks over 2 hosts, timed by `truth`
+// (each op with its own constants, scaled) with multiplicative noise of ±noise.
+std::vector<Measurement> synthetic(const BackendCosts& truth, double noise, int cores, bool emulated) {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<double> u(1 - noise, 1 + noise);
+  std::vector<Measurement> rows;
+  for (const auto& op : model_ops())
+    for (auto [ranks, hosts] : std::vector<std::pair<int, int>>{{2, 1}, {3, 1}, {4, 1}, {2, 2}, {4, 2}})
+      for (double bytes = 3 << 10; bytes <= 12 << 20; bytes *= 8) {
+        const double t = predict(truth, op, bytes, Shape{ranks, hosts, cores, emulated}).seconds;
+        rows.push_back({"b", op, bytes, ranks, hosts, t * u(rng)});
+      }
+  return rows;
+}
+
+BackendCosts truth() {
+  BackendCosts c;
+  c.overhead_s = 4 * us;
+  c.intra = {3 * us, 6 * GB};
+  c.inter = {40 * us, 1.2 * GB};
+  for (const auto& op : model_ops()) {
+    BackendCosts::OpCosts o;
+    o.overhead_s = c.overhead_s, o.intra = c.intra, o.inter = c.inter, o.has_intra = o.has_inter = true;
+    o.algorithm = algorithms_for(op, Shape{2, 1}).front();
+    if (op == "broadcast") o.intra.bw_Bps = 9 * GB, o.algorithm = "tree";
+    c.ops[op] = o;
+  }
+  return c;
+}
+
+TEST(Calibrate, NonnegativeLeastSquaresSolvesAndClampsAtZero) {
+  // y = 2 + 3x exactly.
+  auto c = nonnegative_least_squares({{1, 0}, {1, 1}, {1, 2}}, {2, 5, 8}, {1, 1, 1});
+  EXPECT_NEAR(c[0], 2, 1e-12);
+  EXPECT_NEAR(c[1], 3, 1e-12);
+  // The best unconstrained intercept is negative: held at 0, the slope fitted alone.
+  c = nonnegative_least_squares({{1, 1}, {1, 2}, {1, 3}}, {1, 3, 5}, {1, 1, 1});
+  EXPECT_EQ(c[0], 0);
+  EXPECT_NEAR(c[1], 22.0 / 14, 1e-12);
+}
+
+void expect_recovered(const BackendCosts& t, const Profile& p, double tol) {
+  const BackendCosts& b = p.backend("b");
+  for (const auto& op : model_ops()) {
+    SCOPED_TRACE(op);
+    const auto& got = b.ops.at(op);
+    const auto& want = t.ops.at(op);
+    EXPECT_EQ(got.algorithm, want.algorithm);
+    EXPECT_NEAR(got.intra.bw_Bps / want.intra.bw_Bps, 1, tol);
+    EXPECT_NEAR(got.inter.bw_Bps / want.inter.bw_Bps, 1, tol);
+    // Overhead and one step within a host: their sum on 2 ranks is what the rows tell apart best. sendrecv
+    // takes one step whatever the ranks, so only the call's whole latency is known, within a host and across.
+    if (op != "sendrecv") {
+      EXPECT_NEAR(got.intra.alpha_s / want.intra.alpha_s, 1, 5 * tol);
+      EXPECT_NEAR(got.inter.alpha_s / want.inter.alpha_s, 1, 3 * tol);
+    } else {
+      EXPECT_NEAR((got.overhead_s + got.inter.alpha_s) / (want.overhead_s + want.inter.alpha_s), 1, 3 * tol);
+    }
+    EXPECT_NEAR((got.overhead_s + got.intra.alpha_s) / (want.overhead_s + want.intra.alpha_s), 1, 3 * tol);
+  }
+}
+
+TEST(Calibrate, RecoversTheConstantsOfExactRows) {
+  const auto t = truth();
+  const Profile p = calibrate(synthetic(t, 0, 0, false), "x", 4, 0, false);
+  expect_recovered(t, p, 1e-6);
+}
+
+TEST(Calibrate, RecoversTheConstantsThroughNoiseAndCrowding) {
+  const auto t = truth();
+  CalibrationReport report;
+  const Profile p = calibrate(synthetic(t, 0.03, 2, true), "x", 2, 2, true, &report);
+  expect_recovered(t, p, 0.06);
+  EXPECT_EQ(p.cores_per_host, 2);
+  EXPECT_TRUE(p.emulated_hosts);
+  for (const auto& f : report.fits) EXPECT_LT(f.median_rel_error, 0.03) << f.op << " " << f.level;
+  // And the fitted profile predicts rows it never saw (other sizes and shapes) as well as the noise allows.
+  std::vector<Measurement> unseen;
+  for (const auto& op : model_ops())
+    for (auto [ranks, hosts] : std::vector<std::pair<int, int>>{{6, 1}, {8, 2}, {8, 4}})
+      unseen.push_back({"b", op, 5e6, ranks, hosts, predict(t, op, 5e6, Shape{ranks, hosts, 2, true}).seconds});
+  const auto v = validate(p, unseen);
+  EXPECT_EQ(v.rows.size(), unseen.size());
+  EXPECT_LT(v.max_abs_error, 0.1);
+}
+
+TEST(Calibrate, RowsThatCannotBeFittedAreRefused) {
+  // One rank count only: α and β cannot be told apart.
+  std::vector<Measurement> rows = {{"b", "allreduce", 1e3, 2, 1, 1e-5}, {"b", "allreduce", 1e6, 2, 1, 1e-3}};
+  EXPECT_THROW(calibrate(rows, "x", 2, 0, false), InvalidArgument);
+}
+
+TEST(Profile, WhatIsWrittenReadsBack) {
+  const auto t = truth();
+  const Profile p = calibrate(synthetic(t, 0, 0, false), "x", 4, 2, true);
+  const Profile q = parse_profile(format_profile(p), "roundtrip");
+  EXPECT_EQ(format_profile(q), format_profile(p));
+  for (const auto& op : model_ops())
+    EXPECT_NEAR(predict(q.backend("b"), op, 1e6, Shape{4, 2, 2, true}).seconds,
+                predict(p.backend("b"), op, 1e6, Shape{4, 2, 2, true}).seconds, 1e-5 * 1e-3);
+  for (const auto& name : published_profiles()) EXPECT_EQ(published_profile(name).name, name);
+}
+
+void expect_refused(const std::string& text, const std::string& part) {
+  try {
+    parse_profile(text, "F");
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(Profile, MissingOrWrongFieldsAreNamed) {
+  const std::string head = "mpcomm-profile 1\nname = p\nranks_per_host = 8\n";
+  const std::string full = "overhead_us=1 intra_alpha_us=1 intra_bw_gbs=1 inter_alpha_us=1 inter_bw_gbs=1";
+  expect_refused(head + "backend nccl overhead_us=1 intra_alpha_us=1 intra_bw_gbs=1 inter_alpha_us=1\n",
+                 "profile F: line 4 (backend nccl): missing field inter_bw_gbs");
+  expect_refused(head + "backend nccl " + full + " colour=blue\n", "unknown field colour");
+  expect_refused(head + "backend nccl overhead_us=x intra_alpha_us=1 intra_bw_gbs=1 inter_alpha_us=1 inter_bw_gbs=1\n",
+                 "overhead_us: 'x' is not a number");
+  expect_refused("mpcomm-profile 1\nranks_per_host = 8\nbackend nccl " + full + "\n", "missing field name");
+  expect_refused("mpcomm-profile 1\nname = p\nbackend nccl " + full + "\n", "missing field ranks_per_host");
+  expect_refused(head, "missing a 'backend' line");
+  expect_refused(head + "flopz = 1\n", "unknown key 'flopz'");
+  expect_refused("name = p\n", "expected 'mpcomm-profile 1' first");
+  expect_refused(head + "backend nccl " + full + "\nop nccl allshuffle " + full + "\n", "unknown op 'allshuffle'");
+  expect_refused(head + "op nccl allreduce " + full + "\n", "comes before a 'backend nccl' line");
+  EXPECT_THROW(load_profile("dgx-z100"), InvalidArgument);
+  EXPECT_THROW(load_profile("/nonexistent/p.profile"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace mpcomm::tuning
