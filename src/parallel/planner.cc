@@ -207,7 +207,7 @@ Plan plan(const PlanRequest& r, const tuning::Profile& profile) {
         (across ? ph.steps_inter : ph.steps_intra) = 1;
         ph.bytes_rank = piece;
         ph.bytes_host = across ? K * piece : 0;  // every GPU of the node sends its piece at once
-        const auto k = tuning::constants(costs, "sendrecv");
+        const auto k = tuning::constants(costs, "sendrecv", piece, 2);
         t_p2p = k.overhead_s + tuning::phase_seconds(ph, k.intra, k.inter);
       }
       // Data parallelism: the gradients (16-bit) reduced over dp ranks spaced tp apart, hidden behind the last

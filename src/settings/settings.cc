@@ -123,6 +123,10 @@ const std::vector<ParamInfo>& all_params() {
        "a selection table (written by mpcomm tune) whose rows for this communicator's shape come before the built-in "
        "table",
        Kind::text},
+      {"MPCOMM_PROFILE_DIR", "",
+       "where mpcomm plan --calibrate writes, and --profile this-machine reads, this machine's cost-model profile "
+       "(default ~/.cache/mpcomm)",
+       Kind::text},
       {"MPCOMM_AUTO_BACKENDS", "",
        "the backends the auto backend may route calls to, comma-separated (empty: every one usable: gloo, mpi when "
        "mpirun started the ranks, nccl for GPU buffers); native is always among them, and a backend is used only where "

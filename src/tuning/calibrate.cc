@@ -11,6 +11,19 @@
 namespace mpcomm::tuning {
 namespace {
 
+// The size bands a backend's constants are fitted in, a factor of 4 apart: the native backend changes
+// algorithms, and a message outgrows the CPU's caches (per-core L2, the shared L3), within a few such steps.
+const double kBands[] = {16 << 10, 64 << 10, 256 << 10, 1 << 20,
+                         4 << 20,  16 << 20, 64 << 20,  std::numeric_limits<double>::infinity()};
+
+std::string band_name(double from, double below) {
+  auto h = [](double b) {
+    return b >= (1 << 20) ? std::to_string(static_cast<long long>(b) >> 20) + "M"
+                          : std::to_string(static_cast<long long>(b) >> 10) + "K";
+  };
+  return "[" + (from == 0 ? std::string("0") : h(from)) + "," + (std::isfinite(below) ? h(below) : "inf") + ")";
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -61,20 +74,28 @@ double rel_error(const BackendCosts& c, const std::string& op, const Measurement
   return (p - m.seconds) / m.seconds;
 }
 
-// The within-host fit of one op for one algorithm structure: overhead, α, 1/bw.
+// The within-host fit of one op's band for one algorithm structure: overhead, α, 1/bw — or, with `held`
+// (a band of a single size, whose rows cannot tell α from β), 1/bw alone, the overhead and α the held band's.
 OpFit fit_intra(const std::string& op, const std::string& algorithm, const std::vector<Measurement>& rows,
-                const Cores& cores) {
+                const Cores& cores, const BackendCosts::OpCosts* held) {
   std::vector<std::vector<double>> x;
   std::vector<double> y, w;
   for (const auto& m : rows) {
     const Shape s = shape_of(m, cores);
     double steps = 0, bytes = 0;
     for (const auto& p : phases(op, algorithm, m.bytes, s)) steps += p.steps_intra, bytes += p.bytes_rank;
-    x.push_back({1, steps, bytes});
-    y.push_back(m.seconds / s.crowding());
-    w.push_back(1 / y.back());
+    const double t = m.seconds / s.crowding();
+    if (held) {
+      x.push_back({bytes});
+      y.push_back(std::max(0.0, t - held->overhead_s - steps * held->intra.alpha_s));
+    } else {
+      x.push_back({1, steps, bytes});
+      y.push_back(t);
+    }
+    w.push_back(1 / t);
   }
-  const auto c = nonnegative_least_squares(x, y, w);
+  auto c = nonnegative_least_squares(x, y, w);
+  if (held) c = {held->overhead_s, held->intra.alpha_s, c[0]};
   OpFit f;
   f.rows = static_cast<int>(rows.size());
   f.costs.overhead_s = c[0];
@@ -82,15 +103,17 @@ OpFit fit_intra(const std::string& op, const std::string& algorithm, const std::
   f.costs.has_intra = true;
   f.costs.algorithm = algorithm;
   BackendCosts b;
-  b.ops[op] = f.costs;
+  b.ops[op] = {f.costs};
   std::vector<double> e;
   for (const auto& m : rows) e.push_back(std::fabs(rel_error(b, op, m, cores)));
   f.error = median(e);
   return f;
 }
 
-// Between hosts, the within-host constants held: α between hosts and 1/bw per host.
-void fit_inter(const std::string& op, OpFit* f, const std::vector<Measurement>& rows, const Cores& cores) {
+// Between hosts, the within-host constants held: α between hosts and 1/bw per host (1/bw alone, α the held
+// band's, when the rows are of one size).
+void fit_inter(const std::string& op, OpFit* f, const std::vector<Measurement>& rows, const Cores& cores,
+               const BackendCosts::OpCosts* held) {
   std::vector<std::vector<double>> x;
   std::vector<double> y, w;
   const std::string algorithm = f->costs.algorithm;
@@ -106,13 +129,25 @@ void fit_inter(const std::string& op, OpFit* f, const std::vector<Measurement>& 
         known += p.bytes_rank / f->costs.intra.bw_Bps;
     }
     const double t = m.seconds / s.crowding();
-    x.push_back({steps, bytes});
-    y.push_back(std::max(0.0, t - known));
+    if (held) {
+      x.push_back({bytes});
+      y.push_back(std::max(0.0, t - known - steps * held->inter.alpha_s));
+    } else {
+      x.push_back({steps, bytes});
+      y.push_back(std::max(0.0, t - known));
+    }
     w.push_back(1 / t);
   }
-  const auto c = nonnegative_least_squares(x, y, w);
+  auto c = nonnegative_least_squares(x, y, w);
+  if (held) c = {held->inter.alpha_s, c[0]};
   f->costs.inter = {c[0], c[1] > 0 ? 1 / c[1] : 1e30};
   f->costs.has_inter = true;
+}
+
+size_t distinct_sizes(const std::vector<Measurement>& rows) {
+  std::set<double> s;
+  for (const auto& m : rows) s.insert(m.bytes);
+  return s.size();
 }
 
 }  // namespace
@@ -186,34 +221,64 @@ Profile calibrate(const std::vector<Measurement>& rows, const std::string& name,
   p.emulated_hosts = emulated_hosts;
   for (const auto& [backend, ops] : by) {
     BackendCosts costs;
-    for (const auto& [op, list] : ops) {
-      std::vector<Measurement> one, many;
-      std::set<double> sizes;
-      std::set<int> ranks;
-      for (const auto& m : list) {
-        (m.hosts == 1 ? one : many).push_back(m);
-        if (m.hosts == 1) sizes.insert(m.bytes), ranks.insert(m.ranks);
+    for (const auto& [op, all] : ops)
+      for (bool pairs : {true, false}) {
+        std::vector<Measurement> list;
+        for (const auto& m : all)
+          if ((m.ranks == 2) == pairs) list.push_back(m);
+        if (list.empty()) continue;
+        std::vector<BackendCosts::OpCosts> bands;
+        double from = 0;
+        std::vector<Measurement> one, many;  // a first band of one size is carried into the next
+        double band_from = 0;
+        for (double below : kBands) {
+          for (const auto& m : list)
+            if (m.bytes >= from && m.bytes < below) (m.hosts == 1 ? one : many).push_back(m);
+          from = below;
+          if (one.empty()) continue;  // the band below (or above, for the first) covers these sizes
+          const BackendCosts::OpCosts* held = distinct_sizes(one) < 2 && !bands.empty() ? &bands.back() : nullptr;
+          if (distinct_sizes(one) < 2 && !held) continue;
+          const std::string band = band_name(band_from, below);
+          band_from = below;
+          OpFit best;
+          for (const auto& a : algorithms_for(op, Shape{2, 1}))
+            if (auto f = fit_intra(op, a, one, cores, held); f.error < best.error) best = f;
+          r.fits.push_back(
+              {backend, op, (pairs ? "2 ranks " : "") + band, "intra", best.costs.algorithm, best.rows, best.error});
+          if (!many.empty()) {
+            const bool hold = distinct_sizes(many) < 2 && !bands.empty() && bands.back().has_inter;
+            fit_inter(op, &best, many, cores, hold ? &bands.back() : nullptr);
+            BackendCosts b;
+            b.ops[op] = {best.costs};
+            std::vector<double> e;
+            for (const auto& m : many) e.push_back(std::fabs(rel_error(b, op, m, cores)));
+            r.fits.push_back({backend, op, (pairs ? "2 ranks " : "") + band, "inter", best.costs.algorithm,
+                              static_cast<int>(many.size()), median(e)});
+          } else if (!bands.empty() && bands.back().has_inter) {
+            best.costs.inter = bands.back().inter, best.costs.has_inter = true;
+          }
+          best.costs.below_bytes = below;
+          double logs = 0;
+          for (const auto& m : one) logs += std::log(m.bytes);
+          best.costs.at_bytes = std::round(std::exp(logs / static_cast<double>(one.size())));
+          bands.push_back(best.costs);
+          one.clear(), many.clear();
+        }
+        if (bands.empty()) {
+          r.skipped.push_back(backend + " " + op + (pairs ? " (2 ranks)" : " (3 ranks or more)") +
+                              ": no size band has rows of two sizes on one host");
+          continue;
+        }
+        bands.back().below_bytes = std::numeric_limits<double>::infinity();
+        for (auto& b : bands) b.pairs = pairs;
+        auto& into = costs.ops[op];
+        into.insert(into.end(), bands.begin(), bands.end());
       }
-      if (sizes.size() < 2 || ranks.size() < 2) {
-        r.skipped.push_back(backend + " " + op + ": needs rows on one host with two sizes and two rank counts");
-        continue;
-      }
-      OpFit best;
-      for (const auto& a : algorithms_for(op, Shape{2, 1}))
-        if (auto f = fit_intra(op, a, one, cores); f.error < best.error) best = f;
-      r.fits.push_back({backend, op, "intra", best.costs.algorithm, best.rows, best.error});
-      if (!many.empty()) {
-        fit_inter(op, &best, many, cores);
-        BackendCosts b;
-        b.ops[op] = best.costs;
-        std::vector<double> e;
-        for (const auto& m : many) e.push_back(std::fabs(rel_error(b, op, m, cores)));
-        r.fits.push_back({backend, op, "inter", best.costs.algorithm, static_cast<int>(many.size()), median(e)});
-      }
-      costs.ops[op] = best.costs;
-    }
     if (costs.ops.empty()) continue;
-    const auto& base = costs.ops.count("allreduce") ? costs.ops.at("allreduce") : costs.ops.begin()->second;
+    // The smallest sizes' band (of more than two ranks where there is one): what a call pays whatever else it does.
+    const auto& list = costs.ops.count("allreduce") ? costs.ops.at("allreduce") : costs.ops.begin()->second;
+    auto more = std::find_if(list.begin(), list.end(), [](const BackendCosts::OpCosts& b) { return !b.pairs; });
+    const auto& base = more != list.end() ? *more : list.front();
     costs.overhead_s = base.overhead_s;
     costs.intra = base.intra;
     // Without rows between hosts the backend's inter constants are unknown; the within-host ones stand in,
@@ -224,8 +289,7 @@ Profile calibrate(const std::vector<Measurement>& rows, const std::string& name,
   }
   if (p.backends.empty())
     throw InvalidArgument(
-        "mpcomm plan --calibrate: no backend has rows on one host with two sizes and two rank counts"
-        " (α and β cannot be told apart)");
+        "mpcomm plan --calibrate: no backend has rows of two sizes on one host (α and β cannot be told apart)");
   p.default_backend = p.backends.count("native") ? "native" : p.backends.begin()->first;
   return p;
 }

@@ -1,9 +1,12 @@
 // Calibration: the cost model's constants fitted to measured times (`mpcomm bench --json` rows), and the
 // model's error against measurements it was not fitted to.
 //
-// Per backend and op, from the rows on one host: the call's overhead, the step latency and the bandwidth
-// within a host, by least squares on relative error, for each algorithm structure the model has for the op;
-// the structure that explains the rows best is kept. Then, from the rows over several hosts, with the
+// Per backend, op and size band (bands a factor of 4 apart from 16 KiB to 64 MiB: within a few such steps the
+// native backend changes algorithms and a message leaves the CPU's caches), apart for two ranks and for more,
+// from the rows on one host: the call's overhead, the step
+// latency and the bandwidth within a host, by least squares on relative error, for each algorithm structure the
+// model has for the op; the structure that explains the rows best is kept. A band with rows of one size fits
+// the bandwidth alone, the latencies the band below's. Then, from the rows over several hosts, with the
 // within-host constants held: the step latency and bandwidth between hosts. Rows whose ranks outnumber the
 // host's cores are divided by the crowding first (cost_model.h). The backend's own constants (for ops it
 // has no rows of) are its allreduce's, else its first op's.
@@ -25,7 +28,7 @@ struct Measurement {
 
 struct CalibrationReport {
   struct Fit {
-    std::string backend, op, level, algorithm;  // level: intra or inter
+    std::string backend, op, band, level, algorithm;  // band: the sizes, "[64K,1M)"; level: intra or inter
     int rows = 0;
     double median_rel_error = 0;  // of the fitted rows themselves
   };

@@ -132,28 +132,52 @@ double Shape::crowding() const {
   return std::max(1.0, static_cast<double>(emulated ? ranks : per_host()) / cores_per_host);
 }
 
-OpConstants constants(const BackendCosts& costs, const std::string& op) {
+const BackendCosts::OpCosts* BackendCosts::op_costs(const std::string& op, double bytes, int ranks) const {
+  auto it = ops.find(op);
+  if (it == ops.end() || it->second.empty()) return nullptr;
+  bool pairs = ranks == 2;
+  if (std::none_of(it->second.begin(), it->second.end(), [&](const OpCosts& b) { return b.pairs == pairs; }))
+    pairs = !pairs;
+  const OpCosts* last = nullptr;
+  for (const auto& band : it->second) {
+    if (band.pairs != pairs) continue;
+    last = &band;
+    if (bytes < band.below_bytes) break;
+  }
+  return last;
+}
+
+OpConstants constants(const BackendCosts& costs, const std::string& op, double bytes, int ranks) {
   OpConstants c{costs.overhead_s, costs.intra, costs.inter};
-  if (auto it = costs.ops.find(op); it != costs.ops.end()) {
-    c.overhead_s = it->second.overhead_s;
-    if (it->second.has_intra) c.intra = it->second.intra;
-    if (it->second.has_inter) c.inter = it->second.inter;
+  if (const auto* band = costs.op_costs(op, bytes, ranks)) {
+    c.overhead_s = band->overhead_s;
+    if (band->has_intra) c.intra = band->intra;
+    if (band->has_inter) c.inter = band->inter;
   }
   return c;
 }
 
-Prediction predict(const BackendCosts& costs, const std::string& op, double bytes, const Shape& shape,
-                   const std::string& algorithm) {
-  check_shape(shape);
-  if (algorithms_for(op, shape).empty()) throw InvalidArgument("cost model: unknown op '" + op + "'");
-  if (bytes < 0) throw InvalidArgument("cost model: a negative size");
-  const OpConstants k = constants(costs, op);
-  std::string chosen = algorithm;
-  if (auto it = costs.ops.find(op); chosen.empty() && it != costs.ops.end() && !it->second.algorithm.empty()) {
-    const auto known = algorithms_for(op, shape);
-    if (std::find(known.begin(), known.end(), it->second.algorithm) != known.end()) chosen = it->second.algorithm;
+namespace {
+
+OpConstants band_constants(const BackendCosts& costs, const BackendCosts::OpCosts* band) {
+  OpConstants c{costs.overhead_s, costs.intra, costs.inter};
+  if (band) {
+    c.overhead_s = band->overhead_s;
+    if (band->has_intra) c.intra = band->intra;
+    if (band->has_inter) c.inter = band->inter;
   }
-  const double crowding = shape.crowding();
+  return c;
+}
+
+// The fastest of the candidate algorithms under one set of constants (the band's own algorithm when it has one).
+Prediction evaluate(const BackendCosts& costs, const BackendCosts::OpCosts* band, const std::string& op, double bytes,
+                    const Shape& shape, const std::string& algorithm) {
+  const OpConstants k = band_constants(costs, band);
+  std::string chosen = algorithm;
+  if (chosen.empty() && band && !band->algorithm.empty()) {
+    const auto known = algorithms_for(op, shape);
+    if (std::find(known.begin(), known.end(), band->algorithm) != known.end()) chosen = band->algorithm;
+  }
   std::vector<std::string> candidates;
   if (!chosen.empty()) {
     candidates = {chosen};
@@ -171,10 +195,36 @@ Prediction predict(const BackendCosts& costs, const std::string& op, double byte
     p.phases = phases(op, a, bytes, shape);
     p.seconds = shape.ranks > 1 ? k.overhead_s : 0;
     for (const auto& ph : p.phases) p.seconds += phase_seconds(ph, k.intra, k.inter);
-    p.seconds *= crowding;
+    p.seconds *= shape.crowding();
     if (p.seconds < best.seconds) best = std::move(p);
   }
   return best;
+}
+
+}  // namespace
+
+Prediction predict(const BackendCosts& costs, const std::string& op, double bytes, const Shape& shape,
+                   const std::string& algorithm) {
+  check_shape(shape);
+  if (algorithms_for(op, shape).empty()) throw InvalidArgument("cost model: unknown op '" + op + "'");
+  if (bytes < 0) throw InvalidArgument("cost model: a negative size");
+  const BackendCosts::OpCosts* band = costs.op_costs(op, bytes, shape.ranks);
+  if (!band || band->at_bytes <= 0 || bytes <= 0) return evaluate(costs, band, op, bytes, shape, algorithm);
+  // Between the sizes two bands were fitted at, each band's prediction is blended in log size, so that a
+  // size between them is not left to one band's straight line (a CPU's bandwidth falls smoothly as messages
+  // outgrow its caches).
+  const BackendCosts::OpCosts *lo = nullptr, *hi = nullptr;
+  for (const auto& b : costs.ops.at(op)) {
+    if (b.pairs != band->pairs || b.at_bytes <= 0) continue;
+    if (b.at_bytes <= bytes) lo = &b;
+    if (b.at_bytes > bytes && !hi) hi = &b;
+  }
+  if (!lo || !hi) return evaluate(costs, lo ? lo : hi ? hi : band, op, bytes, shape, algorithm);
+  const double w = std::log(bytes / lo->at_bytes) / std::log(hi->at_bytes / lo->at_bytes);
+  Prediction a = evaluate(costs, lo, op, bytes, shape, algorithm), b = evaluate(costs, hi, op, bytes, shape, algorithm);
+  Prediction out = w < 0.5 ? a : b;
+  out.seconds = std::exp((1 - w) * std::log(a.seconds) + w * std::log(b.seconds));
+  return out;
 }
 
 double bus_factor(const std::string& op, int ranks) {

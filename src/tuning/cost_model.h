@@ -15,6 +15,7 @@
 // fewer cores than ranks (cores_per_host > 0), the ranks take turns on the cores: every term grows by the ratio.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,14 +33,24 @@ struct BackendCosts {
   double overhead_s = 0;  // per call, whatever the size or the ranks
   LinkCost intra;         // between two ranks of a host; bw per rank
   LinkCost inter;         // between hosts; bw per host (all of its network links together)
-  // Calibrated per op (what the op's own rows fitted); an op not here uses the constants above.
+  // Calibrated per op and size band (what the op's own rows of those sizes fitted: a backend runs other
+  // algorithms, and the CPU's caches hold other sizes, as messages grow); an op not here uses the constants above.
   struct OpCosts {
+    double below_bytes = std::numeric_limits<double>::infinity();  // the band: sizes under this, from the last's
+    // The size the band's rows centre on (their geometric mean; 0: not known). A size between two bands' centres
+    // is predicted by both, blended in log size.
+    double at_bytes = 0;
     double overhead_s = 0;
     LinkCost intra, inter;
     bool has_intra = false, has_inter = false;
-    std::string algorithm;  // the one whose structure fitted the op's rows best ("": the fastest)
+    std::string algorithm;  // the one whose structure fitted the band's rows best ("": the fastest)
+    // Fitted to communicators of two ranks, which backends serve with algorithms of their own (the native
+    // backend's single-copy pair exchange): used for two ranks, the other bands for more.
+    bool pairs = false;
   };
-  std::map<std::string, OpCosts> ops;
+  std::map<std::string, std::vector<OpCosts>> ops;  // each op's bands, smallest sizes first (pairs' apart)
+  // The band of `op` that `bytes` on `ranks` ranks falls in (a pair's own where there are such), or null.
+  const OpCosts* op_costs(const std::string& op, double bytes, int ranks) const;
   // The algorithms the backend runs; a prediction without one named takes the fastest of these for the op.
   std::vector<std::string> algorithms = {"ring", "tree", "hierarchical"};
 };
@@ -78,12 +89,13 @@ std::vector<Phase> phases(const std::string& op, const std::string& algorithm, d
 // The time of the phases under the constants.
 double phase_seconds(const Phase& p, const LinkCost& intra, const LinkCost& inter);
 
-// The constants `op` runs with on the backend: its own where calibration fitted them, else the backend's.
+// The constants `op` of `bytes` runs with on the backend: its band's where calibration fitted them, else the
+// backend's.
 struct OpConstants {
   double overhead_s = 0;
   LinkCost intra, inter;
 };
-OpConstants constants(const BackendCosts& costs, const std::string& op);
+OpConstants constants(const BackendCosts& costs, const std::string& op, double bytes, int ranks);
 
 // The time of `op`: with `algorithm` "" the fastest the backend runs. Throws InvalidArgument naming what is
 // wrong (unknown op, a shape that cannot be: ranks not a multiple of hosts, fewer than one).

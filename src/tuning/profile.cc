@@ -70,36 +70,27 @@ std::string link_text(const std::string& level, const LinkCost& l) {
 // effective NVLink rate NCCL's ring reaches, inter bandwidth the per-NIC rate NCCL reaches times 8 NICs, the
 // latencies set so that the model gives the published small-message all-reduce time of 16 H100 nodes, FLOP/s
 // and memory the datasheets'.
-const char* const kA100 = R"(mpcomm-profile 1
-name = dgx-a100-ib200
-description = DGX A100: 8 x A100 SXM 80 GB per node (NVLink 3 through NVSwitch), 8 x HDR 200 Gb/s InfiniBand per node
-ranks_per_host = 8
-flops = 312e12
-memory_gb = 80
-mfu = 0.45
-default_backend = nccl
-backend nccl overhead_us=8 intra_alpha_us=1 intra_bw_gbs=240 inter_alpha_us=5 inter_bw_gbs=192 algorithms=ring,tree
-)";
-const char* const kH100 = R"(mpcomm-profile 1
-name = dgx-h100-ndr400
-description = DGX H100: 8 x H100 SXM 80 GB per node (NVLink 4 through NVSwitch), 8 x NDR 400 Gb/s InfiniBand per node
-ranks_per_host = 8
-flops = 989e12
-memory_gb = 80
-mfu = 0.4
-default_backend = nccl
-backend nccl overhead_us=8 intra_alpha_us=1 intra_bw_gbs=370 inter_alpha_us=5 inter_bw_gbs=384 algorithms=ring,tree
-)";
-const char* const kH200 = R"(mpcomm-profile 1
-name = h200-ndr400
-description = HGX H200: 8 x H200 SXM 141 GB per node (NVLink 4 through NVSwitch), 8 x NDR 400 Gb/s InfiniBand per node
-ranks_per_host = 8
-flops = 989e12
-memory_gb = 141
-mfu = 0.4
-default_backend = nccl
-backend nccl overhead_us=8 intra_alpha_us=1 intra_bw_gbs=370 inter_alpha_us=5 inter_bw_gbs=384 algorithms=ring,tree
-)";
+struct Published {
+  const char *name, *description, *flops, *memory_gb, *mfu, *intra_bw_gbs, *inter_bw_gbs;
+};
+const Published kPublished[] = {
+    {"dgx-a100-ib200",
+     "DGX A100: 8 x A100 SXM 80 GB per node (NVLink 3 through NVSwitch), 8 x HDR 200 Gb/s InfiniBand per node",
+     "312e12", "80", "0.45", "240", "192"},
+    {"dgx-h100-ndr400",
+     "DGX H100: 8 x H100 SXM 80 GB per node (NVLink 4 through NVSwitch), 8 x NDR 400 Gb/s InfiniBand per node",
+     "989e12", "80", "0.4", "370", "384"},
+    {"h200-ndr400",
+     "HGX H200: 8 x H200 SXM 141 GB per node (NVLink 4 through NVSwitch), 8 x NDR 400 Gb/s InfiniBand per node",
+     "989e12", "141", "0.4", "370", "384"},
+};
+
+std::string published_text(const Published& p) {
+  return std::string("mpcomm-profile 1\nname = ") + p.name + "\ndescription = " + p.description +
+         "\nranks_per_host = 8\nflops = " + p.flops + "\nmemory_gb = " + p.memory_gb + "\nmfu = " + p.mfu +
+         "\ndefault_backend = nccl\nbackend nccl overhead_us=8 intra_alpha_us=1 intra_bw_gbs=" + p.intra_bw_gbs +
+         " inter_alpha_us=5 inter_bw_gbs=" + p.inter_bw_gbs + " algorithms=ring,tree\n";
+}
 
 }  // namespace
 
@@ -156,6 +147,16 @@ Profile parse_profile(const std::string& text, const std::string& origin) {
         if (!p.backends.count(backend)) throw InvalidArgument(at + ": comes before a 'backend " + backend + "' line");
         if (algorithms_for(op, Shape{}).empty()) throw InvalidArgument(at + ": unknown op '" + op + "'");
         BackendCosts::OpCosts o;
+        if (f.count("below_bytes")) o.below_bytes = take(f, "below_bytes", at);
+        if (f.count("pairs")) o.pairs = take(f, "pairs", at) != 0;
+        if (f.count("at_bytes")) o.at_bytes = take(f, "at_bytes", at);
+        auto& bands = p.backends[backend].ops[op];
+        for (auto b = bands.rbegin(); b != bands.rend(); ++b) {
+          if (b->pairs != o.pairs) continue;
+          if (!(o.below_bytes > b->below_bytes))
+            throw InvalidArgument(at + ": below_bytes must grow from one band of the op to the next");
+          break;
+        }
         o.overhead_s = take(f, "overhead_us", at) * 1e-6;
         o.intra = link(f, "intra", at);
         o.has_intra = true;
@@ -171,7 +172,7 @@ Profile parse_profile(const std::string& text, const std::string& origin) {
           o.has_inter = true;
         }
         no_more(f, at);
-        p.backends[backend].ops[op] = o;
+        bands.push_back(o);
       }
       continue;
     }
@@ -223,25 +224,32 @@ std::string format_profile(const Profile& p) {
       << link_text("inter", c.inter) << " algorithms=";
     for (size_t i = 0; i < c.algorithms.size(); ++i) o << (i ? "," : "") << c.algorithms[i];
     o << "\n";
-    for (const auto& [op, oc] : c.ops) {
-      o << "op " << name << " " << op << " overhead_us=" << num(oc.overhead_s * 1e6) << link_text("intra", oc.intra);
-      if (oc.has_inter) o << link_text("inter", oc.inter);
-      if (!oc.algorithm.empty()) o << " algorithm=" << oc.algorithm;
-      o << "\n";
-    }
+    for (const auto& [op, bands] : c.ops)
+      for (const auto& oc : bands) {
+        o << "op " << name << " " << op << (oc.pairs ? " pairs=1" : "");
+        if (std::isfinite(oc.below_bytes)) o << " below_bytes=" << static_cast<long long>(oc.below_bytes);
+        if (oc.at_bytes > 0) o << " at_bytes=" << static_cast<long long>(oc.at_bytes);
+        o << " overhead_us=" << num(oc.overhead_s * 1e6) << link_text("intra", oc.intra);
+        if (oc.has_inter) o << link_text("inter", oc.inter);
+        if (!oc.algorithm.empty()) o << " algorithm=" << oc.algorithm;
+        o << "\n";
+      }
   }
   return o.str();
 }
 
 const std::vector<std::string>& published_profiles() {
-  static const std::vector<std::string> names = {"dgx-a100-ib200", "dgx-h100-ndr400", "h200-ndr400"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& p : kPublished) n.push_back(p.name);
+    return n;
+  }();
   return names;
 }
 
 Profile published_profile(const std::string& name) {
-  if (name == "dgx-a100-ib200") return parse_profile(kA100, name);
-  if (name == "dgx-h100-ndr400") return parse_profile(kH100, name);
-  if (name == "h200-ndr400") return parse_profile(kH200, name);
+  for (const auto& p : kPublished)
+    if (name == p.name) return parse_profile(published_text(p), name);
   std::string have;
   for (const auto& n : published_profiles()) have += ", " + n;
   throw InvalidArgument("unknown profile '" + name + "' (known: this-machine" + have + ", or a profile file)");

@@ -22,6 +22,7 @@
 #include "compare_modern.h"
 #include "device/device.h"
 #include "mpcomm/mpcomm.h"
+#include "prediction.h"
 
 namespace mpcomm::cli {
 
@@ -407,14 +408,23 @@ Runner add_compare(CLI::App& app) {
     for (const auto& t : transports) md << "Transport measured: " << t << ".\n\n";
     std::map<size_t, std::string> labels;
     if (o->model_sizes) labels[act] = "TP all-reduce " + bench::human_bytes(act);
+    // Each table also has this machine's profile's prediction of a backend it has constants for.
+    auto with_predicted = [](const std::vector<bench::Row>& rows) {
+      auto all = rows;
+      for (auto& r : predicted_rows(rows)) all.push_back(std::move(r));
+      return all;
+    };
     auto lat_cols = pick_columns(ex[0].rows, {8, 64 << 10, max_latency_bytes});
     if (o->model_sizes) lat_cols.push_back(act);
-    md << "## " << ex[0].title << "\n\n(" << ex[0].article << ")\n\n" << table(ex[0].rows, lat_cols, labels, time_cell) << "\n";
+    md << "## " << ex[0].title << "\n\n(" << ex[0].article << ")\n\n"
+       << table(with_predicted(ex[0].rows), lat_cols, labels, time_cell) << "\n";
     auto bw_cols = pick_columns(ex[1].rows, {64 << 10, 4 << 20, max_bcast_bytes});
-    md << "## " << ex[1].title << "\n\n(" << ex[1].article << ")\n\nBus bandwidth:\n\n" << table(ex[1].rows, bw_cols, labels, bw_cell);
+    md << "## " << ex[1].title << "\n\n(" << ex[1].article << ")\n\nBus bandwidth:\n\n"
+       << table(with_predicted(ex[1].rows), bw_cols, labels, bw_cell);
     md << "\nPeak:";
     for (const auto& b : backends_of(ex[1].rows)) md << " " << b << " " << fmt_bw(max_busbw(ex[1].rows, b)) << ";";
-    md << "\n\n## " << ex[2].title << "\n\n(" << ex[2].article << ")\n\n" << table(ex[2].rows, lat_cols, labels, time_cell);
+    md << "\n\n## " << ex[2].title << "\n\n(" << ex[2].article << ")\n\n"
+       << table(with_predicted(ex[2].rows), lat_cols, labels, time_cell);
     md << "\nPeak bus bandwidth:";
     for (const auto& b : backends_of(ex[2].rows)) md << " " << b << " " << fmt_bw(max_busbw(ex[2].rows, b)) << ";";
     md << "\n\n## The model's traffic\n\n" << o->model.name << " shapes: hidden " << o->model.hidden << ", sequence "

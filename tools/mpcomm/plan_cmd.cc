@@ -141,7 +141,7 @@ int run_plan(PlanOptions& o) {
     std::ofstream f(o.json);
     if (!(f << j.dump(1) << "\n")) throw InvalidArgument("mpcomm plan: cannot write " + o.json);
   }
-  return 0;
+  return p.ranked.empty() ? 1 : 0;  // nothing fits: no plan
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ struct Set {
   double factor;
 };
 
-const Set kCalibration = {{{2, 1}, {3, 1}, {4, 1}, {2, 2}, {4, 2}}, 3 << 10, 12 << 20, 8};
+const Set kCalibration = {{{2, 1}, {3, 1}, {4, 1}, {6, 1}, {2, 2}, {4, 2}}, 3 << 10, 48 << 20, 2};
 const Set kValidation = {
     {{2, 1}, {4, 1}, {6, 1}, {8, 1}, {4, 2}, {6, 2}, {8, 2}, {6, 3}, {4, 4}, {8, 4}}, 64 << 10, 64 << 20, 4};
 
@@ -100,10 +100,11 @@ int calibrate_command(const std::vector<std::string>& from, const std::string& b
                   " (hosts emulated on one machine of " + std::to_string(cores()) + " CPUs)";
   std::ofstream f(path);
   if (!(f << tuning::format_profile(p))) throw InvalidArgument("mpcomm plan: cannot write " + path);
-  std::printf("%-8s %-15s %-6s %-13s %5s %12s\n", "backend", "op", "level", "algorithm", "rows", "median |err|");
+  std::printf("%-8s %-15s %-10s %-6s %-13s %5s %12s\n", "backend", "op", "sizes", "level", "algorithm", "rows",
+              "median |err|");
   for (const auto& fit : report.fits)
-    std::printf("%-8s %-15s %-6s %-13s %5d %11.1f%%\n", fit.backend.c_str(), fit.op.c_str(), fit.level.c_str(),
-                fit.algorithm.c_str(), fit.rows, fit.median_rel_error * 100);
+    std::printf("%-8s %-15s %-10s %-6s %-13s %5d %11.1f%%\n", fit.backend.c_str(), fit.op.c_str(), fit.band.c_str(),
+                fit.level.c_str(), fit.algorithm.c_str(), fit.rows, fit.median_rel_error * 100);
   for (const auto& s : report.skipped) std::printf("skipped: %s\n", s.c_str());
   std::printf("profile written to %s%s\n", path.c_str(), from.empty() ? (" (rows: " + rows_path + ")").c_str() : "");
   return 0;

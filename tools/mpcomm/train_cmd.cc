@@ -21,6 +21,7 @@
 #include "mpcomm/mpcomm.h"
 #include "parallel/elastic.h"
 #include "parallel/trainer.h"
+#include "prediction.h"
 #include "progress.h"
 #include "settings/settings.h"
 
@@ -520,6 +521,18 @@ Runner add_train(CLI::App& app) {
     }
     if (!lead) return 0;
     print_summary(runs, resolved.cfg, tokens_per_step);  // resolved: a checkpoint's experts too
+    for (const auto& r : runs) {
+      if (r.ranks.empty() || c.steps == 0 || r.status != 0) continue;
+      const double n = static_cast<double>(r.ranks.size()) * c.steps;
+      StepTraffic t;
+      t.backend = r.backend, t.zero = c.zero != 0, t.sequence_parallel = c.sequence_parallel;
+      for (const auto& x : r.ranks) {
+        t.tp_calls += double(x.tp.calls) / n, t.tp_bytes += double(x.tp.bytes) / n, t.tp_s += x.tp_spent / n;
+        t.pp_calls += double(x.pp.calls) / n, t.pp_bytes += double(x.pp.bytes) / n, t.pp_s += x.pp_spent / n;
+        t.dp_calls += double(x.dp.calls) / n, t.dp_bytes += double(x.dp.bytes) / n, t.dp_s += x.dp_spent / n;
+      }
+      print_prediction(t, c.dims, o->ranks, o->hosts);
+    }
     // The backends must agree: the same model, data and order of operations on every one.
     for (size_t i = 1; i < runs.size(); ++i) {
       if (runs[i].status != 0 || runs[0].status != 0) continue;
