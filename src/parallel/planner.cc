@@ -174,9 +174,10 @@ Plan plan(const PlanRequest& r, const tuning::Profile& profile) {
         mem.weights = mem.params * bytes;
         mem.grads = mem.params * 4;
         mem.optimizer = mem.params * 12 / (r.zero ? c.dp : 1);
-        const double per_layer = r.recompute == "full"        ? 2 * s * b * h / tp
-                                 : r.recompute == "selective" ? s * b * h * 34 / tp
-                                                              : s * b * h * (34 + 5 * a * s / h) / tp;
+        // Korthikanti et al.'s counts are for 16-bit activations: scaled to the model's.
+        const double per_layer = (bytes / 2) * (r.recompute == "full"        ? 2 * s * b * h / tp
+                                                : r.recompute == "selective" ? s * b * h * 34 / tp
+                                                                             : s * b * h * (34 + 5 * a * s / h) / tp);
         const double layers = static_cast<double>(m.layers) / pp;
         mem.activations = (stage == 0 ? std::min(pp, mb) : 1) * layers * per_layer;
         if (stage == pp - 1) mem.activations += s * b * ceil_div(m.vocab, tp) * 4;  // the logits, 32-bit
@@ -198,25 +199,28 @@ Plan plan(const PlanRequest& r, const tuning::Profile& profile) {
         t_tp = (r.recompute == "full" ? 6 : 4) * (static_cast<double>(m.layers) / pp) * p.seconds;
       }
       // Pipeline: each micro-batch's activation forward and its gradient backward, a 1/tp piece per rank (the
-      // tensor-parallel ranks send their pieces at once), across nodes once a stage fills a node.
+      // tensor-parallel ranks send their pieces at once). The pipeline goes as fast as its slowest boundary,
+      // which crosses nodes once the stages do not all fit one node; the ranks of a stage on a node send at once.
       double t_p2p = 0;
       if (pp > 1) {
-        const bool across = tp * c.dp >= K;
+        const bool across = tp * c.dp * pp > K;
         const double piece = s * b * h * bytes / tp;
         tuning::Phase ph;
         (across ? ph.steps_inter : ph.steps_intra) = 1;
         ph.bytes_rank = piece;
-        ph.bytes_host = across ? K * piece : 0;  // every GPU of the node sends its piece at once
+        ph.bytes_host = across ? std::min(K, tp * c.dp) * piece : 0;
         const auto k = tuning::constants(costs, "sendrecv", piece, 2);
         t_p2p = k.overhead_s + tuning::phase_seconds(ph, k.intra, k.inter);
       }
-      // Data parallelism: the gradients (16-bit) reduced over dp ranks spaced tp apart, hidden behind the last
-      // micro-batch's backward (two thirds of its compute).
+      // Data parallelism: the 32-bit gradients (those the memory counts) reduced over dp ranks spaced tp apart,
+      // hidden behind the last micro-batch's backward (two thirds of its compute). A node holds K/tp of them;
+      // where dp does not fill the last node evenly, the model takes the fullest node's count on every one.
       double t_dp = 0;
       if (c.dp > 1) {
         const int on_node = std::max(1, std::min(c.dp, K / tp));
-        const tuning::Shape sh{c.dp, c.dp / on_node};
-        const auto p = tuning::predict(costs, "allreduce", c.memory.params * bytes, sh);
+        const int nodes = (c.dp + on_node - 1) / on_node, per_node = (c.dp + nodes - 1) / nodes;
+        const tuning::Shape sh{nodes * per_node, nodes};
+        const auto p = tuning::predict(costs, "allreduce", c.memory.params * 4, sh);
         c.dp_algorithm = p.algorithm;
         t_dp = p.seconds;
       }

@@ -11,8 +11,9 @@
 // over dp with a distributed optimizer, --zero 1). Activations per layer and micro-batch as Korthikanti et al.
 // (2022) count them for 16-bit training with sequence parallelism: s·b·h·(34 + 5·a·s/h) / t bytes without
 // recomputation, s·b·h·34/t with selective recomputation (attention recomputed), 2·s·b·h/t with full; the
-// first stage holds min(pp, m) micro-batches of its layers under 1F1B. Of the device memory, 90% is usable
-// (the CUDA context, the allocator's slack).
+// first stage holds min(pp, m) micro-batches of its layers under 1F1B (scaled by dtype_bytes / 2 for other
+// activation widths). Of the device memory, 90% is usable (the CUDA context, the allocator's slack). The
+// data-parallel all-reduce moves the 32-bit gradients the memory counts.
 #pragma once
 
 #include <cstddef>

@@ -298,7 +298,9 @@ Validation validate(const Profile& p, const std::vector<Measurement>& rows) {
   Validation v;
   std::vector<double> errors;
   for (const auto& m : rows) {
-    if (!p.backends.count(m.backend) || algorithms_for(m.op, Shape{}).empty() || m.seconds <= 0) continue;
+    if (!p.backends.count(m.backend) || algorithms_for(m.op, Shape{}).empty() || !(m.seconds > 0) || m.ranks < 1 ||
+        m.hosts < 1 || m.ranks % m.hosts)
+      continue;
     const auto pred =
         predict(p.backends.at(m.backend), m.op, m.bytes, Shape{m.ranks, m.hosts, p.cores_per_host, p.emulated_hosts});
     Validation::Row row{m, pred.seconds, (pred.seconds - m.seconds) / m.seconds, pred.algorithm};

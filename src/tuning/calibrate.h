@@ -38,8 +38,9 @@ struct CalibrationReport {
 
 // Fits `rows`; the profile is named `name`, its hosts have `cores_per_host` cores (0: not crowded) and run
 // `ranks_per_host` ranks; with `emulated_hosts` the rows' hosts were emulated on one machine of that many cores.
-// Throws InvalidArgument when no backend has rows on one host with two sizes and two
-// rank counts (α and β cannot be told apart).
+// Throws InvalidArgument when no backend has rows of two sizes on one host (α and β cannot be told apart). With
+// one rank count only (a band of two ranks always), a step's latency cannot be told from the call's overhead:
+// the overhead carries both.
 Profile calibrate(const std::vector<Measurement>& rows, const std::string& name, int ranks_per_host, int cores_per_host,
                   bool emulated_hosts, CalibrationReport* report = nullptr);
 

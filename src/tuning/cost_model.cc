@@ -209,7 +209,8 @@ Prediction predict(const BackendCosts& costs, const std::string& op, double byte
   if (algorithms_for(op, shape).empty()) throw InvalidArgument("cost model: unknown op '" + op + "'");
   if (bytes < 0) throw InvalidArgument("cost model: a negative size");
   const BackendCosts::OpCosts* band = costs.op_costs(op, bytes, shape.ranks);
-  if (!band || band->at_bytes <= 0 || bytes <= 0) return evaluate(costs, band, op, bytes, shape, algorithm);
+  if (!band || band->at_bytes <= 0 || bytes <= 0 || shape.ranks < 2)
+    return evaluate(costs, band, op, bytes, shape, algorithm);
   // Between the sizes two bands were fitted at, each band's prediction is blended in log size, so that a
   // size between them is not left to one band's straight line (a CPU's bandwidth falls smoothly as messages
   // outgrow its caches).
@@ -222,6 +223,7 @@ Prediction predict(const BackendCosts& costs, const std::string& op, double byte
   if (!lo || !hi) return evaluate(costs, lo ? lo : hi ? hi : band, op, bytes, shape, algorithm);
   const double w = std::log(bytes / lo->at_bytes) / std::log(hi->at_bytes / lo->at_bytes);
   Prediction a = evaluate(costs, lo, op, bytes, shape, algorithm), b = evaluate(costs, hi, op, bytes, shape, algorithm);
+  if (!(a.seconds > 0 && b.seconds > 0 && std::isfinite(a.seconds) && std::isfinite(b.seconds))) return w < 0.5 ? a : b;
   Prediction out = w < 0.5 ? a : b;
   out.seconds = std::exp((1 - w) * std::log(a.seconds) + w * std::log(b.seconds));
   return out;

@@ -3,7 +3,8 @@
 // moves its bytes. The structure is the one NCCL's tuner uses (per-step latencies by interconnect, a bus
 // factor per algorithm); the constants come from a profile (profile.h): measured on this machine by
 // `mpcomm plan --calibrate`, or published figures for machines we do not have. The planner
-// (parallel/planner.h) and `mpcomm plan --predict` ask it; selection can ask it where a table has no row.
+// (parallel/planner.h), `mpcomm plan --predict`, and the predictions beside `mpcomm train` and `mpcomm compare`
+// ask it; selection (and auto) do not yet, where a table has no row.
 //
 // Sizes are nccl-tests': allreduce and broadcast the buffer, allgather the whole output, reduce_scatter the
 // whole input, alltoall what one rank sends in all, sendrecv what one rank sends.
@@ -45,7 +46,8 @@ struct BackendCosts {
     bool has_intra = false, has_inter = false;
     std::string algorithm;  // the one whose structure fitted the band's rows best ("": the fastest)
     // Fitted to communicators of two ranks, which backends serve with algorithms of their own (the native
-    // backend's single-copy pair exchange): used for two ranks, the other bands for more.
+    // backend's single-copy pair exchange): used for two ranks, the other bands for more (and each kind for the
+    // other where a backend has only one).
     bool pairs = false;
   };
   std::map<std::string, std::vector<OpCosts>> ops;  // each op's bands, smallest sizes first (pairs' apart)

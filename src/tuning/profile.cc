@@ -139,7 +139,11 @@ Profile parse_profile(const std::string& text, const std::string& origin) {
         if (auto it = f.find("algorithms"); it != f.end()) {
           c.algorithms.clear();
           std::istringstream a(it->second);
-          for (std::string x; std::getline(a, x, ',');) c.algorithms.push_back(x);
+          for (std::string x; std::getline(a, x, ',');) {
+            if (x != "ring" && x != "tree" && x != "hierarchical" && x != "direct")
+              throw InvalidArgument(at + ": algorithms: unknown algorithm '" + x + "'");
+            c.algorithms.push_back(x);
+          }
           f.erase(it);
         }
         no_more(f, at);
@@ -265,8 +269,8 @@ Profile load_profile(const std::string& name_or_path) {
   std::string path = name_or_path;
   if (name_or_path == "this-machine") {
     path = this_machine_profile_path();
-  } else if (name_or_path.find('/') == std::string::npos && name_or_path.find('.') == std::string::npos) {
-    return published_profile(name_or_path);
+  } else if (name_or_path.find('/') == std::string::npos && !std::ifstream(name_or_path)) {
+    return published_profile(name_or_path);  // a bare name that is no file here: a built-in one
   }
   std::ifstream f(path);
   if (!f) {

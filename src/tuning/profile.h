@@ -14,9 +14,11 @@
 //   mfu = 0.45                  # the fraction of peak the model's compute reaches (planner default)
 //   default_backend = nccl
 //   backend nccl overhead_us=8 intra_alpha_us=1 intra_bw_gbs=240 inter_alpha_us=5 inter_bw_gbs=192
-//   algorithms=ring,tree,hierarchical op nccl allreduce overhead_us=... intra_alpha_us=... intra_bw_gbs=...
-//   [inter_alpha_us=... inter_bw_gbs=...]
+//       algorithms=ring,tree
+//   op native allreduce [pairs=1] [below_bytes=N] [at_bytes=N] overhead_us=... intra_alpha_us=...
+//       intra_bw_gbs=... [inter_alpha_us=... inter_bw_gbs=...] [algorithm=ring]
 //
+// (each backend or op entry one line in the file; a calibrated profile has an op line per size band).
 // Bandwidths are GB/s (10^9 bytes): intra per rank, inter per host (all its network links together).
 #pragma once
 

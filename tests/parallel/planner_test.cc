@@ -127,6 +127,46 @@ TEST(Planner, ThePipelineBubbleAndTheOptimizerSplitFollowTheSplit) {
   for (const auto& c : p.ranked) EXPECT_EQ(c.tp, 1);
 }
 
+// The communication terms on two nodes, each from the cost model with the shape the split gives its group.
+TEST(Planner, CommunicationTermsUseTheGroupsShapes) {
+  PlanRequest r;
+  r.model = model_by_name("gpt2"), r.gpus = 16, r.gpus_per_node = 8, r.global_batch = 32, r.micro_batch = 2;
+  const auto prof = tuning::published_profile("dgx-a100-ib200");
+  const auto& nccl = prof.backend("nccl");
+  const auto p = plan(r, prof);
+  const double s = 1024, b = 2, h = 768, act = s * b * h * 2;
+  auto find = [&](int tp, int pp, int dp) -> const Candidate& {
+    for (const auto& c : p.ranked)
+      if (c.tp == tp && c.pp == pp && c.dp == dp) return c;
+    ADD_FAILURE() << "no split tp " << tp << " pp " << pp << " dp " << dp;
+    return p.ranked.front();
+  };
+  // tp 2 pp 1 dp 8: 4 all-reduces a layer and micro-batch within a node; dp over 4 ranks a node on 2 nodes.
+  const Candidate& a = find(2, 1, 8);
+  EXPECT_NEAR(a.tp_comm, a.micro_batches * 4 * 12 * tuning::predict(nccl, "allreduce", act, {2, 1}).seconds, 1e-12);
+  EXPECT_NEAR(a.dp_comm, tuning::predict(nccl, "allreduce", a.memory.params * 4, {8, 2}).seconds, 1e-12);
+  EXPECT_EQ(a.pp_comm, 0);
+  // tp 1 pp 4 dp 4: each stage's 4 ranks on one node, two stages a node: the pipeline crosses nodes, 4 ranks of
+  // a node sending at once; dp within a node.
+  const Candidate& c = find(1, 4, 4);
+  tuning::Phase ph;
+  ph.steps_inter = 1, ph.bytes_rank = act, ph.bytes_host = 4 * act;
+  const auto k = tuning::constants(nccl, "sendrecv", act, 2);
+  EXPECT_NEAR(c.pp_comm, 2 * (c.micro_batches + 3) * (k.overhead_s + tuning::phase_seconds(ph, k.intra, k.inter)),
+              1e-12);
+  EXPECT_NEAR(c.dp_comm, tuning::predict(nccl, "allreduce", c.memory.params * 4, {4, 1}).seconds, 1e-12);
+  // dp 5 does not fill its nodes evenly (4 a node): planned as the fullest node's count on each, not refused.
+  r.gpus = 40, r.global_batch = 40, r.micro_batch = 1;
+  const auto q = plan(r, prof);
+  bool found = false;
+  for (const auto& x : q.ranked) {
+    if (x.tp != 2 || x.pp != 4 || x.dp != 5) continue;
+    found = true;
+    EXPECT_NEAR(x.dp_comm, tuning::predict(nccl, "allreduce", x.memory.params * 4, {6, 2}).seconds, 1e-12);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(Planner, GPT3OnAThousandH100sFindsSplitsThatFit) {
   PlanRequest r;
   r.model = model_by_name("gpt3-175b"), r.gpus = 1024, r.gpus_per_node = 8, r.global_batch = 1536;

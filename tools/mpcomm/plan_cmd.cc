@@ -108,6 +108,10 @@ int run_plan(PlanOptions& o) {
   }
   parallel::PlanRequest r = o.req;
   if (!o.model.empty()) {
+    if (o.spec.layers || o.spec.hidden || o.spec.heads || o.spec.kv_heads || o.spec.ffn || o.spec.vocab)
+      throw InvalidArgument(
+          "mpcomm plan: --model names the shape; --layers --hidden --heads --kv-heads --ffn --vocab "
+          "describe a model of your own instead (only --seq changes a named model)");
     r.model = parallel::model_by_name(o.model);
     if (o.spec.seq > 0) r.model.seq = o.spec.seq;
   } else {
@@ -174,14 +178,19 @@ Runner add_plan(CLI::App& app) {
   app.add_option("--ffn", o->spec.ffn, "MLP inner size (default 4 x hidden)");
   app.add_option("--seq", o->spec.seq, "sequence length (with --model: instead of the model's)");
   app.add_option("--vocab", o->spec.vocab, "vocabulary");
-  app.add_option("--dtype-bytes", o->spec.dtype_bytes, "bytes of a weight and an activation")->capture_default_str();
+  app.add_option("--dtype-bytes", o->spec.dtype_bytes, "bytes of a weight and an activation")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8));
   app.add_option("--gpus", o->req.gpus, "GPUs in all");
   app.add_option("--gpus-per-node", o->req.gpus_per_node, "GPUs a node (default: the profile's)");
   app.add_option("--global-batch", o->req.global_batch, "sequences a step");
   app.add_option("--micro-batch", o->req.micro_batch, "sequences a micro-batch")->capture_default_str();
-  app.add_option("--mfu", o->req.mfu, "fraction of peak FLOP/s the compute reaches (default: the profile's)");
+  app.add_option("--mfu", o->req.mfu, "fraction of peak FLOP/s the compute reaches (default: the profile's)")
+      ->check(CLI::Range(1e-6, 1.0));
   app.add_option("--recompute", o->req.recompute, "none, selective or full")->capture_default_str();
-  app.add_option("--zero", o->req.zero, "1: optimizer state split over dp, 0: replicated")->capture_default_str();
+  app.add_option("--zero", o->req.zero, "1: optimizer state split over dp, 0: replicated")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 1}));
   app.add_option("--top", o->top, "splits to print")->capture_default_str();
   app.add_option("--json", o->json, "write every split (ranked and rejected) to this file");
   return [o] { return run_plan(*o); };

@@ -131,8 +131,9 @@ int validate_command(const std::vector<std::string>& from, const std::string& ba
   }
   for (auto& [k, e] : per_op) {
     std::sort(e.begin(), e.end());
-    std::printf("%-24s %3zu rows: median |error| %.1f%%, max %.1f%%\n", k.c_str(), e.size(), e[e.size() / 2] * 100,
-                e.back() * 100);
+    const size_t m = e.size() / 2;
+    const double med = e.size() % 2 ? e[m] : (e[m - 1] + e[m]) / 2;
+    std::printf("%-24s %3zu rows: median |error| %.1f%%, max %.1f%%\n", k.c_str(), e.size(), med * 100, e.back() * 100);
   }
   std::printf("profile %s over %zu rows: median |error| %.1f%%, max %.1f%% (targets: 10%%, 25%%)\n", p.name.c_str(),
               v.rows.size(), v.median_abs_error * 100, v.max_abs_error * 100);

@@ -1,6 +1,7 @@
 #include "prediction.h"
 
 #include <cstdio>
+#include <fstream>
 #include <set>
 
 #include "bootstrap/env.h"
@@ -36,11 +37,15 @@ double predicted(const tuning::BackendCosts& costs, const std::string& op, doubl
 
 void print_prediction(const StepTraffic& t, const parallel::ParallelDims& d, int ranks, int hosts) {
   tuning::Profile p;
-  try {
-    p = tuning::load_profile("this-machine");
-  } catch (const InvalidArgument&) {
+  if (!std::ifstream(tuning::this_machine_profile_path())) {
     std::printf("# %s: no prediction (no profile of this machine: mpcomm plan --calibrate writes one)\n",
                 t.backend.c_str());
+    return;
+  }
+  try {
+    p = tuning::load_profile("this-machine");
+  } catch (const InvalidArgument& e) {
+    std::printf("# %s: no prediction (%s)\n", t.backend.c_str(), e.what());
     return;
   }
   if (!p.backends.count(t.backend)) {
