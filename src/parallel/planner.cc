@@ -194,7 +194,7 @@ Plan plan(const PlanRequest& r, const tuning::Profile& profile) {
       // backward; with sequence parallelism the same bytes as reduce-scatter + allgather), 6 with full recompute.
       double t_tp = 0;
       if (tp > 1) {
-        const auto p = tuning::predict(costs, "allreduce", s * b * h * bytes, tuning::Shape{tp, 1});
+        const auto p = tuning::predict(costs, "allreduce", s * b * h * bytes, tuning::CommShape{tp, 1});
         c.tp_algorithm = p.algorithm;
         t_tp = (r.recompute == "full" ? 6 : 4) * (static_cast<double>(m.layers) / pp) * p.seconds;
       }
@@ -219,7 +219,7 @@ Plan plan(const PlanRequest& r, const tuning::Profile& profile) {
       if (c.dp > 1) {
         const int on_node = std::max(1, std::min(c.dp, K / tp));
         const int nodes = (c.dp + on_node - 1) / on_node, per_node = (c.dp + nodes - 1) / nodes;
-        const tuning::Shape sh{nodes * per_node, nodes};
+        const tuning::CommShape sh{nodes * per_node, nodes};
         const auto p = tuning::predict(costs, "allreduce", c.memory.params * 4, sh);
         c.dp_algorithm = p.algorithm;
         t_dp = p.seconds;

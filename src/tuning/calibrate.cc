@@ -61,7 +61,7 @@ struct Cores {
   bool emulated = false;
 };
 
-Shape shape_of(const Measurement& m, const Cores& c) { return Shape{m.ranks, m.hosts, c.per_host, c.emulated}; }
+CommShape shape_of(const Measurement& m, const Cores& c) { return CommShape{m.ranks, m.hosts, c.per_host, c.emulated}; }
 
 struct OpFit {
   BackendCosts::OpCosts costs;
@@ -81,7 +81,7 @@ OpFit fit_intra(const std::string& op, const std::string& algorithm, const std::
   std::vector<std::vector<double>> x;
   std::vector<double> y, w;
   for (const auto& m : rows) {
-    const Shape s = shape_of(m, cores);
+    const CommShape s = shape_of(m, cores);
     double steps = 0, bytes = 0;
     for (const auto& p : phases(op, algorithm, m.bytes, s)) steps += p.steps_intra, bytes += p.bytes_rank;
     const double t = m.seconds / s.crowding();
@@ -118,7 +118,7 @@ void fit_inter(const std::string& op, OpFit* f, const std::vector<Measurement>& 
   std::vector<double> y, w;
   const std::string algorithm = f->costs.algorithm;
   for (const auto& m : rows) {
-    const Shape s = shape_of(m, cores);
+    const CommShape s = shape_of(m, cores);
     double known = f->costs.overhead_s, steps = 0, bytes = 0;
     for (const auto& p : phases(op, algorithm, m.bytes, s)) {
       known += p.steps_intra * f->costs.intra.alpha_s;
@@ -205,7 +205,7 @@ Profile calibrate(const std::vector<Measurement>& rows, const std::string& name,
   CalibrationReport& r = report ? *report : local;
   std::map<std::string, std::map<std::string, std::vector<Measurement>>> by;  // backend -> op -> rows
   for (const auto& m : rows) {
-    if (algorithms_for(m.op, Shape{}).empty()) {
+    if (algorithms_for(m.op, CommShape{}).empty()) {
       r.skipped.push_back(m.backend + " " + m.op + ": the model has no such op");
     } else if (m.seconds <= 0 || m.ranks < 2 || m.hosts < 1 || m.ranks % m.hosts) {
       r.skipped.push_back(m.backend + " " + m.op + " " + std::to_string(m.ranks) + " ranks over " +
@@ -241,7 +241,7 @@ Profile calibrate(const std::vector<Measurement>& rows, const std::string& name,
           const std::string band = band_name(band_from, below);
           band_from = below;
           OpFit best;
-          for (const auto& a : algorithms_for(op, Shape{2, 1}))
+          for (const auto& a : algorithms_for(op, CommShape{2, 1}))
             if (auto f = fit_intra(op, a, one, cores, held); f.error < best.error) best = f;
           r.fits.push_back(
               {backend, op, (pairs ? "2 ranks " : "") + band, "intra", best.costs.algorithm, best.rows, best.error});
@@ -298,11 +298,11 @@ Validation validate(const Profile& p, const std::vector<Measurement>& rows) {
   Validation v;
   std::vector<double> errors;
   for (const auto& m : rows) {
-    if (!p.backends.count(m.backend) || algorithms_for(m.op, Shape{}).empty() || !(m.seconds > 0) || m.ranks < 1 ||
+    if (!p.backends.count(m.backend) || algorithms_for(m.op, CommShape{}).empty() || !(m.seconds > 0) || m.ranks < 1 ||
         m.hosts < 1 || m.ranks % m.hosts)
       continue;
-    const auto pred =
-        predict(p.backends.at(m.backend), m.op, m.bytes, Shape{m.ranks, m.hosts, p.cores_per_host, p.emulated_hosts});
+    const auto pred = predict(p.backends.at(m.backend), m.op, m.bytes,
+                              CommShape{m.ranks, m.hosts, p.cores_per_host, p.emulated_hosts});
     Validation::Row row{m, pred.seconds, (pred.seconds - m.seconds) / m.seconds, pred.algorithm};
     errors.push_back(std::fabs(row.rel_error));
     v.rows.push_back(row);

@@ -25,7 +25,7 @@ namespace {
 
 double ceil_log2(int n) { return n <= 1 ? 0 : std::ceil(std::log2(static_cast<double>(n))); }
 
-void check_shape(const Shape& s) {
+void check_shape(const CommShape& s) {
   if (s.ranks < 1 || s.hosts < 1)
     throw InvalidArgument("cost model: " + std::to_string(s.ranks) + " ranks over " + std::to_string(s.hosts) +
                           " hosts: both must be at least 1");
@@ -35,7 +35,7 @@ void check_shape(const Shape& s) {
 }
 
 // A ring over every rank: `passes` times around (2 for allreduce), `share` of S per rank per pass.
-Phase ring(double passes, double bytes, const Shape& s) {
+Phase ring(double passes, double bytes, const CommShape& s) {
   const double n = s.ranks, h = s.hosts;
   Phase p;
   p.steps_inter = passes * (h - 1);
@@ -53,7 +53,7 @@ const std::vector<std::string>& model_ops() {
   return ops;
 }
 
-std::vector<std::string> algorithms_for(const std::string& op, const Shape& shape) {
+std::vector<std::string> algorithms_for(const std::string& op, const CommShape& shape) {
   if (op == "allreduce") {
     std::vector<std::string> a = {"ring", "tree"};
     if (shape.hosts > 1 && shape.per_host() > 1) a.push_back("hierarchical");
@@ -65,7 +65,7 @@ std::vector<std::string> algorithms_for(const std::string& op, const Shape& shap
   return {};
 }
 
-std::vector<Phase> phases(const std::string& op, const std::string& algorithm, double bytes, const Shape& s) {
+std::vector<Phase> phases(const std::string& op, const std::string& algorithm, double bytes, const CommShape& s) {
   check_shape(s);
   const auto known = algorithms_for(op, s);
   if (known.empty()) throw InvalidArgument("cost model: unknown op '" + op + "'");
@@ -127,7 +127,7 @@ double phase_seconds(const Phase& p, const LinkCost& intra, const LinkCost& inte
          std::max(over(p.bytes_rank, intra.bw_Bps), over(p.bytes_host, inter.bw_Bps));
 }
 
-double Shape::crowding() const {
+double CommShape::crowding() const {
   if (cores_per_host <= 0) return 1;
   return std::max(1.0, static_cast<double>(emulated ? ranks : per_host()) / cores_per_host);
 }
@@ -171,7 +171,7 @@ OpConstants band_constants(const BackendCosts& costs, const BackendCosts::OpCost
 
 // The fastest of the candidate algorithms under one set of constants (the band's own algorithm when it has one).
 Prediction evaluate(const BackendCosts& costs, const BackendCosts::OpCosts* band, const std::string& op, double bytes,
-                    const Shape& shape, const std::string& algorithm) {
+                    const CommShape& shape, const std::string& algorithm) {
   const OpConstants k = band_constants(costs, band);
   std::string chosen = algorithm;
   if (chosen.empty() && band && !band->algorithm.empty()) {
@@ -203,7 +203,7 @@ Prediction evaluate(const BackendCosts& costs, const BackendCosts::OpCosts* band
 
 }  // namespace
 
-Prediction predict(const BackendCosts& costs, const std::string& op, double bytes, const Shape& shape,
+Prediction predict(const BackendCosts& costs, const std::string& op, double bytes, const CommShape& shape,
                    const std::string& algorithm) {
   check_shape(shape);
   if (algorithms_for(op, shape).empty()) throw InvalidArgument("cost model: unknown op '" + op + "'");

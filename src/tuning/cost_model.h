@@ -3,8 +3,8 @@
 // moves its bytes. The structure is the one NCCL's tuner uses (per-step latencies by interconnect, a bus
 // factor per algorithm); the constants come from a profile (profile.h): measured on this machine by
 // `mpcomm plan --calibrate`, or published figures for machines we do not have. The planner
-// (parallel/planner.h), `mpcomm plan --predict`, and the predictions beside `mpcomm train` and `mpcomm compare`
-// ask it; selection (and auto) do not yet, where a table has no row.
+// (parallel/planner.h), `mpcomm plan --predict`, the predictions beside `mpcomm train` and `mpcomm compare`, and
+// the auto backend where its table has no row for a call (backends/auto/router.h) ask it.
 //
 // Sizes are nccl-tests': allreduce and broadcast the buffer, allgather the whole output, reduce_scatter the
 // whole input, alltoall what one rank sends in all, sendrecv what one rank sends.
@@ -58,7 +58,7 @@ struct BackendCosts {
 };
 
 // Where the ranks are: `ranks` over `hosts` hosts, the same number on each.
-struct Shape {
+struct CommShape {
   int ranks = 1;
   int hosts = 1;
   int cores_per_host = 0;  // 0: a core (or a GPU) per rank, never shared
@@ -82,11 +82,11 @@ struct Prediction {
 
 // The ops the model knows, and the algorithms it can compose for one (empty: unknown op).
 const std::vector<std::string>& model_ops();
-std::vector<std::string> algorithms_for(const std::string& op, const Shape& shape);
+std::vector<std::string> algorithms_for(const std::string& op, const CommShape& shape);
 
 // The phases of `algorithm` running `op` of `bytes` on `shape`. Throws InvalidArgument for an op or algorithm
 // the model does not know, or one that cannot run on the shape (hierarchical on one host).
-std::vector<Phase> phases(const std::string& op, const std::string& algorithm, double bytes, const Shape& shape);
+std::vector<Phase> phases(const std::string& op, const std::string& algorithm, double bytes, const CommShape& shape);
 
 // The time of the phases under the constants.
 double phase_seconds(const Phase& p, const LinkCost& intra, const LinkCost& inter);
@@ -101,7 +101,7 @@ OpConstants constants(const BackendCosts& costs, const std::string& op, double b
 
 // The time of `op`: with `algorithm` "" the fastest the backend runs. Throws InvalidArgument naming what is
 // wrong (unknown op, a shape that cannot be: ranks not a multiple of hosts, fewer than one).
-Prediction predict(const BackendCosts& costs, const std::string& op, double bytes, const Shape& shape,
+Prediction predict(const BackendCosts& costs, const std::string& op, double bytes, const CommShape& shape,
                    const std::string& algorithm = "");
 
 // nccl-tests' bus bandwidth factor of op on n ranks (busbw = bytes / time × factor).

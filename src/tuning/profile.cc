@@ -149,7 +149,7 @@ Profile parse_profile(const std::string& text, const std::string& origin) {
         no_more(f, at);
       } else {
         if (!p.backends.count(backend)) throw InvalidArgument(at + ": comes before a 'backend " + backend + "' line");
-        if (algorithms_for(op, Shape{}).empty()) throw InvalidArgument(at + ": unknown op '" + op + "'");
+        if (algorithms_for(op, CommShape{}).empty()) throw InvalidArgument(at + ": unknown op '" + op + "'");
         BackendCosts::OpCosts o;
         if (f.count("below_bytes")) o.below_bytes = take(f, "below_bytes", at);
         if (f.count("pairs")) o.pairs = take(f, "pairs", at) != 0;

@@ -23,7 +23,7 @@ std::vector<Measurement> synthetic(const BackendCosts& truth, double noise, int 
   for (const auto& op : model_ops())
     for (auto [ranks, hosts] : std::vector<std::pair<int, int>>{{2, 1}, {3, 1}, {4, 1}, {6, 1}, {2, 2}, {4, 2}})
       for (double bytes = 3 << 10; bytes <= 12 << 20; bytes *= 8) {
-        const double t = predict(truth, op, bytes, Shape{ranks, hosts, cores, emulated}).seconds;
+        const double t = predict(truth, op, bytes, CommShape{ranks, hosts, cores, emulated}).seconds;
         rows.push_back({"b", op, bytes, ranks, hosts, t * u(rng)});
       }
   return rows;
@@ -37,7 +37,7 @@ BackendCosts truth() {
   for (const auto& op : model_ops()) {
     BackendCosts::OpCosts o;
     o.overhead_s = c.overhead_s, o.intra = c.intra, o.inter = c.inter, o.has_intra = o.has_inter = true;
-    o.algorithm = algorithms_for(op, Shape{2, 1}).front();
+    o.algorithm = algorithms_for(op, CommShape{2, 1}).front();
     if (op == "broadcast") o.intra.bw_Bps = 9 * GB, o.algorithm = "tree";
     c.ops[op] = {o};
   }
@@ -72,8 +72,8 @@ void expect_recovered(const BackendCosts& t, const Profile& p, double tol, bool 
         const double from = i > 0 && bands[i - 1].pairs ? bands[i - 1].below_bytes : 3 << 10;
         const double at = std::isfinite(got.below_bytes) ? (from + got.below_bytes) / 2 : 12 << 20;
         for (int hosts : {1, 2})
-          EXPECT_NEAR(predict(b, op, at, Shape{2, hosts, cores, emulated}).seconds /
-                          predict(t, op, at, Shape{2, hosts, cores, emulated}).seconds,
+          EXPECT_NEAR(predict(b, op, at, CommShape{2, hosts, cores, emulated}).seconds /
+                          predict(t, op, at, CommShape{2, hosts, cores, emulated}).seconds,
                       1, 3 * tol)
               << at << " bytes, hosts " << hosts;
         continue;
@@ -118,7 +118,7 @@ TEST(Calibrate, RecoversTheConstantsThroughNoiseAndCrowding) {
   std::vector<Measurement> unseen;
   for (const auto& op : model_ops())
     for (auto [ranks, hosts] : std::vector<std::pair<int, int>>{{6, 1}, {8, 2}, {8, 4}})
-      unseen.push_back({"b", op, 5e6, ranks, hosts, predict(t, op, 5e6, Shape{ranks, hosts, 2, true}).seconds});
+      unseen.push_back({"b", op, 5e6, ranks, hosts, predict(t, op, 5e6, CommShape{ranks, hosts, 2, true}).seconds});
   const auto v = validate(p, unseen);
   EXPECT_EQ(v.rows.size(), unseen.size());
   EXPECT_LT(v.max_abs_error, 0.1);
@@ -136,8 +136,8 @@ TEST(Profile, WhatIsWrittenReadsBack) {
   const Profile q = parse_profile(format_profile(p), "roundtrip");
   EXPECT_EQ(format_profile(q), format_profile(p));
   for (const auto& op : model_ops())
-    EXPECT_NEAR(predict(q.backend("b"), op, 1e6, Shape{4, 2, 2, true}).seconds,
-                predict(p.backend("b"), op, 1e6, Shape{4, 2, 2, true}).seconds, 1e-5 * 1e-3);
+    EXPECT_NEAR(predict(q.backend("b"), op, 1e6, CommShape{4, 2, 2, true}).seconds,
+                predict(p.backend("b"), op, 1e6, CommShape{4, 2, 2, true}).seconds, 1e-5 * 1e-3);
   for (const auto& name : published_profiles()) EXPECT_EQ(published_profile(name).name, name);
 }
 

@@ -97,7 +97,7 @@ int run_plan(PlanOptions& o) {
   if (!o.predict.empty()) {
     const auto& costs = prof.backend(o.backend.empty() ? prof.default_backend : o.backend);
     const double bytes = static_cast<double>(bench::parse_bytes(o.bytes));
-    const tuning::Shape shape{o.ranks, o.hosts, prof.cores_per_host, prof.emulated_hosts};
+    const tuning::CommShape shape{o.ranks, o.hosts, prof.cores_per_host, prof.emulated_hosts};
     const auto p = tuning::predict(costs, o.predict, bytes, shape, o.algorithm);
     const double algbw = bytes / p.seconds / 1e9;
     std::printf("%s %s on %d ranks over %d hosts, profile %s: %.3f us (%s), algbw %.2f GB/s, busbw %.2f GB/s\n",

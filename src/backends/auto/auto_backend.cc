@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -22,7 +23,7 @@ namespace mpcomm::autosel {
 
 namespace {
 
-// Every child name auto knows, in child order: native first (it answers where no row does, and its
+// Every child name auto knows, in child order: native first (it answers where no row and no profile does, and its
 // facts are the table's key).
 const char* const kKnown[] = {"native", "gloo", "mpi", "nccl"};
 
@@ -47,11 +48,11 @@ struct Child {
 class AutoBackend final : public detail::Backend {
  public:
   AutoBackend(int rank, int size, Options opts, std::shared_ptr<Store> store, std::vector<Child> children,
-              std::shared_ptr<const tuning::Table> table)
+              std::shared_ptr<const tuning::Table> table, std::shared_ptr<const tuning::Profile> profile)
       : Backend("auto", rank, size, children.at(0).backend->topology(), std::move(opts), std::move(store)),
         children_(std::move(children)),
-        router_(std::move(table), *native::agreed_shape(*children_[0].backend), names(children_), forced_child(),
-                rank) {}
+        router_(std::move(table), *native::agreed_shape(*children_[0].backend), names(children_), forced_child(), rank,
+                std::move(profile)) {}
 
   ~AutoBackend() override = default;
 
@@ -91,7 +92,7 @@ class AutoBackend final : public detail::Backend {
     }
     if (plan.color < 0) return nullptr;
     return std::make_unique<AutoBackend>(plan.new_rank, static_cast<int>(plan.members.size()), options(), plan.store,
-                                         std::move(kids), router_.table());
+                                         std::move(kids), router_.table(), router_.profile());
   }
 
   // Its children would each have to shrink, the mpi one cannot; not written yet.
@@ -234,12 +235,33 @@ std::unique_ptr<detail::Backend> create_auto(std::shared_ptr<Store> store, int r
   auto table = std::make_shared<tuning::Table>(
       tuning::parse_table(get_before(*own, "table/text", deadline, who, "rank 0"), source, "auto", vocabulary()));
 
+  // 4. Rank 0's cost-model profile of this machine (`mpcomm plan --calibrate`), if it has one that reads: where
+  //    no row matches a call, the child it predicts fastest runs it, on every rank alike.
+  if (rank == 0) {
+    std::string text;
+    if (std::ifstream in(tuning::this_machine_profile_path()); in) {
+      std::stringstream ss;
+      ss << in.rdbuf();
+      try {
+        tuning::parse_profile(ss.str(), tuning::this_machine_profile_path());
+        text = ss.str();
+      } catch (const Error& e) {
+        MPCOMM_LOG(warn, "auto: this machine's profile is not used: %s", e.what());
+      }
+    }
+    own->set_string("profile/text", text);
+  }
+  std::shared_ptr<const tuning::Profile> profile;
+  if (std::string text = get_before(*own, "profile/text", deadline, who, "rank 0"); !text.empty())
+    profile = std::make_shared<const tuning::Profile>(tuning::parse_profile(text, "rank 0's this-machine"));
+
   std::string names, left;
   for (const Child& c : children) names += (names.empty() ? "" : ", ") + c.name;
   for (const std::string& l : mine.left_out) left += (left.empty() ? "; left out here: " : ", ") + l;
   MPCOMM_LOG(info, "auto rank %d/%d up: routes to %s; table: %s%s", rank, size, names.c_str(), source.c_str(),
              left.c_str());
-  return std::make_unique<AutoBackend>(rank, size, opts, std::move(store), std::move(children), std::move(table));
+  return std::make_unique<AutoBackend>(rank, size, opts, std::move(store), std::move(children), std::move(table),
+                                       std::move(profile));
 }
 
 }  // namespace mpcomm::autosel

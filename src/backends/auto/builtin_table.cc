@@ -7,7 +7,7 @@
 // (the two CPUs far apart, 335 ns a cache line's round trip, for the 2-rank rows). Each row: the fastest
 // backend at its size (at=) by the median over three rounds of each backend's median, with every backend's
 // (us=); the last row of an op holds to any size. A call no row matches (another shape, another
-// placement of the first two CPUs) runs on native.
+// placement of the first two CPUs) runs where this machine's profile predicts fastest, else on native (router.h).
 #include "backends/auto/route_table.h"
 
 namespace mpcomm::autosel {

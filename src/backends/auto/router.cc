@@ -10,8 +10,9 @@
 namespace mpcomm::autosel {
 
 Router::Router(std::shared_ptr<const tuning::Table> table, const tuning::Shape& shape,
-               std::vector<std::string> children, int forced, int rank)
+               std::vector<std::string> children, int forced, int rank, std::shared_ptr<const tuning::Profile> profile)
     : table_(std::move(table)),
+      profile_(std::move(profile)),
       shape_(shape),
       children_(std::move(children)),
       rows_({table_.get()}, shape_, vocabulary().size()),
@@ -35,16 +36,62 @@ int Router::route_anew(const detail::Op& op) {
   };
   const tuning::ShapeRows::Entry* e = rows_.find(
       subject_of(op.kind), call, [] { return tuning::CallFacts{}; }, usable);
-  // No row: native, which every auto communicator holds (its first child).
-  const int child =
-      e != nullptr ? static_cast<int>(std::find(children_.begin(), children_.end(), e->row->choice) - children_.begin())
-                   : 0;
+  // No row: the child the cost model predicts fastest, else native, which every auto communicator holds (its
+  // first child).
+  std::string why;
+  int child = 0;
+  if (e != nullptr) {
+    child = static_cast<int>(std::find(children_.begin(), children_.end(), e->row->choice) - children_.begin());
+  } else if (int m = model_choice(op, call, &why); m >= 0) {
+    child = m;
+  }
   if (!op.uneven()) memo_[static_cast<size_t>(op.kind)] = {child, op.count, op.dtype};
-  if (log_enabled(LogLevel::info)) log_decision(op, call.bytes, child, e != nullptr ? e->row : nullptr);
+  if (log_enabled(LogLevel::info)) log_decision(op, call.bytes, child, e != nullptr ? e->row : nullptr, why);
   return child;
 }
 
-void Router::log_decision(const detail::Op& op, double bytes, int child, const tuning::Row* row) {
+int Router::model_choice(const detail::Op& op, const tuning::Call& call, std::string* why) const {
+  if (!profile_ || shape_.hosts < 1 || shape_.ranks % shape_.hosts != 0) return -1;
+  // The model's ops and sizes (nccl-tests'): the gathered buffer for allgather, the input for reduce_scatter.
+  std::string name;
+  double bytes = call.bytes;
+  switch (op.kind) {
+    case OpKind::allreduce:
+      name = "allreduce";
+      break;
+    case OpKind::broadcast:
+      name = "broadcast";
+      break;
+    case OpKind::allgather:
+      name = "allgather", bytes = call.total;
+      break;
+    case OpKind::reduce_scatter:
+      name = "reduce_scatter", bytes = call.total;
+      break;
+    case OpKind::send:
+    case OpKind::recv:
+      name = "sendrecv";
+      break;
+    default:
+      return -1;
+  }
+  const tuning::CommShape shape{shape_.ranks, shape_.hosts, profile_->cores_per_host, profile_->emulated_hosts};
+  int best = -1;
+  double best_s = 0;
+  for (size_t k = 0; k < children_.size(); ++k) {
+    auto it = profile_->backends.find(children_[k]);
+    if (it == profile_->backends.end()) continue;
+    const double t = tuning::predict(it->second, name, bytes, shape).seconds;
+    if (best < 0 || t < best_s) best = static_cast<int>(k), best_s = t;
+  }
+  if (best >= 0)
+    *why = "no row of " + table_->source + " matches: the cost model of profile " + profile_->name + " predicts " +
+           children_[static_cast<size_t>(best)] + " fastest (" + std::to_string(best_s * 1e6) + " us)";
+  return best;
+}
+
+void Router::log_decision(const detail::Op& op, double bytes, int child, const tuning::Row* row,
+                          const std::string& model_why) {
   const bool p2p = op.kind == OpKind::send || op.kind == OpKind::recv;
   if (rank_ < 0 || (!p2p && rank_ != 0)) return;
   const auto b = static_cast<uint64_t>(bytes);
@@ -57,7 +104,8 @@ void Router::log_decision(const detail::Op& op, double bytes, int child, const t
   const std::string hi = tuning::format_size(bucket == 0 ? 1.0 : static_cast<double>(uint64_t{1} << (bucket - 1)) * 2);
   const std::string why =
       row != nullptr ? "line " + std::to_string(row->line) + " of " + table_->source + ": " + tuning::format_row(*row)
-                     : "no row of " + table_->source + " matches: native, the default";
+      : !model_why.empty() ? model_why
+                           : "no row of " + table_->source + " matches: native, the default";
   MPCOMM_LOG(info, "auto rank %d: %s of %s bytes in [%s,%s) on %d ranks, %d hosts -> %s (%s)", rank_, name.c_str(),
              std::to_string(b).c_str(), lo.c_str(), hi.c_str(), shape_.ranks, shape_.hosts,
              children_[static_cast<size_t>(child)].c_str(), why.c_str());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/op.h"
+#include "tuning/profile.h"
 #include "tuning/selection_table.h"
 
 namespace mpcomm::autosel {
@@ -24,8 +25,11 @@ class Router {
   // `children`: the backends in use, in child order (the table's choices name them). `forced` >= 0: every
   // call goes to that child (device buffers with nccl present). `rank` logs the decisions (rank 0 the
   // collectives', every rank its sends' and receives'; negative: none, for tools that ask).
+  // `profile` (may be null): the cost model's constants every rank took from rank 0 (this machine's profile,
+  // `mpcomm plan --calibrate`); a call no row matches goes to the child it predicts fastest, among the children
+  // it has constants for, instead of native.
   Router(std::shared_ptr<const tuning::Table> table, const tuning::Shape& shape, std::vector<std::string> children,
-         int forced, int rank);
+         int forced, int rank, std::shared_ptr<const tuning::Profile> profile = nullptr);
 
   // The child for `op` (validated by the front door).
   int route(const detail::Op& op) {
@@ -37,12 +41,17 @@ class Router {
   }
 
   const std::shared_ptr<const tuning::Table>& table() const { return table_; }
+  const std::shared_ptr<const tuning::Profile>& profile() const { return profile_; }
 
  private:
   int route_anew(const detail::Op& op);
-  void log_decision(const detail::Op& op, double bytes, int child, const tuning::Row* row);
+  // The child the profile predicts fastest for a call no row matches (-1: it predicts none of them); `why`
+  // says so for the log.
+  int model_choice(const detail::Op& op, const tuning::Call& call, std::string* why) const;
+  void log_decision(const detail::Op& op, double bytes, int child, const tuning::Row* row, const std::string& why);
 
   std::shared_ptr<const tuning::Table> table_;
+  std::shared_ptr<const tuning::Profile> profile_;
   tuning::Shape shape_;
   std::vector<std::string> children_;
   tuning::ShapeRows rows_;
