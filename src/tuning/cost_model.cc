@@ -147,18 +147,9 @@ const BackendCosts::OpCosts* BackendCosts::op_costs(const std::string& op, doubl
   return last;
 }
 
-OpConstants constants(const BackendCosts& costs, const std::string& op, double bytes, int ranks) {
-  OpConstants c{costs.overhead_s, costs.intra, costs.inter};
-  if (const auto* band = costs.op_costs(op, bytes, ranks)) {
-    c.overhead_s = band->overhead_s;
-    if (band->has_intra) c.intra = band->intra;
-    if (band->has_inter) c.inter = band->inter;
-  }
-  return c;
-}
-
 namespace {
 
+// A band's constants where it has them, else the backend's.
 OpConstants band_constants(const BackendCosts& costs, const BackendCosts::OpCosts* band) {
   OpConstants c{costs.overhead_s, costs.intra, costs.inter};
   if (band) {
@@ -168,6 +159,14 @@ OpConstants band_constants(const BackendCosts& costs, const BackendCosts::OpCost
   }
   return c;
 }
+
+}  // namespace
+
+OpConstants constants(const BackendCosts& costs, const std::string& op, double bytes, int ranks) {
+  return band_constants(costs, costs.op_costs(op, bytes, ranks));
+}
+
+namespace {
 
 // The fastest of the candidate algorithms under one set of constants (the band's own algorithm when it has one).
 Prediction evaluate(const BackendCosts& costs, const BackendCosts::OpCosts* band, const std::string& op, double bytes,
