@@ -1,5 +1,7 @@
 // mpcomm bench and compare, end to end: every row of every backend checked and well-formed, the
 // nccl-tests bus-bandwidth factors, usage errors for bad flags, and a compare report with its plots.
+#include "../../tools/mpcomm/bench.h"
+
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -11,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "../../tools/mpcomm/bench.h"
+#include "../../tools/mpcomm/bench_arrival.h"
 #include "harness/process.h"
 
 namespace mpcomm {
@@ -55,6 +57,42 @@ TEST(BenchUnits, SizesFactorsAndParsing) {
   EXPECT_EQ(back.bytes, 4096u);
   EXPECT_DOUBLE_EQ(back.time_us, 12.5);
   EXPECT_EQ(back.wrong, 3u);
+}
+
+TEST(BenchUnits, ACallAfterComputeIsTimedFromItsLastArrival) {
+  // Two ranks, three calls (rank-major): call 0 rank 1 arrives last at 5, the ranks return at 7 and 9 -> (2+4)/2;
+  // call 1 both arrive at 10 -> (1+3)/2; call 2 rank 0 returns before rank 1 arrives -> (0+1)/2.
+  const std::vector<double> arrive = {1, 10, 20, /* rank 1 */ 5, 10, 24}, end = {7, 11, 22, /* rank 1 */ 9, 13, 25};
+  const auto t = bench::times_after_last_arrival(arrive, end, 2, 3);
+  EXPECT_EQ(t.after_last, (std::vector<double>{3, 2, 0.5}));
+  EXPECT_EQ(t.waited, (std::vector<double>{2, 0, 2}));  // (4 + 0) / 2, 0, (4 + 0) / 2
+}
+
+// Rows after compute: every call preceded by ~20 ms of compute, ranks arriving up to 20 ms apart; what is timed
+// is the transfer after the last arrival, not the early rank's wait (which averages several ms here).
+TEST(Bench, RowsAfterComputeAreTimedFromTheLastArrival) {
+  const std::string dir = temp_dir(), json = dir + "/out.jsonl";
+  auto r = run_command(kCli +
+                       " bench --ranks 2 --ops allreduce,sendrecv -b 64K -e 64K -n 6 -w 1 --compute-us 20000"
+                       " --json " +
+                       json);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("each call after about 20000 us of compute"), std::string::npos) << r.output;
+  std::ifstream f(json);
+  int rows = 0;
+  for (std::string line; std::getline(f, line); ++rows) {
+    const bench::Row row = bench::row_from_json(line);
+    EXPECT_EQ(row.compute_us, 20000) << line;
+    EXPECT_EQ(row.wrong, 0u) << line;
+    EXPECT_GT(row.p50_us, 0) << line;
+    EXPECT_LT(row.p50_us, 2000) << line;
+    // Compute of 10 to 30 ms by rank and call: two ranks arrive 6.7 ms apart on average, a mean wait of 3.3 ms.
+    EXPECT_GT(row.wait_us, 300) << line;
+    EXPECT_LT(row.wait_us, 10000) << line;
+  }
+  EXPECT_EQ(rows, 3);  // allreduce out of place and in place, sendrecv
+  std::remove(json.c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST(Bench, EveryBackendEveryOpCheckedRowsInJson) {

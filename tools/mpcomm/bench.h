@@ -41,6 +41,10 @@ struct Config {
   // alltoallv and allgatherv rows (bench_moe.h): elements per token, and the router's skew.
   size_t moe_hidden = 1024;
   double imbalance = 1.0;
+  // > 0: every rank computes (sweeps memory, evicting its caches) for about this long before each call, ranks
+  // for different times, and a call is timed from its last rank's arrival (bench_arrival.h): what an op costs
+  // a trainer, whose ranks come to it from compute. 0: back-to-back calls, nccl-tests' way.
+  double compute_us = 0;
   double timeout_s = 120;
   std::string device = "cpu";  // where the buffers live: cpu or cuda (each rank its local GPU)
   bool sequential = false;     // several backends: one after the other instead of in turns
@@ -97,6 +101,10 @@ struct Row {
   // What the backend ran at the row's last call (OpStats::algorithm): for auto, the backend it chose
   // and that backend's algorithm ("mpi/MPI_Allreduce").
   std::string ran;
+  // The compute between calls (Config::compute_us; 0: back to back), and then time_us is the mean, p50/p99 the
+  // percentiles, of a call's time from its last rank's arrival to each rank's return (the mean over ranks), and
+  // wait_us how long the ranks waited for the last one (the mean over calls and ranks).
+  double compute_us = 0, wait_us = 0;
   // alltoallv, allgatherv: the busiest rank's tokens over the mean (0: not such a row).
   double imbalance = 0;
 };

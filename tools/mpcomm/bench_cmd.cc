@@ -44,6 +44,7 @@ nlohmann::json config_to_json(const Config& c) {
           {"extra_sizes", c.extra_sizes},
           {"moe_hidden", c.moe_hidden},
           {"imbalance", c.imbalance},
+          {"compute_us", c.compute_us},
           {"iters", c.iters},
           {"warmup", c.warmup},
           {"check", c.check},
@@ -127,6 +128,7 @@ Config config_from_json(const std::string& s) {
   c.extra_sizes = j.at("extra_sizes").get<std::vector<size_t>>();
   c.moe_hidden = j.at("moe_hidden");
   c.imbalance = j.at("imbalance");
+  c.compute_us = j.value("compute_us", 0.0);
   c.iters = j.at("iters");
   c.warmup = j.at("warmup");
   c.check = j.at("check");
@@ -536,6 +538,11 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--reproducible", o->reproducible,
                "also measure each backend with reproducible sums (MPCOMM_REPRODUCIBLE=1), as <backend>+repro, in turns "
                "with the plain one");
+  app.add_option("--compute-us", o->c.compute_us,
+                 "before each call every rank computes (sweeps memory) for about this long, ranks for different "
+                 "times, and a call is timed from its last rank's arrival: an op as a trainer meets it (0: back to "
+                 "back; the ranks must share one machine's clock)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_flag("--keep-going", o->keep_going, "go on with the other backends when one fails");
   app.add_flag("--sequential", o->c.sequential,
                "run the backends one after the other, each its whole sweep (default: all at once, taking turns "

@@ -91,6 +91,7 @@ std::string to_json(const Row& r) {
   if (!r.algorithm.empty()) j["algorithm"] = r.algorithm;
   if (!r.ran.empty()) j["ran"] = r.ran;
   if (r.imbalance > 0) j["imbalance"] = r.imbalance;
+  if (r.compute_us > 0) j["compute_us"] = r.compute_us, j["wait_us"] = r.wait_us;
   if (!r.refused.empty()) j["refused"] = r.refused;
   return j.dump();
 }
@@ -122,6 +123,8 @@ Row row_from_json(const std::string& line) {
   r.algorithm = j.value("algorithm", "");
   r.ran = j.value("ran", "");
   r.imbalance = j.value("imbalance", 0.0);
+  r.compute_us = j.value("compute_us", 0.0);
+  r.wait_us = j.value("wait_us", 0.0);
   r.refused = j.value("refused", "");
   return r;
 }

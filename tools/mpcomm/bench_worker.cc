@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "bench.h"
+#include "bench_arrival.h"
 #include "bench_moe.h"
 #include "bench_turns.h"
 #include "device/device.h"
@@ -123,6 +124,11 @@ void print_header(const Config& c, const std::string& op, const std::string& dty
       (std::string(comm.backend()) + (comm.options().reproducible > 0 ? kReproducibleSuffix : "")).c_str(), comm.size(),
       comm.topology().num_hosts(), to_string(comm.options().device).c_str(), op.c_str(), dtype.c_str(), c.redop.c_str(),
       c.root, c.iters, c.warmup, c.check);
+  if (c.compute_us > 0)
+    std::printf(
+        "# each call after about %.0f us of compute on every rank (half to 1.5 times it), timed from its last "
+        "rank's arrival\n",
+        c.compute_us);
   std::printf("#%60s%34s\n", "out-of-place", "in-place");
   std::printf("#%11s %12s %8s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
               "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -169,6 +175,22 @@ std::string what_ran(const Communicator& comm, const std::string& op) {
 void time_calls(Communicator& comm, Communicator& control, const Config& c, const std::string& op,
                 const std::function<void()>& call, Row& row) {
   for (int w = 0; w < c.warmup; ++w) call();
+  if (c.compute_us > 0) {  // each call after compute, timed from its last rank's arrival
+    const auto t0 = clock_type::now();
+    const ArrivalTimes t = time_after_compute(control, c, call);
+    row.start_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
+    row.end_s = std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
+    row.ran = what_ran(comm, op);
+    double sum = 0, waited = 0;
+    for (double x : t.after_last) sum += x;
+    for (double x : t.waited) waited += x;
+    row.time_us = sum / static_cast<double>(t.after_last.size());
+    row.p50_us = percentile(t.after_last, 0.5);
+    row.p99_us = percentile(t.after_last, 0.99);
+    row.compute_us = c.compute_us;
+    row.wait_us = waited / static_cast<double>(t.waited.size());
+    return;
+  }
   control.barrier();
   std::vector<double> lat(static_cast<size_t>(c.iters)), lat_max(lat.size());
   auto t0 = clock_type::now();
@@ -223,6 +245,7 @@ Row measure(Communicator& comm, Communicator& control, const Config& c, const st
   row.busbw_gbs = row.algbw_gbs * busbw_factor(op, n);
   row.p50_us = timed.p50_us;
   row.p99_us = timed.p99_us;
+  row.compute_us = timed.compute_us, row.wait_us = timed.wait_us;
   return row;
 }
 
@@ -277,6 +300,7 @@ Row measure_moe(Communicator& comm, Communicator& control, const Config& c, cons
   row.busbw_gbs = row.algbw_gbs * busbw_factor(op, n);
   row.p50_us = timed.p50_us;
   row.p99_us = timed.p99_us;
+  row.compute_us = timed.compute_us, row.wait_us = timed.wait_us;
   row.imbalance = m.max_over_mean;
   return row;
 }
