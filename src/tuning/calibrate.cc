@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "mpcomm/error.h"
 
@@ -144,6 +145,27 @@ void fit_inter(const std::string& op, OpFit* f, const std::vector<Measurement>& 
   f->costs.has_inter = true;
 }
 
+// The cold cost of one op and level at one mean wait (one bench run's rows): what the rows took beyond `costs`'
+// back-to-back prediction, as scale·warm + wake (warm: the prediction).
+BackendCosts::ColdCost fit_cold(const BackendCosts& costs, bool across, double wait_s,
+                                const std::vector<Measurement>& rows, const Cores& cores, double* error) {
+  std::vector<std::vector<double>> x;
+  std::vector<double> y, w, warm;
+  for (const auto& m : rows) {
+    warm.push_back(predict(costs, m.op, m.bytes, shape_of(m, cores)).seconds);
+    x.push_back({warm.back(), 1});
+    y.push_back(m.seconds - warm.back());
+    w.push_back(1 / m.seconds);
+  }
+  const auto c = nonnegative_least_squares(x, y, w);
+  BackendCosts::ColdCost k{wait_s, c[0], c[1], across};
+  std::vector<double> e;
+  for (size_t i = 0; i < rows.size(); ++i)
+    e.push_back(std::fabs(warm[i] * (1 + k.scale) + k.wake_s - rows[i].seconds) / rows[i].seconds);
+  *error = median(e);
+  return k;
+}
+
 size_t distinct_sizes(const std::vector<Measurement>& rows) {
   std::set<double> s;
   for (const auto& m : rows) s.insert(m.bytes);
@@ -204,12 +226,21 @@ Profile calibrate(const std::vector<Measurement>& rows, const std::string& name,
   CalibrationReport local;
   CalibrationReport& r = report ? *report : local;
   std::map<std::string, std::map<std::string, std::vector<Measurement>>> by;  // backend -> op -> rows
+  // backend -> (op, across hosts, compute) -> rows measured after compute (a bench run's, which share a mean wait)
+  std::map<std::string, std::map<std::tuple<std::string, bool, double>, std::vector<Measurement>>> cold;
   for (const auto& m : rows) {
     if (algorithms_for(m.op, CommShape{}).empty()) {
       r.skipped.push_back(m.backend + " " + m.op + ": the model has no such op");
     } else if (m.seconds <= 0 || m.ranks < 2 || m.hosts < 1 || m.ranks % m.hosts) {
       r.skipped.push_back(m.backend + " " + m.op + " " + std::to_string(m.ranks) + " ranks over " +
                           std::to_string(m.hosts) + " hosts: not a row the model can fit");
+    } else if (m.compute_s > 0 && shape_of(m, cores).crowding() > 1) {
+      // Ranks that share a core also share its compute: when each arrives, and so the time from the last arrival,
+      // is the scheduler's, not the op's.
+      r.skipped.push_back(m.backend + " " + m.op + " " + std::to_string(m.ranks) + " ranks over " +
+                          std::to_string(m.hosts) + " hosts after compute: more ranks than cores");
+    } else if (m.compute_s > 0) {
+      cold[m.backend][{m.op, m.hosts > 1, m.compute_s}].push_back(m);
     } else {
       by[m.backend][m.op].push_back(m);
     }
@@ -285,6 +316,25 @@ Profile calibrate(const std::vector<Measurement>& rows, const std::string& name,
     // which a prediction across hosts then says nothing true about (the report says which ops have them).
     costs.inter = base.has_inter ? base.inter : base.intra;
     costs.algorithms = {"ring", "tree", "hierarchical"};
+    for (const auto& [key, list] : cold[backend]) {
+      const auto& [op, across, compute] = key;
+      double wait = 0;
+      for (const auto& m : list) wait += m.wait_s / static_cast<double>(list.size());
+      auto& into = costs.cold[op];
+      // Within a host first, then across, each level by wait.
+      const auto after = std::find_if(into.begin(), into.end(), [&](const BackendCosts::ColdCost& k) {
+        return k.across_hosts == across ? k.wait_s >= wait : k.across_hosts;
+      });
+      if (!(wait > 0) || (after != into.end() && after->across_hosts == across && after->wait_s == wait)) {
+        r.skipped.push_back(backend + " " + op + " after " + std::to_string(static_cast<long long>(compute * 1e6)) +
+                            " us of compute: no wait measured, or the same as another run's");
+        continue;
+      }
+      double error = 0;
+      into.insert(after, fit_cold(costs, across, wait, list, cores, &error));
+      r.fits.push_back({backend, op, "waited " + std::to_string(static_cast<long long>(std::round(wait * 1e6))) + " us",
+                        across ? "cold, across hosts" : "cold, one host", "", static_cast<int>(list.size()), error});
+    }
     p.backends[backend] = costs;
   }
   if (p.backends.empty())
@@ -301,8 +351,9 @@ Validation validate(const Profile& p, const std::vector<Measurement>& rows) {
     if (!p.backends.count(m.backend) || algorithms_for(m.op, CommShape{}).empty() || !(m.seconds > 0) || m.ranks < 1 ||
         m.hosts < 1 || m.ranks % m.hosts)
       continue;
-    const auto pred = predict(p.backends.at(m.backend), m.op, m.bytes,
-                              CommShape{m.ranks, m.hosts, p.cores_per_host, p.emulated_hosts});
+    const auto& costs = p.backends.at(m.backend);
+    auto pred = predict(costs, m.op, m.bytes, CommShape{m.ranks, m.hosts, p.cores_per_host, p.emulated_hosts});
+    if (m.compute_s > 0) pred.seconds = after_wait(costs, m.op, CommShape{m.ranks, m.hosts}, pred.seconds, m.wait_s);
     Validation::Row row{m, pred.seconds, (pred.seconds - m.seconds) / m.seconds, pred.algorithm};
     errors.push_back(std::fabs(row.rel_error));
     v.rows.push_back(row);

@@ -9,7 +9,10 @@
 // the bandwidth alone, the latencies the band below's. Then, from the rows over several hosts, with the
 // within-host constants held: the step latency and bandwidth between hosts. Rows whose ranks outnumber the
 // host's cores are divided by the crowding first (cost_model.h). The backend's own constants (for ops it
-// has no rows of) are its allreduce's, else its first op's.
+// has no rows of) are its allreduce's, else its first op's. Last, per op, level (one host, across hosts) and
+// bench run of rows measured after compute, what those rows took beyond the back-to-back prediction, at the
+// mean wait they measured: scale·warm + wake, least squares on relative error, both at least 0 (rows with more ranks
+// than cores are left out: ranks sharing a core share its compute, and when they arrive is the scheduler's doing).
 #pragma once
 
 #include <string>
@@ -24,6 +27,10 @@ struct Measurement {
   double bytes = 0;
   int ranks = 0, hosts = 1;
   double seconds = 0;
+  // > 0: measured after this much compute on every rank, from the last rank's arrival (`mpcomm bench
+  // --compute-us`), the ranks having waited wait_s for the last on average: fitted into the backend's cold costs
+  // (cost_model.h, ColdCost), predicted with them.
+  double compute_s = 0, wait_s = 0;
 };
 
 struct CalibrationReport {

@@ -228,6 +228,30 @@ Prediction predict(const BackendCosts& costs, const std::string& op, double byte
   return out;
 }
 
+double after_wait(const BackendCosts& costs, const std::string& op, const CommShape& shape, double warm_s,
+                  double wait_s) {
+  const auto it = costs.cold.find(op);
+  if (it == costs.cold.end() || !(wait_s > 0)) return warm_s;
+  std::vector<BackendCosts::ColdCost> c;
+  for (bool across : {shape.hosts > 1, shape.hosts <= 1}) {
+    for (const auto& k : it->second)
+      if (k.across_hosts == across) c.push_back(k);
+    if (!c.empty()) break;
+  }
+  if (c.empty()) return warm_s;
+  auto at = [&](double scale, double wake) { return warm_s * (1 + scale) + wake; };
+  if (wait_s <= c.front().wait_s) {
+    const double f = wait_s / c.front().wait_s;
+    return at(f * c.front().scale, f * c.front().wake_s);
+  }
+  for (size_t i = 1; i < c.size(); ++i) {
+    if (wait_s > c[i].wait_s) continue;
+    const double w = std::log(wait_s / c[i - 1].wait_s) / std::log(c[i].wait_s / c[i - 1].wait_s);
+    return at((1 - w) * c[i - 1].scale + w * c[i].scale, (1 - w) * c[i - 1].wake_s + w * c[i].wake_s);
+  }
+  return at(c.back().scale, c.back().wake_s);
+}
+
 double bus_factor(const std::string& op, int ranks) {
   const double n = ranks;
   if (ranks <= 1) return 1;

@@ -55,6 +55,18 @@ struct BackendCosts {
   const OpCosts* op_costs(const std::string& op, double bytes, int ranks) const;
   // The algorithms the backend runs; a prediction without one named takes the fastest of these for the op.
   std::vector<std::string> algorithms = {"ring", "tree", "hierarchical"};
+  // An op whose ranks come to it from compute (a trainer's) is slower than back-to-back calls: its buffers
+  // are out of the caches, and the ranks that came first went to sleep (a futex within a host, poll() across
+  // hosts) and must be woken — on a virtual machine the longer a CPU idled, the slower it resumes. What
+  // decides it is how long the ranks waited for the last one: fitted by calibration per op, within a host and
+  // across hosts, to `mpcomm bench --compute-us` rows, each group of rows at the mean wait it measured: after a
+  // mean wait of `wait_s`, the op takes warm·(1 + scale) + wake_s from the last arrival. Empty: no such rows (the
+  // published profiles: a GPU's collective is a kernel that no CPU has to wake for).
+  struct ColdCost {
+    double wait_s = 0, scale = 0, wake_s = 0;
+    bool across_hosts = false;
+  };
+  std::map<std::string, std::vector<ColdCost>> cold;  // per op: within a host, then across, each by wait
 };
 
 // Where the ranks are: `ranks` over `hosts` hosts, the same number on each.
@@ -103,6 +115,13 @@ OpConstants constants(const BackendCosts& costs, const std::string& op, double b
 // wrong (unknown op, a shape that cannot be: ranks not a multiple of hosts, fewer than one).
 Prediction predict(const BackendCosts& costs, const std::string& op, double bytes, const CommShape& shape,
                    const std::string& algorithm = "");
+
+// The time of `op` on `shape` that takes `warm_s` back to back when its ranks waited `wait_s` (a mean over the
+// ranks) for the last of them: the op's ColdCost at the shape's level (within one host, or across hosts; the
+// other level's where calibration had none), interpolated in log wait between fitted ones, held beyond the
+// largest, falling linearly to nothing (back to back) below the smallest. Without cold costs for the op, warm_s.
+double after_wait(const BackendCosts& costs, const std::string& op, const CommShape& shape, double warm_s,
+                  double wait_s);
 
 // nccl-tests' bus bandwidth factor of op on n ranks (busbw = bytes / time × factor).
 double bus_factor(const std::string& op, int ranks);

@@ -123,6 +123,29 @@ Profile parse_profile(const std::string& text, const std::string& origin) {
     std::istringstream words(line);
     std::string first;
     words >> first;
+    if (first == "cold") {
+      std::string backend, op;
+      words >> backend >> op;
+      if (op.empty()) throw InvalidArgument(where + ": 'cold' needs a backend and an op");
+      const std::string at = where + " (cold " + backend + " " + op + ")";
+      auto f = fields(words, at);
+      if (!p.backends.count(backend)) throw InvalidArgument(at + ": comes before a 'backend " + backend + "' line");
+      if (algorithms_for(op, CommShape{}).empty()) throw InvalidArgument(at + ": unknown op '" + op + "'");
+      BackendCosts::ColdCost k;
+      k.across_hosts = take(f, "across_hosts", at) != 0;
+      k.wait_s = take(f, "wait_us", at) * 1e-6;
+      k.scale = take(f, "scale", at);
+      k.wake_s = take(f, "wake_us", at) * 1e-6;
+      no_more(f, at);
+      auto& cold = p.backends[backend].cold[op];
+      const bool grows = cold.empty() || k.across_hosts != cold.back().across_hosts || k.wait_s > cold.back().wait_s;
+      if (!(k.wait_s > 0) || !grows || (!cold.empty() && cold.back().across_hosts && !k.across_hosts))
+        throw InvalidArgument(at +
+                              ": wait_us must be above 0 and grow from one cold line of the op and level to the "
+                              "next (within a host first, then across hosts)");
+      cold.push_back(k);
+      continue;
+    }
     if (first == "backend" || first == "op") {
       std::string backend, op;
       words >> backend;
@@ -238,6 +261,11 @@ std::string format_profile(const Profile& p) {
         if (!oc.algorithm.empty()) o << " algorithm=" << oc.algorithm;
         o << "\n";
       }
+    for (const auto& [op, list] : c.cold)
+      for (const auto& k : list)
+        o << "cold " << name << " " << op << " across_hosts=" << (k.across_hosts ? 1 : 0)
+          << " wait_us=" << num(k.wait_s * 1e6) << " scale=" << num(k.scale) << " wake_us=" << num(k.wake_s * 1e6)
+          << "\n";
   }
   return o.str();
 }

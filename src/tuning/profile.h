@@ -17,6 +17,7 @@
 //       algorithms=ring,tree
 //   op native allreduce [pairs=1] [below_bytes=N] [at_bytes=N] overhead_us=... intra_alpha_us=...
 //       intra_bw_gbs=... [inter_alpha_us=... inter_bw_gbs=...] [algorithm=ring]
+//   cold native allreduce across_hosts=0 wait_us=300 scale=0.2 wake_us=40   # from compute (cost_model.h)
 //
 // (each backend or op entry one line in the file; a calibrated profile has an op line per size band).
 // Bandwidths are GB/s (10^9 bytes): intra per rank, inter per host (all its network links together).

@@ -36,10 +36,25 @@ for n in 2 3; do
   "$mpcomm" bench --ranks $n --ops allreduce,sendrecv -b 4K -e 4M -f 4 -n 5 -w 2 --json "$work/rows$n.json" \
     > /dev/null 2>&1 || bad "bench --ranks $n"
 done
-out=$("$mpcomm" plan --calibrate --from "$work/rows2.json" "$work/rows3.json" 2>&1) || bad "calibrate: $out"
+# And two sweeps after compute (each call from ~2 and ~6 ms of it): the profile gets each op's cold costs within a
+# host, one line per sweep, and validation reports those rows apart.
+for us in 2000 6000; do
+  "$mpcomm" bench --ranks 2 --ops allreduce,sendrecv -b 16K -e 1M -f 4 -n 5 -w 1 --compute-us $us \
+    --json "$work/cold$us.json" > /dev/null 2>&1 || bad "bench --compute-us $us"
+done
+rows=("$work/rows2.json" "$work/rows3.json" "$work/cold2000.json" "$work/cold6000.json")
+out=$("$mpcomm" plan --calibrate --from "${rows[@]}" 2>&1) || bad "calibrate: $out"
 grep -q "^op native allreduce" "$work/this-machine.profile" || bad "no allreduce constants in the profile"
-out=$("$mpcomm" plan --validate --from "$work/rows2.json" "$work/rows3.json" 2>&1) || bad "validate: $out"
+for op in allreduce sendrecv; do
+  n=$(grep -c "^cold native $op across_hosts=0 wait_us=" "$work/this-machine.profile")
+  [ "$n" = 2 ] || bad "$n cold lines for $op within a host, not 2: $(cat "$work/this-machine.profile")"
+done
+out=$("$mpcomm" plan --validate --from "${rows[@]}" 2>&1) || bad "validate: $out"
 grep -qE "^profile this-machine over [0-9]+ rows: median \|error\|" <<<"$out" || bad "validate's summary: $out"
+grep -qE "^\(all ops\) after compute +[0-9]+ rows" <<<"$out" || bad "validate: no summary of the rows after compute: $out"
+out=$("$mpcomm" train -n 2 --tp 2 --steps 3 2>&1) || bad "train: $out"
+grep -qE "cost model's transfer time.*a call's wait for its last rank [0-9.]+ /" <<<"$out" ||
+  bad "train prints no prediction with the ranks' wait: $out"
 
 refused() {  # refused "WHAT IT MUST SAY" ARGS...
   local want=$1

@@ -124,6 +124,69 @@ TEST(Calibrate, RecoversTheConstantsThroughNoiseAndCrowding) {
   EXPECT_LT(v.max_abs_error, 0.1);
 }
 
+// Rows measured after compute (bench --compute-us) in two runs, whose ranks waited 1 and 10 ms for the last on
+// average, generated from the truth's warm time by known cold costs (others across hosts than within one) with
+// ±3% noise: calibration fits the warm constants from the back-to-back rows alone and the cold costs per op,
+// level and wait from the rest.
+TEST(Calibrate, RecoversTheColdCostsOfRowsAfterCompute) {
+  const auto t = truth();
+  auto rows = synthetic(t, 0, 0, false);
+  const BackendCosts::ColdCost want[] = {{1e-3, 0.3, 40 * us, false},
+                                         {10e-3, 0.8, 120 * us, false},
+                                         {1e-3, 0.1, 60 * us, true},
+                                         {10e-3, 0.2, 90 * us, true}};
+  const char* ops[] = {"allreduce", "sendrecv", "reduce_scatter"};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.97, 1.03);
+  for (const auto& k : want)
+    for (const auto& op : ops)
+      for (auto [ranks, hosts] : k.across_hosts ? std::vector<std::pair<int, int>>{{2, 2}, {4, 2}}
+                                                : std::vector<std::pair<int, int>>{{2, 1}, {4, 1}})
+        for (double bytes = 16 << 10; bytes <= 4 << 20; bytes *= 4) {
+          const double warm = predict(t, op, bytes, CommShape{ranks, hosts}).seconds;
+          Measurement m{"b", op, bytes, ranks, hosts, (warm * (1 + k.scale) + k.wake_s) * u(rng)};
+          m.compute_s = 6 * k.wait_s, m.wait_s = k.wait_s;  // a bench run's compute, and the wait it measured
+          rows.push_back(m);
+        }
+  CalibrationReport report;
+  const Profile p = calibrate(rows, "x", 4, 0, false, &report);
+  expect_recovered(t, p, 1e-6, true);  // the cold rows did not disturb the warm fit
+  for (const auto& op : ops) {
+    SCOPED_TRACE(op);
+    const auto& cold = p.backend("b").cold.at(op);
+    ASSERT_EQ(cold.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_NEAR(cold[i].wait_s, want[i].wait_s, 1e-12);
+      EXPECT_EQ(cold[i].across_hosts, want[i].across_hosts);
+      EXPECT_NEAR(cold[i].scale, want[i].scale, 0.05);
+      EXPECT_NEAR(cold[i].wake_s / want[i].wake_s, 1, 0.15);
+    }
+  }
+  int cold_fits = 0;
+  for (const auto& f : report.fits) cold_fits += f.level.rfind("cold", 0) == 0 && f.median_rel_error < 0.03;
+  EXPECT_EQ(cold_fits, 12);
+  // Validation predicts a row after compute with its level's cold costs, a back-to-back one without.
+  const double warm = predict(t, "allreduce", 1e6, CommShape{4, 1}).seconds;
+  Measurement after{"b", "allreduce", 1e6, 4, 1, warm * 1.8 + 120 * us};
+  after.compute_s = 60e-3, after.wait_s = 10e-3;
+  const double warm2 = predict(t, "allreduce", 1e6, CommShape{4, 2}).seconds;
+  Measurement across{"b", "allreduce", 1e6, 4, 2, warm2 * 1.2 + 90 * us};
+  across.compute_s = 60e-3, across.wait_s = 10e-3;
+  const auto v = validate(p, {after, across, {"b", "allreduce", 1e6, 4, 1, warm}});
+  ASSERT_EQ(v.rows.size(), 3u);
+  EXPECT_LT(v.max_abs_error, 0.05);
+  // Rows after compute with more ranks than cores are left out, and said to be.
+  Measurement crowded = after;
+  crowded.ranks = 6;
+  rows.push_back(crowded);
+  CalibrationReport r2;
+  calibrate(rows, "x", 4, 4, false, &r2);
+  bool said = false;
+  for (const auto& s : r2.skipped)
+    said = said || s.find("6 ranks over 1 hosts after compute: more ranks than cores") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 TEST(Calibrate, RowsThatCannotBeFittedAreRefused) {
   // One size only: α and β cannot be told apart.
   std::vector<Measurement> rows = {{"b", "allreduce", 1e3, 2, 1, 1e-5}, {"b", "allreduce", 1e3, 4, 1, 3e-5}};
@@ -132,8 +195,13 @@ TEST(Calibrate, RowsThatCannotBeFittedAreRefused) {
 
 TEST(Profile, WhatIsWrittenReadsBack) {
   const auto t = truth();
-  const Profile p = calibrate(synthetic(t, 0, 0, false), "x", 4, 2, true);
+  Profile p = calibrate(synthetic(t, 0, 0, false), "x", 4, 2, true);
+  p.backends.at("b").cold["allreduce"] = {
+      {1e-3, 0.25, 30 * us, false}, {0.02, 1.5, 200 * us, false}, {0.02, 0.5, 80 * us, true}};
   const Profile q = parse_profile(format_profile(p), "roundtrip");
+  ASSERT_EQ(q.backend("b").cold.at("allreduce").size(), 3u);
+  EXPECT_NEAR(after_wait(q.backend("b"), "allreduce", CommShape{2, 1}, 1e-4, 0.02), 1e-4 * 2.5 + 200 * us, 1e-12);
+  EXPECT_NEAR(after_wait(q.backend("b"), "allreduce", CommShape{2, 2}, 1e-4, 0.02), 1e-4 * 1.5 + 80 * us, 1e-12);
   EXPECT_EQ(format_profile(q), format_profile(p));
   for (const auto& op : model_ops())
     EXPECT_NEAR(predict(q.backend("b"), op, 1e6, CommShape{4, 2, 2, true}).seconds,
@@ -165,6 +233,16 @@ TEST(Profile, MissingOrWrongFieldsAreNamed) {
   expect_refused("name = p\n", "expected 'mpcomm-profile 1' first");
   expect_refused(head + "backend nccl " + full + "\nop nccl allshuffle " + full + "\n", "unknown op 'allshuffle'");
   expect_refused(head + "op nccl allreduce " + full + "\n", "comes before a 'backend nccl' line");
+  const std::string backend = head + "backend nccl " + full + "\n";
+  const std::string cold = "cold nccl allreduce across_hosts=0 wait_us=";
+  expect_refused(head + cold + "1 scale=0 wake_us=1\n", "line 4 (cold nccl allreduce): comes before a 'backend nccl'");
+  expect_refused(backend + cold + "1 scale=0\n", "line 5 (cold nccl allreduce): missing field wake_us");
+  expect_refused(backend + "cold nccl allreduce wait_us=1 scale=0 wake_us=1\n", "missing field across_hosts");
+  expect_refused(backend + cold + "10 scale=0 wake_us=1\n" + cold + "5 scale=0 wake_us=1\n",
+                 "line 6 (cold nccl allreduce): wait_us must be above 0 and grow");
+  expect_refused(backend + "cold nccl allshuffle across_hosts=0 wait_us=1 scale=0 wake_us=1\n",
+                 "unknown op 'allshuffle'");
+  expect_refused(backend + "cold nccl\n", "'cold' needs a backend and an op");
   EXPECT_THROW(load_profile("dgx-z100"), InvalidArgument);
   EXPECT_THROW(load_profile("/nonexistent/p.profile"), InvalidArgument);
 }

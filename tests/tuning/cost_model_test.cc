@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "mpcomm/error.h"
 #include "tuning/profile.h"
 
@@ -74,6 +76,27 @@ TEST(CostModel, RanksBeyondTheCoresTakeTurns) {
   EXPECT_NEAR(predict(c, "allreduce", 1e6, CommShape{8, 2, 2, true}).seconds, 4 * one, 1e-12)
       << "emulated hosts: all 8 ranks on the machine's 2 cores";
   EXPECT_NEAR(predict(c, "allreduce", 1e6, CommShape{8, 2, 16}).seconds, one, 1e-12) << "enough cores";
+}
+
+TEST(CostModel, AnOpWhoseRanksWaitedCostsItsColdCost) {
+  auto c = costs(5, 2, 10, 50, 4);
+  const double warm = 100e-6;
+  const CommShape one{2, 1}, two{4, 2};
+  EXPECT_EQ(after_wait(c, "allreduce", one, warm, 0.05), warm) << "no cold costs: back to back";
+  c.cold["allreduce"] = {{1e-3, 0.2, 10e-6, false}, {10e-3, 0.6, 50e-6, false}};
+  EXPECT_EQ(after_wait(c, "allreduce", one, warm, 0), warm);
+  EXPECT_EQ(after_wait(c, "sendrecv", one, warm, 0.05), warm) << "an op without cold costs";
+  EXPECT_NEAR(after_wait(c, "allreduce", one, warm, 0.5e-3), warm * 1.1 + 5e-6, 1e-15)
+      << "below the smallest wait: linear from 0";
+  EXPECT_NEAR(after_wait(c, "allreduce", one, warm, 1e-3), warm * 1.2 + 10e-6, 1e-15);
+  EXPECT_NEAR(after_wait(c, "allreduce", one, warm, std::sqrt(10) * 1e-3), warm * 1.4 + 30e-6, 1e-15)
+      << "halfway in log wait";
+  EXPECT_NEAR(after_wait(c, "allreduce", one, warm, 1.0), warm * 1.6 + 50e-6, 1e-15) << "held beyond the largest";
+  EXPECT_NEAR(after_wait(c, "allreduce", two, warm, 10e-3), warm * 1.6 + 50e-6, 1e-15)
+      << "no costs across hosts: those within one";
+  c.cold["allreduce"].push_back({10e-3, 0.1, 80e-6, true});
+  EXPECT_NEAR(after_wait(c, "allreduce", two, warm, 10e-3), warm * 1.1 + 80e-6, 1e-15) << "across hosts";
+  EXPECT_NEAR(after_wait(c, "allreduce", one, warm, 10e-3), warm * 1.6 + 50e-6, 1e-15);
 }
 
 TEST(CostModel, BadInputIsRefused) {

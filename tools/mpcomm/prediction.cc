@@ -1,8 +1,8 @@
 #include "prediction.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <set>
 
 #include "bootstrap/env.h"
 #include "mpcomm/error.h"
@@ -25,12 +25,16 @@ tuning::CommShape group_shape(const std::vector<int>& members, int ranks, int ho
   return tuning::CommShape{static_cast<int>(members.size()), spanned, p.cores_per_host, p.emulated_hosts};
 }
 
-// calls × the time of one call of the mean size; an all-reduce with ZeRO or sequence parallelism is a
-// reduce-scatter and an all-gather of the same size, which the ring model times alike.
-double predicted(const tuning::BackendCosts& costs, const std::string& op, double calls, double bytes,
-                 const tuning::CommShape& shape) {
+// calls × the time of one call of the mean size, its ranks having waited for the last of them what the ops took
+// beyond that (`took_s` over the calls); an all-reduce with ZeRO or sequence parallelism is a reduce-scatter and an
+// all-gather of the same size, which the ring model times alike. Sets *wait_s.
+double predicted(const tuning::BackendCosts& costs, const std::string& op, double calls, double bytes, double took_s,
+                 const tuning::CommShape& shape, double* wait_s) {
+  *wait_s = 0;
   if (calls <= 0 || shape.ranks < 2) return 0;
-  return calls * tuning::predict(costs, op, bytes / calls, shape).seconds;
+  const double warm = tuning::predict(costs, op, bytes / calls, shape).seconds;
+  *wait_s = std::max(0.0, took_s / calls - warm);
+  return calls * tuning::after_wait(costs, op, shape, warm, *wait_s);
 }
 
 }  // namespace
@@ -63,24 +67,35 @@ void print_prediction(const StepTraffic& t, const parallel::ParallelDims& d, int
   const auto tps = group_shape(tp, ranks, hosts, p), dps = group_shape(dp, ranks, hosts, p);
   // A pipeline send goes to the next stage: across hosts when the first two stages are on different ones.
   const auto pps = d.pp > 1 ? group_shape({pp[0], pp[1]}, ranks, hosts, p) : tuning::CommShape{1, 1};
-  if (tps.hosts == 0 || dps.hosts == 0 || pps.hosts == 0) {
+  // The tied embedding's gradients go between the first stage and the last.
+  const auto ends = d.pp > 1 ? group_shape({pp.front(), pp.back()}, ranks, hosts, p) : tuning::CommShape{1, 1};
+  if (tps.hosts == 0 || dps.hosts == 0 || pps.hosts == 0 || ends.hosts == 0) {
     std::printf("# %s: no prediction (a group is spread unevenly over the %d hosts)\n", t.backend.c_str(), hosts);
     return;
   }
   // Sequence parallelism and ZeRO make reduce-scatters and all-gathers (timed alike by the ring); the pipeline's
-  // calls are its sends and its receives, and the ops' own time counts the sends.
-  const double tp_p =
-      predicted(costs, t.sequence_parallel ? "reduce_scatter" : "allreduce", t.tp_calls, t.tp_bytes, tps);
-  const double pp_p = predicted(costs, "sendrecv", t.pp_calls / 2, t.pp_bytes / 2,
-                                tuning::CommShape{2, pps.hosts, p.cores_per_host, p.emulated_hosts});
-  const double dp_p = predicted(costs, t.zero ? "reduce_scatter" : "allreduce", t.dp_calls, t.dp_bytes, dps);
+  // calls are its sends and its receives, each a message's half. What a rank's op took beyond the transfer is
+  // its wait for the last rank, which the op's cold cost depends on.
+  double tp_w = 0, pp_w = 0, dp_w = 0, emb_w = 0;
+  const double tp_p = predicted(costs, t.sequence_parallel ? "reduce_scatter" : "allreduce", t.tp_calls, t.tp_bytes,
+                                t.tp_s, tps, &tp_w);
+  // The pipeline's traffic: its messages and the tied embedding's exchange (one sendrecv a step).
+  const double pp_p = predicted(costs, "sendrecv", t.pp_calls / 2, t.pp_bytes / 2, t.pp_s / 2,
+                                tuning::CommShape{2, pps.hosts, p.cores_per_host, p.emulated_hosts}, &pp_w) +
+                      predicted(costs, "sendrecv", t.emb_calls, t.emb_bytes, t.emb_s,
+                                tuning::CommShape{2, ends.hosts, p.cores_per_host, p.emulated_hosts}, &emb_w);
+  const double pp_s = t.pp_s + t.emb_s;
+  const double dp_p =
+      predicted(costs, t.zero ? "reduce_scatter" : "allreduce", t.dp_calls, t.dp_bytes, t.dp_s, dps, &dp_w);
   auto pct = [](double pred, double meas) { return meas > 0 ? (pred - meas) / meas * 100 : 0.0; };
   std::printf(
-      "# %s: the cost model's transfer time (this machine's profile) / what the ops took here, waiting for their "
-      "peers included, per step: tensor-parallel %.2f / %.2f ms (%+.0f%%), pipeline %.2f / %.2f ms (%+.0f%%), "
-      "data-parallel %.2f / %.2f ms (%+.0f%%)\n",
-      t.backend.c_str(), tp_p * 1e3, t.tp_s * 1e3, pct(tp_p, t.tp_s), pp_p * 1e3, t.pp_s * 1e3, pct(pp_p, t.pp_s),
-      dp_p * 1e3, t.dp_s * 1e3, pct(dp_p, t.dp_s));
+      "# %s: the cost model's transfer time (this machine's profile%s) / what the ops took here, waiting for their "
+      "peers included, per step: tensor-parallel %.2f / %.2f ms (%+.0f%%), pipeline (with the tied embedding's "
+      "exchange) %.2f / %.2f ms "
+      "(%+.0f%%), data-parallel %.2f / %.2f ms (%+.0f%%); a call's wait for its last rank %.2f / %.2f / %.2f ms\n",
+      t.backend.c_str(), costs.cold.empty() ? ", without costs for ops entered from compute" : "", tp_p * 1e3,
+      t.tp_s * 1e3, pct(tp_p, t.tp_s), pp_p * 1e3, pp_s * 1e3, pct(pp_p, pp_s), dp_p * 1e3, t.dp_s * 1e3,
+      pct(dp_p, t.dp_s), tp_w * 1e3, pp_w * 1e3, dp_w * 1e3);
 }
 
 std::vector<bench::Row> predicted_rows(const std::vector<bench::Row>& rows) {
@@ -98,7 +113,10 @@ std::vector<bench::Row> predicted_rows(const std::vector<bench::Row>& rows) {
     bench::Row q = r;
     q.backend = r.backend + " (predicted)";
     const tuning::CommShape shape{r.ranks, r.hosts, p.cores_per_host, p.emulated_hosts};
-    q.time_us = tuning::predict(p.backends.at(r.backend), r.op, static_cast<double>(r.bytes), shape).seconds * 1e6;
+    const auto& costs = p.backends.at(r.backend);
+    double t = tuning::predict(costs, r.op, static_cast<double>(r.bytes), shape).seconds;
+    if (r.compute_us > 0) t = tuning::after_wait(costs, r.op, shape, t, r.wait_us * 1e-6);  // from compute
+    q.time_us = t * 1e6;
     q.p50_us = q.time_us;
     q.algbw_gbs = q.time_us > 0 ? static_cast<double>(r.bytes) / q.time_us / 1e3 : 0;
     q.busbw_gbs = q.algbw_gbs * tuning::bus_factor(r.op, r.ranks);

@@ -17,6 +17,7 @@ struct StepTraffic {
   double tp_calls = 0, tp_bytes = 0, tp_s = 0;
   double pp_calls = 0, pp_bytes = 0, pp_s = 0;
   double dp_calls = 0, dp_bytes = 0, dp_s = 0;
+  double emb_calls = 0, emb_bytes = 0, emb_s = 0;  // the tied embedding's exchange between the pipeline's ends
   bool zero = false, sequence_parallel = false;
 };
 
@@ -25,8 +26,8 @@ struct StepTraffic {
 void print_prediction(const StepTraffic& t, const parallel::ParallelDims& dims, int ranks, int hosts);
 
 // For every out-of-place row whose backend this machine's profile has constants for, a row of the same op,
-// size and shape with the predicted time and bus bandwidth, its backend "<backend> (predicted)"; none without
-// a profile.
+// size and shape with the predicted time and bus bandwidth (a row measured after compute: with the cold cost of
+// the wait it measured), its backend "<backend> (predicted)"; none without a profile.
 std::vector<bench::Row> predicted_rows(const std::vector<bench::Row>& rows);
 
 }  // namespace mpcomm::cli

@@ -530,6 +530,8 @@ Runner add_train(CLI::App& app) {
         t.tp_calls += double(x.tp.calls) / n, t.tp_bytes += double(x.tp.bytes) / n, t.tp_s += x.tp_spent / n;
         t.pp_calls += double(x.pp.calls) / n, t.pp_bytes += double(x.pp.bytes) / n, t.pp_s += x.pp_spent / n;
         t.dp_calls += double(x.dp.calls) / n, t.dp_bytes += double(x.dp.bytes) / n, t.dp_s += x.dp_spent / n;
+        t.emb_calls += double(x.embedding.calls) / n, t.emb_bytes += double(x.embedding.bytes) / n;
+        t.emb_s += x.embedding.seconds / n;
       }
       print_prediction(t, c.dims, o->ranks, o->hosts);
     }
