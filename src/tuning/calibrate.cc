@@ -326,17 +326,23 @@ Profile calibrate(const std::vector<Measurement>& rows, const std::string& name,
         return k.across_hosts == across ? k.wait_s >= wait : k.across_hosts;
       });
       if (!(wait > 0) || (after != into.end() && after->across_hosts == across && after->wait_s == wait)) {
-        r.skipped.push_back(backend + " " + op + " after " + std::to_string(static_cast<long long>(compute * 1e6)) +
+        r.skipped.push_back(backend + " " + op + " after " + std::to_string(std::llround(compute * 1e6)) +
                             " us of compute: no wait measured, or the same as another run's");
         continue;
       }
       double error = 0;
       into.insert(after, fit_cold(costs, across, wait, list, cores, &error));
-      r.fits.push_back({backend, op, "waited " + std::to_string(static_cast<long long>(std::round(wait * 1e6))) + " us",
+      r.fits.push_back({backend, op, "waited " + std::to_string(std::llround(wait * 1e6)) + " us",
                         across ? "cold, across hosts" : "cold, one host", "", static_cast<int>(list.size()), error});
     }
     p.backends[backend] = costs;
   }
+  // Rows after compute of a backend without back-to-back rows have no warm time to be measured against.
+  for (const auto& [backend, groups] : cold)
+    if (!p.backends.count(backend))
+      for (const auto& [key, list] : groups)
+        r.skipped.push_back(backend + " " + std::get<0>(key) + " after compute (" + std::to_string(list.size()) +
+                            " rows): the backend has no back-to-back rows to fit first");
   if (p.backends.empty())
     throw InvalidArgument(
         "mpcomm plan --calibrate: no backend has rows of two sizes on one host (α and β cannot be told apart)");
@@ -351,6 +357,9 @@ Validation validate(const Profile& p, const std::vector<Measurement>& rows) {
     if (!p.backends.count(m.backend) || algorithms_for(m.op, CommShape{}).empty() || !(m.seconds > 0) || m.ranks < 1 ||
         m.hosts < 1 || m.ranks % m.hosts)
       continue;
+    // Rows after compute with more ranks than cores: when their ranks arrive is the scheduler's (calibration
+    // leaves them out too).
+    if (m.compute_s > 0 && CommShape{m.ranks, m.hosts, p.cores_per_host, p.emulated_hosts}.crowding() > 1) continue;
     const auto& costs = p.backends.at(m.backend);
     auto pred = predict(costs, m.op, m.bytes, CommShape{m.ranks, m.hosts, p.cores_per_host, p.emulated_hosts});
     if (m.compute_s > 0) pred.seconds = after_wait(costs, m.op, CommShape{m.ranks, m.hosts}, pred.seconds, m.wait_s);

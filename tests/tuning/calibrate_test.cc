@@ -145,7 +145,9 @@ TEST(Calibrate, RecoversTheColdCostsOfRowsAfterCompute) {
         for (double bytes = 16 << 10; bytes <= 4 << 20; bytes *= 4) {
           const double warm = predict(t, op, bytes, CommShape{ranks, hosts}).seconds;
           Measurement m{"b", op, bytes, ranks, hosts, (warm * (1 + k.scale) + k.wake_s) * u(rng)};
-          m.compute_s = 6 * k.wait_s, m.wait_s = k.wait_s;  // a bench run's compute, and the wait it measured
+          // A bench run's compute, and the wait it measured: the longer compute's ranks happened to wait less, so
+          // calibration must order the fits by wait, not by compute.
+          m.compute_s = 0.1 - k.wait_s, m.wait_s = k.wait_s;
           rows.push_back(m);
         }
   CalibrationReport report;
@@ -180,7 +182,8 @@ TEST(Calibrate, RecoversTheColdCostsOfRowsAfterCompute) {
   crowded.ranks = 6;
   rows.push_back(crowded);
   CalibrationReport r2;
-  calibrate(rows, "x", 4, 4, false, &r2);
+  const Profile p2 = calibrate(rows, "x", 4, 4, false, &r2);
+  EXPECT_TRUE(validate(p2, {crowded}).rows.empty()) << "nor are they validated";
   bool said = false;
   for (const auto& s : r2.skipped)
     said = said || s.find("6 ranks over 1 hosts after compute: more ranks than cores") != std::string::npos;
@@ -243,6 +246,9 @@ TEST(Profile, MissingOrWrongFieldsAreNamed) {
   expect_refused(backend + "cold nccl allshuffle across_hosts=0 wait_us=1 scale=0 wake_us=1\n",
                  "unknown op 'allshuffle'");
   expect_refused(backend + "cold nccl\n", "'cold' needs a backend and an op");
+  expect_refused(
+      backend + "cold nccl allreduce across_hosts=1 wait_us=5 scale=0 wake_us=1\n" + cold + "10 scale=0 wake_us=1\n",
+      "line 6 (cold nccl allreduce): wait_us must be above 0");
   EXPECT_THROW(load_profile("dgx-z100"), InvalidArgument);
   EXPECT_THROW(load_profile("/nonexistent/p.profile"), InvalidArgument);
 }

@@ -74,17 +74,19 @@ void print_prediction(const StepTraffic& t, const parallel::ParallelDims& d, int
     return;
   }
   // Sequence parallelism and ZeRO make reduce-scatters and all-gathers (timed alike by the ring); the pipeline's
-  // calls are its sends and its receives, each a message's half. What a rank's op took beyond the transfer is
-  // its wait for the last rank, which the op's cold cost depends on.
+  // calls are its sends and its receives, a message each pair, and its time the sends' (the receives, posted
+  // as the step begins, would count its compute). What an op took beyond the transfer is its wait for the last
+  // rank, which the op's cold cost depends on.
   double tp_w = 0, pp_w = 0, dp_w = 0, emb_w = 0;
   const double tp_p = predicted(costs, t.sequence_parallel ? "reduce_scatter" : "allreduce", t.tp_calls, t.tp_bytes,
                                 t.tp_s, tps, &tp_w);
-  // The pipeline's traffic: its messages and the tied embedding's exchange (one sendrecv a step).
-  const double pp_p = predicted(costs, "sendrecv", t.pp_calls / 2, t.pp_bytes / 2, t.pp_s / 2,
+  // The pipeline's traffic: its messages and the tied embedding's exchange (one sendrecv a step, whose send the
+  // pipeline communicator's time already holds).
+  const double pp_p = predicted(costs, "sendrecv", t.pp_calls / 2, t.pp_bytes / 2, t.pp_s,
                                 tuning::CommShape{2, pps.hosts, p.cores_per_host, p.emulated_hosts}, &pp_w) +
                       predicted(costs, "sendrecv", t.emb_calls, t.emb_bytes, t.emb_s,
                                 tuning::CommShape{2, ends.hosts, p.cores_per_host, p.emulated_hosts}, &emb_w);
-  const double pp_s = t.pp_s + t.emb_s;
+  const double pp_s = t.pp_s;
   const double dp_p =
       predicted(costs, t.zero ? "reduce_scatter" : "allreduce", t.dp_calls, t.dp_bytes, t.dp_s, dps, &dp_w);
   auto pct = [](double pred, double meas) { return meas > 0 ? (pred - meas) / meas * 100 : 0.0; };
