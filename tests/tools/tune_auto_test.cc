@@ -69,12 +69,17 @@ TEST(TuneAuto, CheckFailsATableThatChoosesTheSlowBackend) {
   const std::string cmd =
       std::string(MPCOMM_CLI) +
       " tune --backends all --check --ranks 2 --ops allreduce -b 8 -e 64 -f 8 -n 5 -w 1 --timeout 60";
-  auto bad = testing::run_command("MPCOMM_TUNING=" + path + " " + cmd);
+  // Under ctest -j2 another test can hold a CPU for a whole row, and two spinning ranks on the one left take a
+  // scheduler slice per call (native's 8 B row at 4–6 ms, slower than gloo's): either table's check is measured
+  // again, up to three times, until it says what that table must.
+  testing::RunResult bad;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    bad = testing::run_command("MPCOMM_TUNING=" + path + " " + cmd);
+    if (bad.status == 1 && contains(bad.output, "2 of 2 points")) break;
+  }
   EXPECT_EQ(bad.status, 1) << bad.output;
   EXPECT_TRUE(contains(bad.output, "DRIFT") && contains(bad.output, "2 of 2 points")) << bad.output;
-  // Native is within 50× of the fastest at these sizes (gloo takes ~100× there). Under ctest -j2 another test can
-  // hold a CPU for a whole row, and two spinning ranks on the one left take a scheduler slice per call (native's
-  // 8 B row at 4–6 ms): a drift on the good table is measured again, up to three times.
+  // Native is within 50× of the fastest at these sizes (gloo takes ~100× there).
   std::ofstream(path) << "mpcomm-tuning 1 backend=auto\nallreduce -> native\n";
   testing::RunResult good;
   for (int attempt = 0; attempt < 3; ++attempt) {
