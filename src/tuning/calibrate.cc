@@ -317,7 +317,10 @@ Profile calibrate(const std::vector<Measurement>& rows, const std::string& name,
     costs.inter = base.has_inter ? base.inter : base.intra;
     costs.algorithms = {"ring", "tree", "hierarchical"};
     for (const auto& [key, list] : cold[backend]) {
-      const auto& [op, across, compute] = key;
+      // Named apart, not as a structured binding: the lambda below captures `across`, which C++17 compilers refuse.
+      const std::string& op = std::get<0>(key);
+      const bool across = std::get<1>(key);
+      const double compute = std::get<2>(key);
       double wait = 0;
       for (const auto& m : list) wait += m.wait_s / static_cast<double>(list.size());
       auto& into = costs.cold[op];
