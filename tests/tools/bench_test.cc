@@ -68,29 +68,39 @@ TEST(BenchUnits, ACallAfterComputeIsTimedFromItsLastArrival) {
   EXPECT_EQ(t.waited, (std::vector<double>{2, 0, 2}));  // (4 + 0) / 2, 0, (4 + 0) / 2
 }
 
-// Rows after compute: every call preceded by ~20 ms of compute, ranks arriving up to 20 ms apart; what is timed
-// is the transfer after the last arrival, not the early rank's wait (which averages several ms here).
+// Rows after compute: every call preceded by ~60 ms of compute, ranks arriving up to 60 ms apart (by rank and call,
+// the same every run: a mean wait for the last of ~9.7 ms, and the third shortest of the six calls' waits ~8 ms).
+// What is timed is the transfer after the last arrival (~0.1 ms here, a few ms when another test holds a CPU), not
+// the early rank's wait, which would put the median above 8 ms. Under ctest -j2 the run is measured again, up to
+// three times, until its medians are in bound.
 TEST(Bench, RowsAfterComputeAreTimedFromTheLastArrival) {
   const std::string dir = temp_dir(), json = dir + "/out.jsonl";
-  auto r = run_command(kCli +
-                       " bench --ranks 2 --ops allreduce,sendrecv -b 64K -e 64K -n 6 -w 1 --compute-us 20000"
-                       " --json " +
-                       json);
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("each call after about 20000 us of compute"), std::string::npos) << r.output;
-  std::ifstream f(json);
-  int rows = 0;
-  for (std::string line; std::getline(f, line); ++rows) {
-    const bench::Row row = bench::row_from_json(line);
-    EXPECT_EQ(row.compute_us, 20000) << line;
+  std::vector<bench::Row> rows;
+  std::string output;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::remove(json.c_str());
+    auto r = run_command(kCli +
+                         " bench --ranks 2 --ops allreduce,sendrecv -b 64K -e 64K -n 6 -w 1 --compute-us 60000"
+                         " --json " +
+                         json);
+    ASSERT_EQ(r.status, 0) << r.output;
+    output = r.output;
+    rows.clear();
+    std::ifstream f(json);
+    for (std::string line; std::getline(f, line);) rows.push_back(bench::row_from_json(line));
+    if (std::all_of(rows.begin(), rows.end(), [](const bench::Row& row) { return row.p50_us < 5000; })) break;
+  }
+  EXPECT_NE(output.find("each call after about 60000 us of compute"), std::string::npos) << output;
+  ASSERT_EQ(rows.size(), 3u);  // allreduce out of place and in place, sendrecv
+  for (const auto& row : rows) {
+    const std::string line = bench::to_json(row);
+    EXPECT_EQ(row.compute_us, 60000) << line;
     EXPECT_EQ(row.wrong, 0u) << line;
     EXPECT_GT(row.p50_us, 0) << line;
-    EXPECT_LT(row.p50_us, 2000) << line;
-    // Compute of 10 to 30 ms by rank and call: two ranks arrive 6.7 ms apart on average, a mean wait of 3.3 ms.
-    EXPECT_GT(row.wait_us, 300) << line;
-    EXPECT_LT(row.wait_us, 10000) << line;
+    EXPECT_LT(row.p50_us, 5000) << line;
+    EXPECT_GT(row.wait_us, 3000) << line;
+    EXPECT_LT(row.wait_us, 30000) << line;
   }
-  EXPECT_EQ(rows, 3);  // allreduce out of place and in place, sendrecv
   std::remove(json.c_str());
   ::rmdir(dir.c_str());
 }
